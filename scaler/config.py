@@ -1,0 +1,272 @@
+"""ScaledObject trigger metadata -> a validated :class:`ScalerConfig` (pure, no I/O).
+
+Every key, its default and meaning is documented in ``docs/metadata.md``; the table below is the
+single source of truth for both (``python -m scaler.config`` prints it as Markdown).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlparse
+
+from signals.model import ENGINES
+
+
+class ConfigError(ValueError):
+    """Invalid trigger metadata; ``key`` names the offending metadata key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ScalerConfig:
+    engine: str = "auto"
+    endpoints: tuple[str, ...] = ()
+    prometheus_address: str | None = None
+    prometheus_selector: str = ""
+    redis_address: str | None = None
+    redis_queue: str | None = None
+    redis_queue_type: str = "auto"
+    pod_selector: str | None = None
+    metrics_port: int | None = None
+    metrics_path: str = "/metrics"
+    min_replicas: int = 1
+    max_replicas: int = 10
+    scale_to_zero: bool = False
+    target_inflight_per_replica: float = 32.0
+    target_waiting_per_replica: float = 4.0
+    kv_cache_target: float = 0.8
+    kv_cache_high: float = 0.9
+    ttft_slo_seconds: float | None = None
+    ttft_quantile: float = 0.95
+    ttft_window_seconds: float = 60.0
+    time_to_ready_seconds: float = 120.0
+    trend_window_seconds: float = 60.0
+    scale_down_stabilization_seconds: float = 300.0
+    scale_up_max_step: float = 2.0
+    idle_window_seconds: float = 60.0
+    staleness_seconds: float = 30.0
+    scrape_interval_seconds: float = 1.0
+    scrape_timeout_seconds: float = 2.0
+    max_payload_bytes: int = 4 * 1024 * 1024
+    hpa_tolerance: float = 0.1
+    metric_name: str = "warmscale-desired-replicas"
+
+    @property
+    def floor(self) -> int:
+        """The smallest replica count the policy may ask for."""
+        return 0 if self.scale_to_zero else max(1, self.min_replicas)
+
+
+def _positive(v: float) -> bool:
+    return math.isfinite(v) and v > 0
+
+
+def _non_negative(v: float) -> bool:
+    return math.isfinite(v) and v >= 0
+
+
+def _fraction(v: float) -> bool:
+    return math.isfinite(v) and 0 < v <= 1
+
+
+def _parse_bool(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _parse_int(raw: str) -> int:
+    return int(raw.strip())
+
+
+def _parse_float(raw: str) -> float:
+    v = float(raw.strip())
+    if not math.isfinite(v):
+        raise ValueError(f"expected a finite number, got {raw!r}")
+    return v
+
+
+def _parse_engine(raw: str) -> str:
+    e = raw.strip().lower()
+    if e == "trtllm-serve":
+        e = "trtllm"
+    if e not in ENGINES:
+        raise ValueError(f"unknown engine {raw!r}; expected one of {', '.join(ENGINES)}")
+    return e
+
+
+def _parse_url(raw: str, schemes: tuple[str, ...]) -> str:
+    u = urlparse(raw.strip())
+    if u.scheme not in schemes or not u.netloc:
+        raise ValueError(f"expected a {'/'.join(schemes)} URL, got {raw!r}")
+    return raw.strip()
+
+
+def _parse_endpoints(raw: str) -> tuple[str, ...]:
+    items = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if not items:
+        raise ValueError("expected a comma-separated list of metrics URLs")
+    return tuple(_parse_url(p, ("http", "https")) for p in items)
+
+
+def _parse_redis_address(raw: str) -> str:
+    r = raw.strip()
+    if "://" in r:
+        return _parse_url(r, ("redis", "rediss", "unix"))
+    host, _, port = r.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected host:port or a redis:// URL, got {raw!r}")
+    return f"redis://{r}"
+
+
+def _parse_queue_type(raw: str) -> str:
+    t = raw.strip().lower()
+    if t not in ("auto", "list", "stream"):
+        raise ValueError(f"expected auto, list or stream, got {raw!r}")
+    return t
+
+
+def _parse_path(raw: str) -> str:
+    if not raw.startswith("/"):
+        raise ValueError(f"expected a path starting with '/', got {raw!r}")
+    return raw
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    field: str
+    parse: Callable[[str], Any]
+    check: Callable[[Any], bool] | None
+    doc: str
+
+
+KEYS: tuple[Key, ...] = (
+    Key("engine", "engine", _parse_engine, None,
+        "Engine whose metric names to read: vllm, sglang, tgi, trtllm (trtllm-serve), triton, ray, or auto "
+        "(detected from each payload)."),
+    Key("endpoints", "endpoints", _parse_endpoints, None,
+        "Comma-separated metrics URLs scraped directly and concurrently (one per replica)."),
+    Key("prometheusAddress", "prometheus_address", lambda r: _parse_url(r, ("http", "https")), None,
+        "Prometheus base URL; the scaler queries per-pod aggregates built for the engine."),
+    Key("prometheusSelector", "prometheus_selector", str.strip, None,
+        'Extra PromQL label matchers added to every query, e.g. `namespace="llm",service="vllm"`.'),
+    Key("redisAddress", "redis_address", _parse_redis_address, None,
+        "Redis holding a gateway queue (host:port or redis:// URL). Needs redisQueue."),
+    Key("redisQueue", "redis_queue", str.strip, bool, "Key of the gateway queue (a list or a stream)."),
+    Key("redisQueueType", "redis_queue_type", _parse_queue_type, None,
+        "list, stream, or auto (asks Redis for the key's type)."),
+    Key("podSelector", "pod_selector", str.strip, bool,
+        "Label selector of the engine pods to scrape directly (needs API access; see warm-pool docs)."),
+    Key("metricsPort", "metrics_port", _parse_int, lambda v: 0 < v < 65536, "Port of the pods' metrics endpoint."),
+    Key("metricsPath", "metrics_path", _parse_path, None, "Path of the metrics endpoint."),
+    Key("minReplicas", "min_replicas", _parse_int, lambda v: v >= 0,
+        "Lower bound while active (raised to 1 unless scaleToZero is true)."),
+    Key("maxReplicas", "max_replicas", _parse_int, lambda v: v >= 1, "Upper bound."),
+    Key("scaleToZero", "scale_to_zero", _parse_bool, None,
+        "Allow IsActive=false and a 0 target once every replica is idle. Default false."),
+    Key("targetInflightPerReplica", "target_inflight_per_replica", _parse_float, _positive,
+        "Running + waiting requests one replica should carry."),
+    Key("targetWaitingPerReplica", "target_waiting_per_replica", _parse_float, _non_negative,
+        "Queued requests per replica tolerated before the queue alone asks for more replicas."),
+    Key("kvCacheTarget", "kv_cache_target", _parse_float, _fraction,
+        "KV-cache usage (0..1) to size for when usage runs high."),
+    Key("kvCacheHigh", "kv_cache_high", _parse_float, _fraction,
+        "KV-cache usage above which the KV rule engages (also engages on preemptions)."),
+    Key("ttftSloSeconds", "ttft_slo_seconds", _parse_float, _positive,
+        "TTFT service-level objective in seconds; unset disables the SLO rule."),
+    Key("ttftQuantile", "ttft_quantile", _parse_float, lambda v: 0 < v < 1, "TTFT quantile held to the SLO."),
+    Key("ttftWindowSeconds", "ttft_window_seconds", _parse_float, _positive,
+        "Window of the TTFT distribution (differences of histogram buckets between scrapes)."),
+    Key("timeToReadySeconds", "time_to_ready_seconds", _parse_float, _non_negative,
+        "Expected time-to-ready of a new replica (look-ahead); the warm-pool controller's measured value "
+        "replaces it when present."),
+    Key("trendWindowSeconds", "trend_window_seconds", _parse_float, _positive,
+        "Window over which the demand trend (slope) is fitted for the look-ahead."),
+    Key("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", _parse_float, _non_negative,
+        "Scale down only to the highest recommendation of this window."),
+    Key("scaleUpMaxStep", "scale_up_max_step", _parse_float, lambda v: math.isfinite(v) and v >= 1,
+        "Largest multiplicative step of the proportional (KV, TTFT) rules per decision."),
+    Key("idleWindowSeconds", "idle_window_seconds", _parse_float, _non_negative,
+        "No requests finished and no tokens generated for this long, before idle counts (scale to zero)."),
+    Key("stalenessSeconds", "staleness_seconds", _parse_float, _positive,
+        "A replica's signal older than this is unknown."),
+    Key("scrapeIntervalSeconds", "scrape_interval_seconds", _parse_float, lambda v: math.isfinite(v) and v >= 0.1,
+        "How often the scaler reads the sources and recomputes the decision."),
+    Key("scrapeTimeoutSeconds", "scrape_timeout_seconds", _parse_float, _positive, "Timeout of one scrape/query."),
+    Key("maxPayloadBytes", "max_payload_bytes", _parse_int, lambda v: v >= 1024,
+        "A metrics payload larger than this is rejected (replica unknown)."),
+    Key("hpaTolerance", "hpa_tolerance", _parse_float, lambda v: math.isfinite(v) and 0 <= v < 1,
+        "The HPA's tolerance (0.1 by default; 0 when the ScaledObject sets behavior.*.tolerance: 0 on "
+        "Kubernetes >= 1.33). The reported metric compensates for it."),
+    Key("metricName", "metric_name", str.strip, bool, "Name of the metric reported to KEDA."),
+)
+
+# Keys KEDA itself reads from an external trigger's metadata; accepted and ignored.
+KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tlsClientCert", "tlsClientKey"})
+_BY_NAME = {k.name: k for k in KEYS}
+
+
+def parse_metadata(metadata: Mapping[str, str]) -> ScalerConfig:
+    """Validate trigger metadata. Raises :class:`ConfigError` naming the first bad key."""
+    values: dict[str, Any] = {}
+    for name in sorted(metadata):
+        raw = metadata[name]
+        if name in KEDA_KEYS:
+            continue
+        if name.endswith("FromEnv") and name[: -len("FromEnv")] in _BY_NAME:
+            continue  # KEDA resolves these into the base key
+        key = _BY_NAME.get(name)
+        if key is None:
+            raise ConfigError(name, "unknown metadata key")
+        try:
+            value = key.parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(name, str(exc)) from None
+        if key.check is not None and not key.check(value):
+            raise ConfigError(name, f"value {raw!r} is out of range")
+        values[key.field] = value
+    cfg = ScalerConfig(**values)
+    _check_consistency(cfg)
+    return cfg
+
+
+def _check_consistency(cfg: ScalerConfig) -> None:
+    if cfg.max_replicas < cfg.floor:
+        raise ConfigError("maxReplicas", f"{cfg.max_replicas} is below minReplicas {cfg.min_replicas}")
+    if (cfg.redis_address is None) != (cfg.redis_queue is None):
+        missing = "redisQueue" if cfg.redis_queue is None else "redisAddress"
+        raise ConfigError(missing, "redisAddress and redisQueue go together")
+    if cfg.metrics_port is not None and cfg.pod_selector is None:
+        raise ConfigError("podSelector", "metricsPort needs podSelector")
+    if not (cfg.endpoints or cfg.prometheus_address or cfg.redis_address or cfg.pod_selector):
+        raise ConfigError(
+            "endpoints", "no signal source: set endpoints, prometheusAddress, redisAddress or podSelector"
+        )
+    if cfg.kv_cache_target > cfg.kv_cache_high:
+        raise ConfigError("kvCacheTarget", "must not exceed kvCacheHigh")
+
+
+def defaults_table() -> str:
+    """Markdown table of every metadata key with its default."""
+    defaults = {f.name: f.default for f in fields(ScalerConfig)}
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for k in KEYS:
+        d = defaults[k.field]
+        shown = "(none)" if d in (None, (), "") else str(d).lower() if isinstance(d, bool) else str(d)
+        rows.append(f"| `{k.name}` | `{shown}` | {k.doc} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(defaults_table())

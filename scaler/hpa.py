@@ -1,0 +1,48 @@
+"""The HPA's arithmetic for an External metric with an AverageValue target, and its inverse.
+
+The HPA computes ``ratio = value / (target * current)``; when ``|1 - ratio| <= tolerance`` it keeps
+``current``, else it scales to ``ceil(value / target)``. :func:`metric_value_for` picks the value to
+report so that the HPA lands on the replica count the policy computed (see docs/policy.md, "Landing
+the HPA on the target").
+"""
+
+from __future__ import annotations
+
+import math
+
+# The HPA compares with a float tolerance; keep reported values clear of the boundaries.
+_EPS = 1e-6
+
+
+def hpa_replicas(value: float, target: float, current: int, tolerance: float) -> int:
+    """The replica count the HPA derives from ``value`` (before its min/max and behaviour)."""
+    if current <= 0:
+        return math.ceil(value / target - _EPS) if value > 0 else 0
+    ratio = value / (target * current)
+    if abs(1.0 - ratio) <= tolerance:
+        return current
+    return max(0, math.ceil(value / target - _EPS))
+
+
+def metric_value_for(desired: int, current: int | None, target: float, tolerance: float) -> float:
+    """The metric value that makes the HPA move from ``current`` to ``desired``.
+
+    - Outside the tolerance band the plain value ``desired * target`` does it.
+    - Scale-up inside the band cannot land exactly: it lands on the smallest count just outside the
+      band (a small overshoot, taken because an SLO miss costs more than a replica for a while).
+    - Scale-down inside the band reports a value in ``((desired-1)*target, desired*target]`` below the
+      band when one exists; otherwise it reports ``current`` (hold) until the drop is large enough.
+    """
+    plain = desired * target
+    if current is None or current <= 0 or tolerance <= 0 or desired == current:
+        return float(plain)
+    if abs(1.0 - desired / current) > tolerance + _EPS:
+        return float(plain)
+    if desired > current:
+        n = math.floor((1.0 + tolerance) * current + _EPS) + 1
+        return float(n * target)
+    lo = (desired - 1) * target
+    hi = min(plain, (1.0 - tolerance) * current * target - _EPS * target)
+    if hi > lo + _EPS:
+        return (lo + hi) / 2.0
+    return float(current * target)

@@ -1,0 +1,164 @@
+"""Snapshot + memory -> what the policy looks at (pure).
+
+Cumulative engine counters and histograms only mean something as differences, so this step
+keeps each replica's previous values in :class:`~scaler.state.ScalerState` and turns them into
+windowed quantities: the TTFT distribution of the last ``ttftWindowSeconds``, the preemption rate,
+recent activity (for idleness) and the demand trend (for the look-ahead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from scaler.config import ScalerConfig
+from scaler.state import ReplicaMemory, ScalerState
+from signals.histogram import Histogram, merge
+from signals.model import Snapshot
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Aggregates over the replicas whose signal is known, at ``now``."""
+
+    now: float
+    known_replicas: int
+    unknown_replicas: int
+    waiting: float
+    running: float
+    queue: float
+    queue_unknown: bool
+    kv_usage_max: float | None
+    kv_usage_mean: float | None
+    preemption_rate: float
+    ttft_window: Histogram | None
+    load: float
+    load_slope: float
+    idle_for: float
+    ready_replicas: int | None
+    starting_replicas: int | None
+    current_replicas: int | None
+    time_to_ready_s: float | None
+
+    @property
+    def all_unknown(self) -> bool:
+        return self.known_replicas == 0 and (self.unknown_replicas > 0 or self.queue_unknown)
+
+
+T = TypeVar("T")
+
+
+def _prune(samples: tuple[tuple[float, T], ...], since: float) -> tuple[tuple[float, T], ...]:
+    return tuple(s for s in samples if s[0] >= since)
+
+
+def _increased(new: float | None, old: float | None) -> bool:
+    return new is not None and old is not None and new > old
+
+
+def slope(samples: tuple[tuple[float, float], ...]) -> float:
+    """Least-squares slope (per second) of (time, value) samples; 0 with fewer than 3 or no spread."""
+    if len(samples) < 3:
+        return 0.0
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mv = sum(v for _, v in samples) / n
+    var = sum((t - mt) ** 2 for t, _ in samples)
+    if var <= 0:
+        return 0.0
+    return sum((t - mt) * (v - mv) for t, v in samples) / var
+
+
+def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[Observation, ScalerState]:
+    now = snapshot.taken_at
+    known = snapshot.known
+    memory = dict(state.replicas)
+    ttft_deltas = list(state.ttft_deltas)
+    preemptions = list(state.preemption_events)
+    activity = False
+
+    for reading in known:
+        sig = reading.signal
+        assert sig is not None
+        prev = memory.get(reading.replica)
+        if prev is not None:
+            if sig.ttft is not None and prev.ttft is not None:
+                d = sig.ttft.delta(prev.ttft)
+                if d is not None and d.count > 0:
+                    ttft_deltas.append((now, d))
+            if _increased(sig.preemptions_total, prev.preemptions_total):
+                assert sig.preemptions_total is not None and prev.preemptions_total is not None
+                preemptions.append((now, sig.preemptions_total - prev.preemptions_total))
+            if _increased(sig.requests_total, prev.requests_total) or _increased(
+                sig.generation_tokens_total, prev.generation_tokens_total
+            ):
+                activity = True
+        memory[reading.replica] = ReplicaMemory(
+            observed_at=reading.observed_at,
+            ttft=sig.ttft,
+            requests_total=sig.requests_total,
+            generation_tokens_total=sig.generation_tokens_total,
+            preemptions_total=sig.preemptions_total,
+        )
+    present = {r.replica for r in snapshot.replicas}
+    memory = {k: v for k, v in memory.items() if k in present}
+
+    if snapshot.ttft_window is not None:
+        ttft_deltas.append((now, snapshot.ttft_window))
+    ttft_since = now - cfg.ttft_window_seconds
+    ttft_kept = _prune(tuple(ttft_deltas), ttft_since)
+    window = merge(h for _, h in ttft_kept)
+    if snapshot.ttft_window is not None:
+        # A pre-windowed distribution replaces the sum of pre-windowed samples (no double counting).
+        ttft_kept = ((now, snapshot.ttft_window),)
+        window = snapshot.ttft_window
+
+    waiting = sum(r.signal.waiting for r in known if r.signal is not None)
+    running = sum(r.signal.running for r in known if r.signal is not None)
+    queue_lengths = [q.length for q in snapshot.queues if q.length is not None]
+    queue_unknown = any(q.length is None for q in snapshot.queues)
+    queue = float(sum(queue_lengths))
+    kvs = [r.signal.kv_usage for r in known if r.signal is not None and r.signal.kv_usage is not None]
+
+    n_known, n_unknown = len(known), len(snapshot.replicas) - len(known)
+    # Unknown replicas are assumed as loaded as the known ones (never idle).
+    scale = (n_known + n_unknown) / n_known if n_known else 1.0
+    load = (waiting + running) * scale + queue
+    if load > 0:
+        activity = True
+    load_samples = _prune((*state.load_samples, (now, load)), now - cfg.trend_window_seconds)
+
+    preemption_kept = _prune(tuple(preemptions), now - cfg.ttft_window_seconds)
+    span = max(cfg.ttft_window_seconds, 1e-9)
+    last_activity = now if activity or state.last_activity_at is None else state.last_activity_at
+
+    obs = Observation(
+        now=now,
+        known_replicas=n_known,
+        unknown_replicas=n_unknown,
+        waiting=waiting,
+        running=running,
+        queue=queue,
+        queue_unknown=queue_unknown,
+        kv_usage_max=max(kvs) if kvs else None,
+        kv_usage_mean=sum(kvs) / len(kvs) if kvs else None,
+        preemption_rate=sum(v for _, v in preemption_kept) / span,
+        ttft_window=window,
+        load=load,
+        load_slope=slope(load_samples),
+        idle_for=max(0.0, now - last_activity) if not activity else 0.0,
+        ready_replicas=snapshot.ready_replicas,
+        starting_replicas=snapshot.starting_replicas,
+        current_replicas=snapshot.current_replicas,
+        time_to_ready_s=snapshot.time_to_ready_s,
+    )
+    new_state = replace(
+        state,
+        replicas=memory,
+        ttft_deltas=ttft_kept,
+        load_samples=load_samples,
+        preemption_events=preemption_kept,
+        last_activity_at=last_activity,
+    )
+    return obs, new_state
+

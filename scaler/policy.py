@@ -1,0 +1,166 @@
+"""The scaling policy: (observation, state, config, now) -> decision. Pure; the math is in docs/policy.md.
+
+Each rule proposes a total replica count; the largest wins, then bounds, partial-data and
+scale-down stabilisation apply. Rules that scale proportionally from load on ready replicas (KV
+pressure, TTFT) count replicas that are still starting as capacity, so a scale-up in flight is not
+asked for again while those replicas warm.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from scaler.config import ScalerConfig
+from scaler.hpa import metric_value_for
+from scaler.observation import Observation
+from scaler.state import ScalerState
+
+# Fewer TTFT observations than this in the window say nothing about a quantile.
+MIN_TTFT_SAMPLES = 5
+# Below this share of the SLO, the TTFT rule is satisfied.
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Decision:
+    desired: int
+    active: bool
+    reason: str
+    metric_value: float
+    metric_target: float
+    rules: dict[str, int] = field(default_factory=dict)
+    ready: int = 0
+    starting: int = 0
+    time_to_ready_s: float = 0.0
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(x - 1e-9)
+
+
+def _starting_estimate(obs: Observation, state: ScalerState, ready: int, ttr: float, now: float) -> int:
+    if obs.starting_replicas is not None:
+        return obs.starting_replicas
+    if state.last_desired is None or state.last_increase_at is None:
+        return 0
+    if now - state.last_increase_at > ttr:
+        return 0
+    return max(0, state.last_desired - ready)
+
+
+def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) -> tuple[Decision, ScalerState]:
+    last = state.last_desired
+    ttr = obs.time_to_ready_s if obs.time_to_ready_s is not None else cfg.time_to_ready_seconds
+    if obs.ready_replicas is not None:
+        ready = obs.ready_replicas
+    elif obs.known_replicas + obs.unknown_replicas > 0:
+        ready = obs.known_replicas + obs.unknown_replicas
+    else:
+        ready = 0
+    starting = _starting_estimate(obs, state, ready, ttr, now)
+    provisioned = ready + starting
+    rules: dict[str, int] = {}
+
+    if obs.all_unknown:
+        desired = max(last if last is not None else cfg.floor, 1 if cfg.scale_to_zero else cfg.floor)
+        desired = min(desired, cfg.max_replicas)
+        return _finish(desired, True, "signals-unknown", rules, obs, state, cfg, now, ready, starting, ttr)
+
+    # 1. Demand: in-flight requests (running + waiting + gateway queue), looking ahead by the
+    #    time a new replica needs to become ready.
+    lookahead = obs.load + max(0.0, obs.load_slope) * ttr
+    rules["demand"] = _ceil(max(obs.load, lookahead) / cfg.target_inflight_per_replica)
+
+    # 2. Queue: requests wait although engines are full below the in-flight target (KV or
+    #    max_num_seqs bound). Size by the concurrency a ready replica actually sustains.
+    base = max(obs.known_replicas, 1)
+    waiting_total = obs.waiting * (ready / base if obs.known_replicas else 1.0) + obs.queue
+    if ready > 0 and waiting_total > cfg.target_waiting_per_replica * ready:
+        per_replica = max(1.0, obs.running / base)
+        need = _ceil((obs.running / base * ready + waiting_total) / per_replica)
+        rules["queue"] = min(need, max(provisioned, _ceil(ready * cfg.scale_up_max_step)))
+
+    # 3. KV pressure: size so that mean KV usage would sit at the target.
+    kv_hot = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_high
+    if ready > 0 and obs.kv_usage_mean is not None and (kv_hot or obs.preemption_rate > 0):
+        need = _ceil(ready * obs.kv_usage_mean / cfg.kv_cache_target)
+        if obs.preemption_rate > 0:
+            need = max(need, ready + 1)
+        rules["kv"] = max(provisioned, min(need, _ceil(ready * cfg.scale_up_max_step)))
+
+    # 4. TTFT SLO: the windowed quantile against the SLO scales the ready replicas proportionally.
+    if cfg.ttft_slo_seconds is not None and ready > 0 and obs.ttft_window is not None:
+        if obs.ttft_window.count >= MIN_TTFT_SAMPLES:
+            q = obs.ttft_window.quantile(cfg.ttft_quantile)
+            if q is not None and q > cfg.ttft_slo_seconds:
+                ratio = min(q / cfg.ttft_slo_seconds, cfg.scale_up_max_step)
+                rules["ttft"] = max(provisioned, _ceil(ready * ratio))
+
+    reason = max(rules, key=lambda k: rules[k])
+    desired = rules[reason]
+
+    # Partial data: unknown replicas block any scale-down.
+    if (obs.unknown_replicas > 0 or obs.queue_unknown) and last is not None and desired < last:
+        desired, reason = last, "partial-data-hold"
+
+    # Bounds and scale to zero.
+    idle = desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
+    active = True
+    if cfg.scale_to_zero and idle and obs.unknown_replicas == 0 and not obs.queue_unknown:
+        desired, active, reason = 0, False, "idle"
+    else:
+        lower = max(1, cfg.min_replicas)
+        if desired < lower:
+            desired, reason = lower, "min-replicas"
+    if desired > cfg.max_replicas:
+        desired, reason = cfg.max_replicas, "max-replicas"
+
+    # Scale-down stabilisation: the highest recommendation of the window.
+    recs = tuple(r for r in state.recommendations if r[0] > now - cfg.scale_down_stabilization_seconds)
+    recs = (*recs, (now, desired))
+    state = replace(state, recommendations=recs)
+    if desired > 0:
+        stabilised = max(v for _, v in recs)
+        if stabilised > desired:
+            desired, reason = stabilised, "scale-down-stabilization"
+    return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr)
+
+
+def _finish(
+    desired: int,
+    active: bool,
+    reason: str,
+    rules: dict[str, int],
+    obs: Observation,
+    state: ScalerState,
+    cfg: ScalerConfig,
+    now: float,
+    ready: int,
+    starting: int,
+    ttr: float,
+) -> tuple[Decision, ScalerState]:
+    current = obs.current_replicas if obs.current_replicas is not None else state.last_desired
+    target = 1.0
+    value = metric_value_for(desired, current, target, cfg.hpa_tolerance)
+    if not cfg.scale_to_zero:
+        active = True
+    increased = state.last_desired is not None and desired > state.last_desired
+    new_state = replace(
+        state,
+        last_desired=desired,
+        last_decision_at=now,
+        last_increase_at=now if increased else state.last_increase_at,
+    )
+    decision = Decision(
+        desired=desired,
+        active=active,
+        reason=reason,
+        metric_value=value,
+        metric_target=target,
+        rules=rules,
+        ready=ready,
+        starting=starting,
+        time_to_ready_s=ttr,
+    )
+    return decision, new_state

@@ -1,0 +1,81 @@
+"""What the scaler remembers per ScaledObject between decisions (pure data, JSON-friendly).
+
+It is kept in the store (memory or Redis) so that several scaler replicas answer alike and a
+restart loses neither the TTFT window, the scale-down stabilisation window nor the last decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from signals.histogram import Histogram
+
+
+@dataclass(frozen=True)
+class ReplicaMemory:
+    """Last cumulative values seen from one replica, to difference the next scrape against."""
+
+    observed_at: float
+    ttft: Histogram | None = None
+    requests_total: float | None = None
+    generation_tokens_total: float | None = None
+    preemptions_total: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ttft"] = self.ttft.to_dict() if self.ttft is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReplicaMemory:
+        ttft = d.get("ttft")
+        return cls(
+            observed_at=float(d["observed_at"]),
+            ttft=Histogram.from_dict(ttft) if ttft else None,
+            requests_total=d.get("requests_total"),
+            generation_tokens_total=d.get("generation_tokens_total"),
+            preemptions_total=d.get("preemptions_total"),
+        )
+
+
+@dataclass(frozen=True)
+class ScalerState:
+    """All of one ScaledObject's memory. Lists are (time, value) samples, oldest first."""
+
+    replicas: dict[str, ReplicaMemory] = field(default_factory=dict)
+    ttft_deltas: tuple[tuple[float, Histogram], ...] = ()
+    load_samples: tuple[tuple[float, float], ...] = ()
+    preemption_events: tuple[tuple[float, float], ...] = ()
+    recommendations: tuple[tuple[float, int], ...] = ()
+    last_activity_at: float | None = None
+    last_desired: int | None = None
+    last_increase_at: float | None = None
+    last_decision_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "replicas": {k: v.to_dict() for k, v in self.replicas.items()},
+            "ttft_deltas": [[t, h.to_dict()] for t, h in self.ttft_deltas],
+            "load_samples": [list(s) for s in self.load_samples],
+            "preemption_events": [list(s) for s in self.preemption_events],
+            "recommendations": [list(s) for s in self.recommendations],
+            "last_activity_at": self.last_activity_at,
+            "last_desired": self.last_desired,
+            "last_increase_at": self.last_increase_at,
+            "last_decision_at": self.last_decision_at,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ScalerState:
+        return cls(
+            replicas={k: ReplicaMemory.from_dict(v) for k, v in d.get("replicas", {}).items()},
+            ttft_deltas=tuple((float(t), Histogram.from_dict(h)) for t, h in d.get("ttft_deltas", [])),
+            load_samples=tuple((float(t), float(v)) for t, v in d.get("load_samples", [])),
+            preemption_events=tuple((float(t), float(v)) for t, v in d.get("preemption_events", [])),
+            recommendations=tuple((float(t), int(v)) for t, v in d.get("recommendations", [])),
+            last_activity_at=d.get("last_activity_at"),
+            last_desired=d.get("last_desired"),
+            last_increase_at=d.get("last_increase_at"),
+            last_decision_at=d.get("last_decision_at"),
+        )

@@ -1,0 +1,132 @@
+"""Cumulative Prometheus histograms: deltas between scrapes and quantiles (histogram_quantile)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative histogram: ``buckets`` are (upper bound, cumulative count), ascending, ending
+    with ``+Inf`` whose count equals ``count``."""
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    @classmethod
+    def from_buckets(cls, buckets: Iterable[tuple[float, float]], sum_: float, count: float | None = None) -> Histogram:
+        merged: dict[float, float] = {}
+        for le, c in buckets:
+            merged[le] = merged.get(le, 0.0) + c
+        ordered = tuple(sorted(merged.items()))
+        if not ordered or not math.isinf(ordered[-1][0]):
+            total = count if count is not None else (ordered[-1][1] if ordered else 0.0)
+            ordered = (*ordered, (math.inf, total))
+        total = ordered[-1][1] if count is None else count
+        return cls(buckets=ordered, sum=sum_, count=total)
+
+    def is_valid(self) -> bool:
+        """Finite, non-negative, monotonic cumulative counts."""
+        prev = 0.0
+        for _, c in self.buckets:
+            if not math.isfinite(c) or c < prev:
+                return False
+            prev = c
+        return math.isfinite(self.sum) and math.isfinite(self.count) and self.count >= 0
+
+    def __add__(self, other: Histogram) -> Histogram:
+        if self.bounds() != other.bounds():
+            return _add_mismatched(self, other)
+        summed = tuple((le, c + oc) for (le, c), (_, oc) in zip(self.buckets, other.buckets, strict=True))
+        return Histogram(buckets=summed, sum=self.sum + other.sum, count=self.count + other.count)
+
+    def bounds(self) -> tuple[float, ...]:
+        return tuple(le for le, _ in self.buckets)
+
+    def delta(self, older: Histogram) -> Histogram | None:
+        """Observations made between ``older`` and this histogram, or ``None`` after a counter reset
+        (the process restarted) or a change of bucket layout."""
+        if older.bounds() != self.bounds() or self.count < older.count:
+            return None
+        out = []
+        for (le, c), (_, oc) in zip(self.buckets, older.buckets, strict=True):
+            if c < oc:
+                return None
+            out.append((le, c - oc))
+        return Histogram(buckets=tuple(out), sum=max(0.0, self.sum - older.sum), count=self.count - older.count)
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile, interpolated linearly within its bucket as PromQL's histogram_quantile;
+        ``None`` without observations. A quantile in the +Inf bucket returns the largest finite bound."""
+        if self.count <= 0 or not self.buckets:
+            return None
+        rank = q * self.count
+        lower_bound, lower_count = 0.0, 0.0
+        for le, c in self.buckets:
+            if c >= rank and c > lower_count:
+                if math.isinf(le):
+                    return lower_bound
+                if le <= 0:
+                    return le
+                return lower_bound + (le - lower_bound) * (rank - lower_count) / (c - lower_count)
+            lower_bound, lower_count = (le if not math.isinf(le) else lower_bound), c
+        return lower_bound
+
+    def fraction_above(self, threshold: float) -> float | None:
+        """Share of observations above ``threshold`` (interpolated within its bucket)."""
+        if self.count <= 0:
+            return None
+        lower_bound, lower_count = 0.0, 0.0
+        for le, c in self.buckets:
+            if math.isinf(le) or le >= threshold:
+                if math.isinf(le):
+                    below = lower_count
+                else:
+                    width = le - lower_bound
+                    frac = 1.0 if width <= 0 else (threshold - lower_bound) / width
+                    below = lower_count + (c - lower_count) * max(0.0, min(1.0, frac))
+                return max(0.0, 1.0 - below / self.count)
+            lower_bound, lower_count = le, c
+        return 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"b": [[_enc(le), c] for le, c in self.buckets], "s": self.sum, "c": self.count}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Histogram:
+        return cls(buckets=tuple((_dec(le), float(c)) for le, c in d["b"]), sum=float(d["s"]), count=float(d["c"]))
+
+
+def _add_mismatched(a: Histogram, b: Histogram) -> Histogram:
+    """Sum of two histograms with different layouts, on the union of bounds (step interpolation)."""
+    bounds = sorted(set(a.bounds()) | set(b.bounds()))
+
+    def at(h: Histogram, le: float) -> float:
+        best = 0.0
+        for ble, c in h.buckets:
+            if ble <= le:
+                best = c
+        return best
+
+    return Histogram(
+        buckets=tuple((le, at(a, le) + at(b, le)) for le in bounds), sum=a.sum + b.sum, count=a.count + b.count
+    )
+
+
+def merge(histograms: Iterable[Histogram]) -> Histogram | None:
+    out: Histogram | None = None
+    for h in histograms:
+        out = h if out is None else out + h
+    return out
+
+
+def _enc(le: float) -> float | str:
+    return "+Inf" if math.isinf(le) else le
+
+
+def _dec(le: float | str) -> float:
+    return math.inf if le == "+Inf" else float(le)

@@ -1,0 +1,140 @@
+"""The normalised, engine-independent model of what an inference replica feels.
+
+Every parser in :mod:`signals.engines` turns one ``/metrics`` payload into a :class:`ReplicaSignal`;
+every source (direct scrape, Prometheus, Redis gateway queue, pod discovery) produces a
+:class:`Snapshot` for one ScaledObject. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from signals.histogram import Histogram
+
+ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "trtllm", "triton", "ray", "auto")
+
+
+@dataclass(frozen=True)
+class ReplicaSignal:
+    """One replica's engine state at ``observed_at`` (unix seconds).
+
+    Gauges are summed across the series of one pod (engines, ranks, models) except KV usage,
+    which is the maximum. Counters and the TTFT histogram carry lifetime totals; windows come
+    from differences between two observations (see :mod:`scaler.observation`).
+    ``None`` means "this engine does not expose it", never zero.
+    """
+
+    engine: str
+    waiting: float
+    running: float
+    kv_usage: float | None = None
+    ttft: Histogram | None = None
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    requests_total: float | None = None
+    preemptions_total: float | None = None
+    max_running: float | None = None
+    gpu_utilization: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {k: getattr(self, k) for k in _SCALAR_FIELDS}
+        d["ttft"] = self.ttft.to_dict() if self.ttft is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReplicaSignal:
+        kwargs: dict[str, Any] = {k: d.get(k) for k in _SCALAR_FIELDS}
+        ttft = d.get("ttft")
+        return cls(ttft=Histogram.from_dict(ttft) if ttft else None, **kwargs)
+
+
+_SCALAR_FIELDS = (
+    "engine",
+    "waiting",
+    "running",
+    "kv_usage",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "requests_total",
+    "preemptions_total",
+    "max_running",
+    "gpu_utilization",
+)
+
+
+@dataclass(frozen=True)
+class ReplicaReading:
+    """A replica's signal, or why it is unknown. ``signal is None`` means unknown, never idle."""
+
+    replica: str
+    observed_at: float
+    signal: ReplicaSignal | None = None
+    error: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.signal is not None
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.observed_at)
+
+    def stale(self, now: float, max_age: float) -> ReplicaReading:
+        """This reading, marked unknown if it is older than ``max_age`` seconds."""
+        if self.signal is not None and self.age(now) > max_age:
+            return replace(self, signal=None, error=f"stale: {self.age(now):.1f}s old > {max_age:.1f}s")
+        return self
+
+
+@dataclass(frozen=True)
+class QueueReading:
+    """Length of a gateway queue (Redis list or stream); ``length is None`` means unknown."""
+
+    name: str
+    observed_at: float
+    length: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the sources saw for one ScaledObject at ``taken_at``.
+
+    ``ready_replicas``/``starting_replicas`` come from the API server when the scaler can see the
+    target's pods (``None`` otherwise; the policy then estimates them from its own history).
+    ``current_replicas`` is the scale target's spec.replicas (what the HPA sees as current).
+    ``time_to_ready_s`` is the measured look-ahead published by the warm-pool controller.
+    ``ttft_window`` is a TTFT distribution a source already windowed (Prometheus ``increase``);
+    without it the scaler differences each replica's cumulative histogram between scrapes.
+    """
+
+    taken_at: float
+    replicas: tuple[ReplicaReading, ...] = ()
+    queues: tuple[QueueReading, ...] = ()
+    ready_replicas: int | None = None
+    starting_replicas: int | None = None
+    time_to_ready_s: float | None = None
+    warm_capacity: int | None = None
+    current_replicas: int | None = None
+    ttft_window: Histogram | None = None
+    source_errors: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def known(self) -> tuple[ReplicaReading, ...]:
+        return tuple(r for r in self.replicas if r.signal is not None)
+
+    @property
+    def unknown(self) -> tuple[ReplicaReading, ...]:
+        return tuple(r for r in self.replicas if r.signal is None)
+
+
+def finite_or_none(value: float | None, *, lo: float | None = None, hi: float | None = None) -> float | None:
+    """``value`` if it is a finite number within [lo, hi], else ``None``."""
+    if value is None or not math.isfinite(value):
+        return None
+    if lo is not None and value < lo:
+        return None
+    if hi is not None and value > hi:
+        return None
+    return value
