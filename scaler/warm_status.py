@@ -1,0 +1,46 @@
+"""What the warm-pool controller publishes per workload and the scaler reads as its look-ahead."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+WARM_STATES = ("placeholder+staged", "staged", "cold")
+
+
+@dataclass(frozen=True)
+class WarmStatus:
+    """Warm capacity and measured time-to-ready of one Deployment/StatefulSet.
+
+    ``time_to_ready_s`` maps a warm state (one of :data:`WARM_STATES`) to the measured median
+    seconds from pod creation to Ready. :meth:`expected_time_to_ready` is what the next replica
+    should take given the warm capacity held right now.
+    """
+
+    namespace: str
+    name: str
+    updated_at: float
+    placeholders_ready: int = 0
+    staged_nodes: int = 0
+    ready_replicas: int = 0
+    starting_replicas: int = 0
+    spec_replicas: int = 0
+    min_ready_floor: int = 0
+    time_to_ready_s: dict[str, float] = field(default_factory=dict)
+
+    def expected_time_to_ready(self, fallback: float) -> float:
+        """Look-ahead for the next replica: the warmest state that has capacity and a measurement."""
+        if self.placeholders_ready > 0 and "placeholder+staged" in self.time_to_ready_s:
+            return self.time_to_ready_s["placeholder+staged"]
+        if self.staged_nodes > 0 and "staged" in self.time_to_ready_s:
+            return self.time_to_ready_s["staged"]
+        return self.time_to_ready_s.get("cold", fallback)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WarmStatus:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        known["time_to_ready_s"] = {str(k): float(v) for k, v in dict(known.get("time_to_ready_s", {})).items()}
+        return cls(**known)
