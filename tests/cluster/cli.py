@@ -1,0 +1,112 @@
+"""``python -m tests.cluster up|down|status|token|build``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .binaries import BinariesMissing, locate
+from .fleet import DEFAULT_POOLS, default_fleet
+from .harness import STATE_FILE, Cluster, ClusterConfig, ClusterStartError, default_state_dir
+
+log = logging.getLogger("tests.cluster")
+
+
+def _pool_overrides(values: list[str]) -> dict[str, int]:
+    overrides: dict[str, int] = {}
+    for value in values:
+        name, _, count = value.partition("=")
+        if not count.isdigit():
+            raise SystemExit(f"--pool expects NAME=COUNT, got {value!r}")
+        overrides[name] = int(count)
+    return overrides
+
+
+def _up(args: argparse.Namespace) -> int:
+    state_dir: Path = args.state_dir
+    if (state_dir / STATE_FILE).exists():
+        existing = Cluster.attach(state_dir)
+        if existing.alive():
+            log.info("cluster already running", extra={"state_dir": str(state_dir)})
+            print(existing.kubeconfig)
+            return 0
+        log.info("removing stale cluster state", extra={"state_dir": str(state_dir)})
+        existing.stop()
+    pools = default_fleet(args.nodes, _pool_overrides(args.pool))
+    try:
+        cluster = Cluster.start(ClusterConfig(pools=pools, state_dir=state_dir,
+                                              build_missing=args.build, startup_timeout=args.timeout))
+    except (BinariesMissing, ClusterStartError, TimeoutError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"started in {cluster.info['startup_seconds']}s: {sum(p.count for p in pools)} nodes, "
+          f"logs in {state_dir / 'logs'}", file=sys.stderr)
+    print(cluster.kubeconfig)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    if not (args.state_dir / STATE_FILE).exists():
+        print(f"no cluster state in {args.state_dir}", file=sys.stderr)
+        return 0
+    Cluster.attach(args.state_dir).stop()
+    print(f"stopped; removed {args.state_dir}", file=sys.stderr)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    if not (args.state_dir / STATE_FILE).exists():
+        print(json.dumps({"running": False, "state_dir": str(args.state_dir)}))
+        return 3
+    cluster = Cluster.attach(args.state_dir)
+    print(json.dumps({"running": cluster.alive(), **cluster.status()}, indent=2))
+    return 0 if cluster.alive() else 3
+
+
+def _token(args: argparse.Namespace) -> int:
+    cluster = Cluster.attach(args.state_dir)
+    print(asyncio.run(cluster.mint_token(args.namespace, args.service_account,
+                                         expiration_seconds=args.expiration)))
+    return 0
+
+
+def _build(_: argparse.Namespace) -> int:
+    binaries = locate(build=True)
+    for path in binaries.all():
+        print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
+    parser.add_argument("--state-dir", type=Path, default=default_state_dir(),
+                        help="cluster state directory (default: %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start a cluster in the background; prints the kubeconfig path last")
+    up.add_argument("--nodes", type=int, default=2, help="nodes per pool (default 2)")
+    up.add_argument("--pool", action="append", default=[], metavar="NAME=COUNT",
+                    help=f"size of one pool ({', '.join(p.name for p in DEFAULT_POOLS)}); 0 drops it")
+    up.add_argument("--build", action="store_true", help="build missing binaries first")
+    up.add_argument("--timeout", type=float, default=180.0, help="startup timeout in seconds")
+    up.set_defaults(func=_up)
+
+    sub.add_parser("down", help="stop the cluster and remove its state").set_defaults(func=_down)
+    sub.add_parser("status", help="print what runs (exit 3 if not running)").set_defaults(func=_status)
+    sub.add_parser("build", help="build missing binaries, print their paths").set_defaults(func=_build)
+
+    token = sub.add_parser("token", help="mint a TokenRequest token for a ServiceAccount")
+    token.add_argument("namespace")
+    token.add_argument("service_account")
+    token.add_argument("--expiration", type=int, default=3600)
+    token.set_defaults(func=_token)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return int(args.func(args))

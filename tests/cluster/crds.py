@@ -1,0 +1,64 @@
+"""Install CustomResourceDefinitions (KEDA's, from the shared reference directory)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .binaries import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+
+def keda_crd_dir() -> Path:
+    """``$WARMSCALE_SHARED/reference/keda`` (default shared dir: ``<repo>/../shared``)."""
+    shared = Path(os.environ.get("WARMSCALE_SHARED", REPO_ROOT.parent / "shared"))
+    return shared / "reference" / "keda"
+
+
+def load_crds(directory: Path) -> list[dict[str, Any]]:
+    """All CustomResourceDefinition documents in ``directory/*.yaml``."""
+    crds: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                crds.append(doc)
+    return crds
+
+
+async def install(api: client.ApiClient, crds: list[dict[str, Any]], timeout: float = 60.0) -> list[str]:
+    """Create (or replace) the CRDs and wait until they are Established; return their names."""
+    ext = client.ApiextensionsV1Api(api)
+    names: list[str] = []
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        try:
+            await ext.create_custom_resource_definition(crd)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            current = await ext.read_custom_resource_definition(name)
+            crd = {**crd, "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version}}
+            await ext.replace_custom_resource_definition(name, crd)
+        names.append(name)
+    deadline = asyncio.get_running_loop().time() + timeout
+    pending = set(names)
+    while pending:
+        for name in sorted(pending):
+            obj = await ext.read_custom_resource_definition(name)
+            conditions = (obj.status.conditions if obj.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                pending.discard(name)
+        if pending and asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"CRDs not established after {timeout:.0f}s: {sorted(pending)}")
+        if pending:
+            await asyncio.sleep(0.2)
+    log.info("installed CRDs", extra={"crds": names})
+    return names

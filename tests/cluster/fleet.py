@@ -1,0 +1,175 @@
+"""Simulated node fleet: KWOK-managed nodes with GPU Feature Discovery style labels.
+
+Every node carries ``type=kwok`` (the label selector kwok manages) and
+``warmscale.io/pool=<pool>``. GPU nodes get the ``nvidia.com/gpu.*`` labels,
+``nvidia.com/gpu`` capacity and the ``nvidia.com/gpu=present:NoSchedule`` taint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+KWOK_LABEL = "type"
+KWOK_LABEL_VALUE = "kwok"
+POOL_LABEL = "warmscale.io/pool"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """A homogeneous group of fake nodes."""
+
+    name: str
+    count: int
+    instance_type: str
+    cpu: str
+    memory: str
+    gpu_product: str | None = None
+    gpu_count: int = 0
+    gpu_memory_mib: int = 0
+    gpu_family: str | None = None
+    pods: int = 110
+    zone: str = "sim-a"
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_count > 0
+
+    def node_name(self, index: int) -> str:
+        return f"kwok-{self.name}-{index}"
+
+    def labels(self, node_name: str) -> dict[str, str]:
+        labels = {
+            KWOK_LABEL: KWOK_LABEL_VALUE,
+            POOL_LABEL: self.name,
+            "kubernetes.io/hostname": node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/instance-type": self.instance_type,
+            "topology.kubernetes.io/zone": self.zone,
+        }
+        if self.has_gpu:
+            labels.update(
+                {
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.product": self.gpu_product or "NVIDIA-Unknown",
+                    "nvidia.com/gpu.count": str(self.gpu_count),
+                    "nvidia.com/gpu.memory": str(self.gpu_memory_mib),
+                }
+            )
+            if self.gpu_family:
+                labels["nvidia.com/gpu.family"] = self.gpu_family
+        labels.update(self.extra_labels)
+        return labels
+
+    def manifest(self, index: int) -> dict[str, Any]:
+        """The Node object (status included: kwok keeps the given capacity)."""
+        name = self.node_name(index)
+        resources = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
+        if self.has_gpu:
+            resources[GPU_RESOURCE] = str(self.gpu_count)
+        spec: dict[str, Any] = {}
+        if self.has_gpu:
+            spec["taints"] = [dict(GPU_TAINT)]
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": self.labels(name),
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0", "kwok.x-k8s.io/node": "fake"},
+            },
+            "spec": spec,
+            "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+        }
+
+    def manifests(self) -> list[dict[str, Any]]:
+        return [self.manifest(i) for i in range(self.count)]
+
+
+H100 = NodePool(
+    name="h100", count=2, instance_type="p5.48xlarge", cpu="192", memory="2048Gi",
+    gpu_product="NVIDIA-H100-80GB-HBM3", gpu_count=8, gpu_memory_mib=81559, gpu_family="hopper",
+)
+A100 = NodePool(
+    name="a100", count=2, instance_type="p4d.24xlarge", cpu="96", memory="1152Gi",
+    gpu_product="NVIDIA-A100-SXM4-40GB", gpu_count=8, gpu_memory_mib=40960, gpu_family="ampere",
+)
+L4 = NodePool(
+    name="l4", count=2, instance_type="g6.12xlarge", cpu="48", memory="192Gi",
+    gpu_product="NVIDIA-L4", gpu_count=4, gpu_memory_mib=23034, gpu_family="ada-lovelace",
+)
+CPU = NodePool(name="cpu", count=2, instance_type="m7i.4xlarge", cpu="16", memory="64Gi")
+
+DEFAULT_POOLS: tuple[NodePool, ...] = (H100, A100, L4, CPU)
+
+
+def default_fleet(per_pool: int = 2, overrides: Mapping[str, int] | None = None) -> list[NodePool]:
+    """The default mix with ``per_pool`` nodes each; ``overrides`` sets pool sizes by name."""
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - {p.name for p in DEFAULT_POOLS}
+    if unknown:
+        raise ValueError(f"unknown pool(s): {sorted(unknown)}; known: {[p.name for p in DEFAULT_POOLS]}")
+    pools = [replace(p, count=overrides.get(p.name, per_pool)) for p in DEFAULT_POOLS]
+    return [p for p in pools if p.count > 0]
+
+
+def gpu_fleet(count: int, pool: NodePool = H100) -> list[NodePool]:
+    """A single GPU pool of ``count`` nodes (scale tests)."""
+    return [replace(pool, count=count)]
+
+
+async def create_nodes(api: client.ApiClient, pools: Iterable[NodePool], concurrency: int = 16) -> int:
+    """Create the nodes of ``pools`` (existing ones are left alone); return how many were created."""
+    core = client.CoreV1Api(api)
+    manifests = [m for pool in pools for m in pool.manifests()]
+    semaphore = asyncio.Semaphore(concurrency)
+    created = 0
+
+    async def create(body: dict[str, Any]) -> None:
+        nonlocal created
+        async with semaphore:
+            try:
+                await core.create_node(body)
+                created += 1
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+    await asyncio.gather(*(create(m) for m in manifests))
+    log.info("created nodes", extra={"created": created, "requested": len(manifests)})
+    return created
+
+
+async def wait_nodes_ready(api: client.ApiClient, expected: int, timeout: float = 120.0) -> None:
+    """Wait until ``expected`` kwok nodes report Ready=True and have no not-ready taint."""
+    core = client.CoreV1Api(api)
+    deadline = asyncio.get_running_loop().time() + timeout
+    ready = 0
+    while True:
+        nodes = await core.list_node(label_selector=f"{KWOK_LABEL}={KWOK_LABEL_VALUE}")
+        ready = sum(1 for n in nodes.items if _node_ready(n))
+        if ready >= expected:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"only {ready}/{expected} kwok nodes Ready after {timeout:.0f}s")
+        await asyncio.sleep(0.5)
+
+
+def _node_ready(node: client.V1Node) -> bool:
+    conditions = (node.status.conditions if node.status else None) or []
+    if not any(c.type == "Ready" and c.status == "True" for c in conditions):
+        return False
+    taints = (node.spec.taints if node.spec else None) or []
+    return not any(t.key.startswith("node.kubernetes.io/") for t in taints)
