@@ -1,0 +1,63 @@
+"""Metadata validation: every bad value names its key; defaults are documented."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaler.config import KEYS, ConfigError, ScalerConfig, defaults_table, parse_metadata
+
+BASE = {"endpoints": "http://e:8000/metrics"}
+
+BAD = [
+    ({"bogus": "1"}, "bogus"),
+    ({"engine": "llama.cpp"}, "engine"),
+    ({"endpoints": "ftp://x/metrics"}, "endpoints"),
+    ({"endpoints": " , "}, "endpoints"),
+    ({"minReplicas": "-1"}, "minReplicas"),
+    ({"maxReplicas": "zero"}, "maxReplicas"),
+    ({"minReplicas": "5", "maxReplicas": "2"}, "maxReplicas"),
+    ({"scaleToZero": "maybe"}, "scaleToZero"),
+    ({"ttftSloSeconds": "NaN"}, "ttftSloSeconds"),
+    ({"ttftSloSeconds": "-1"}, "ttftSloSeconds"),
+    ({"ttftQuantile": "1.5"}, "ttftQuantile"),
+    ({"kvCacheTarget": "0.95", "kvCacheHigh": "0.9"}, "kvCacheTarget"),
+    ({"redisAddress": "localhost:6379"}, "redisQueue"),
+    ({"redisQueue": "q"}, "redisAddress"),
+    ({"redisAddress": "nohost"}, "redisAddress"),
+    ({"metricsPort": "8000"}, "podSelector"),
+    ({"metricsPort": "99999", "podSelector": "app=x"}, "metricsPort"),
+    ({"hpaTolerance": "1"}, "hpaTolerance"),
+    ({"maxPayloadBytes": "10"}, "maxPayloadBytes"),
+]
+
+
+@pytest.mark.parametrize(("extra", "key"), BAD, ids=[k for _, k in BAD])
+def test_invalid_metadata_names_the_key(extra: dict[str, str], key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_metadata({**BASE, **extra})
+    assert err.value.key == key
+    assert key in str(err.value)
+
+
+def test_no_source_is_an_error() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_metadata({})
+    assert err.value.key == "endpoints"
+
+
+def test_keda_keys_and_from_env_are_accepted() -> None:
+    cfg = parse_metadata({**BASE, "scalerAddress": "warmscale:9090", "enableTLS": "true", "endpointsFromEnv": "X"})
+    assert cfg.endpoints == ("http://e:8000/metrics",)
+
+
+def test_defaults() -> None:
+    cfg = parse_metadata(BASE)
+    assert cfg == ScalerConfig(endpoints=("http://e:8000/metrics",))
+    assert cfg.engine == "auto" and cfg.scale_to_zero is False and cfg.floor == 1
+    assert parse_metadata({**BASE, "scaleToZero": "true"}).floor == 0
+
+
+def test_every_key_is_documented() -> None:
+    table = defaults_table()
+    for key in KEYS:
+        assert f"`{key.name}`" in table
