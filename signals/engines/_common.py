@@ -1,0 +1,86 @@
+"""Validated reads from a :class:`~signals.parsing.MetricIndex`, shared by the engine modules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from signals.parsing import Labels, MetricIndex, PayloadError
+
+Where = Callable[[Labels], bool] | None
+
+# A KV fraction a hair above 1 is rounding; clamp it. Anything beyond is a broken exporter.
+_FRACTION_SLACK = 1e-6
+
+
+def _check_gauge(name: str, labels: Labels, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        raise PayloadError(f"{name}{{{shown}}} = {value}: a gauge must be finite and non-negative")
+
+
+def gauge_sum(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
+    """Sum over series of a gauge; ``None`` when absent. NaN/Inf/negative raise :class:`PayloadError`."""
+    if name is None:
+        return None
+    got = idx.series(name, where)
+    if not got:
+        return None
+    for labels, v in got:
+        _check_gauge(name, labels, v)
+    return math.fsum(v for _, v in got)
+
+
+def gauge_max(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
+    if name is None:
+        return None
+    got = idx.series(name, where)
+    if not got:
+        return None
+    for labels, v in got:
+        _check_gauge(name, labels, v)
+    return max(v for _, v in got)
+
+
+def gauge_mean(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
+    if name is None:
+        return None
+    got = idx.series(name, where)
+    if not got:
+        return None
+    for labels, v in got:
+        _check_gauge(name, labels, v)
+    return math.fsum(v for _, v in got) / len(got)
+
+
+def fraction(name: str, value: float | None) -> float | None:
+    """A 0..1 usage; above 1 (beyond rounding) raises :class:`PayloadError`."""
+    if value is None:
+        return None
+    if value > 1.0 + _FRACTION_SLACK:
+        raise PayloadError(f"{name} = {value}: expected a fraction in 0..1")
+    return min(1.0, value)
+
+
+def ratio(used: float | None, capacity: float | None) -> float | None:
+    if used is None or capacity is None or capacity <= 0:
+        return None
+    return used / capacity
+
+
+def counter_sum(idx: MetricIndex, *names: str, where: Where = None) -> float | None:
+    """Sum over series of the first of ``names`` present (aliases are read once, never added).
+    A counter with a NaN/Inf/negative series is unusable: ``None``."""
+    name = idx.first_present(*names)
+    if name is None:
+        return None
+    got = idx.series(name, where)
+    if not got or any(not math.isfinite(v) or v < 0 for _, v in got):
+        return None
+    return math.fsum(v for _, v in got)
+
+
+def required(value: float | None, what: str, names: tuple[str, ...]) -> float:
+    if value is None:
+        raise PayloadError(f"missing required metric for {what}: none of {', '.join(names)} in the payload")
+    return value

@@ -1,0 +1,48 @@
+"""SGLang (``--enable-metrics``). ``engine-metrics.md`` section 2.
+
+Scheduler gauges are summed over ``dp_rank`` series (only attention-TP-rank-0 schedulers report);
+PD-disaggregation queues add to the queue signal. KV usage is the max of ``token_usage``, else
+``num_used_tokens / max_total_num_tokens``. Retractions are SGLang's preemptions.
+"""
+
+from __future__ import annotations
+
+from signals.engines._common import counter_sum, fraction, gauge_max, gauge_sum, ratio, required
+from signals.model import ReplicaSignal
+from signals.parsing import MetricIndex
+
+P = "sglang:"
+# Extra queues of prefill/decode roles under PD disaggregation (0 on unified engines).
+PD_QUEUES = (
+    P + "num_prefill_prealloc_queue_reqs",
+    P + "num_prefill_inflight_queue_reqs",
+    P + "num_decode_prealloc_queue_reqs",
+    P + "num_decode_transfer_queue_reqs",
+)
+
+
+def detect(idx: MetricIndex) -> bool:
+    return P + "num_running_reqs" in idx or P + "num_queue_reqs" in idx
+
+
+def parse(idx: MetricIndex) -> ReplicaSignal:
+    queue = gauge_sum(idx, P + "num_queue_reqs")
+    waiting = required(queue, "waiting", (P + "num_queue_reqs",))
+    for name in PD_QUEUES:
+        waiting += gauge_sum(idx, name) or 0.0
+    running = required(gauge_sum(idx, P + "num_running_reqs"), "running", (P + "num_running_reqs",))
+    kv = gauge_max(idx, P + "token_usage")
+    if kv is None:
+        kv = ratio(gauge_sum(idx, P + "num_used_tokens"), gauge_sum(idx, P + "max_total_num_tokens"))
+    return ReplicaSignal(
+        engine="sglang",
+        waiting=waiting,
+        running=running,
+        kv_usage=fraction(P + "token_usage", kv),
+        ttft=idx.histogram(P + "time_to_first_token_seconds"),
+        prompt_tokens_total=counter_sum(idx, P + "prompt_tokens_total", P + "prompt_tokens"),
+        generation_tokens_total=counter_sum(idx, P + "generation_tokens_total", P + "generation_tokens"),
+        requests_total=counter_sum(idx, P + "num_requests_total", P + "num_requests"),
+        preemptions_total=counter_sum(idx, P + "num_retracted_requests_total", P + "num_retracted_requests"),
+        max_running=gauge_sum(idx, P + "max_running_requests"),
+    )

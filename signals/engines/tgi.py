@@ -1,0 +1,36 @@
+"""Hugging Face TGI (v2.3.1+/v3 router). ``engine-metrics.md`` section 3.
+
+Counters carry no ``_total``. There is no KV gauge: the running batch's reserved tokens over the
+token budget found at warm-up is the KV proxy. There is no TTFT histogram (``ttft`` is ``None``).
+"""
+
+from __future__ import annotations
+
+from signals.engines._common import counter_sum, fraction, gauge_sum, ratio, required
+from signals.model import ReplicaSignal
+from signals.parsing import MetricIndex
+
+
+def detect(idx: MetricIndex) -> bool:
+    return "tgi_queue_size" in idx or "tgi_batch_current_size" in idx
+
+
+def parse(idx: MetricIndex) -> ReplicaSignal:
+    waiting = required(gauge_sum(idx, "tgi_queue_size"), "waiting", ("tgi_queue_size",))
+    running = required(gauge_sum(idx, "tgi_batch_current_size"), "running", ("tgi_batch_current_size",))
+    kv = ratio(gauge_sum(idx, "tgi_batch_current_max_tokens"), gauge_sum(idx, "tgi_batch_max_total_tokens"))
+    success = counter_sum(idx, "tgi_request_success", "tgi_request_success_total")
+    failure = counter_sum(idx, "tgi_request_failure", "tgi_request_failure_total")
+    finished = None if success is None else success + (failure or 0.0)
+    return ReplicaSignal(
+        engine="tgi",
+        waiting=waiting,
+        running=running,
+        kv_usage=fraction("tgi_batch_current_max_tokens/tgi_batch_max_total_tokens", kv),
+        ttft=None,
+        prompt_tokens_total=counter_sum(idx, "tgi_request_input_length_sum"),
+        generation_tokens_total=counter_sum(idx, "tgi_request_generated_tokens_sum"),
+        requests_total=finished,
+        preemptions_total=None,
+        max_running=None,
+    )

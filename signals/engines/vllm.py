@@ -1,0 +1,45 @@
+"""vLLM (V1 and V0; current and legacy ``gpu_*`` names). ``engine-metrics.md`` section 1.
+
+Queue and running counts are summed over ``engine`` (data-parallel) series; KV usage is the maximum
+of ``kv_cache_usage_perc``, falling back to the legacy ``gpu_cache_usage_perc`` only when the
+current name is absent (0.9.2-0.10 emit both: never combine them).
+"""
+
+from __future__ import annotations
+
+from signals.engines._common import counter_sum, fraction, gauge_max, gauge_sum, required
+from signals.model import ReplicaSignal
+from signals.parsing import MetricIndex
+
+PREFIX = "vllm:"
+
+
+def detect(idx: MetricIndex) -> bool:
+    return f"{PREFIX}num_requests_running" in idx or f"{PREFIX}num_requests_waiting" in idx
+
+
+def read(idx: MetricIndex, prefix: str = PREFIX, engine: str = "vllm") -> ReplicaSignal:
+    """Read vLLM's series named ``prefix + x`` (``ray_vllm_`` when re-exported through Ray)."""
+    p = prefix
+    waiting_name, running_name = p + "num_requests_waiting", p + "num_requests_running"
+    waiting = required(gauge_sum(idx, waiting_name if waiting_name in idx else None), "waiting", (waiting_name,))
+    running = required(gauge_sum(idx, running_name if running_name in idx else None), "running", (running_name,))
+    kv_name = idx.first_present(p + "kv_cache_usage_perc", p + "gpu_cache_usage_perc")
+    kv = fraction(kv_name or "kv", gauge_max(idx, kv_name))
+    ttft = idx.histogram(p + "time_to_first_token_seconds")
+    return ReplicaSignal(
+        engine=engine,
+        waiting=waiting,
+        running=running,
+        kv_usage=kv,
+        ttft=ttft,
+        prompt_tokens_total=counter_sum(idx, p + "prompt_tokens_total", p + "prompt_tokens"),
+        generation_tokens_total=counter_sum(idx, p + "generation_tokens_total", p + "generation_tokens"),
+        requests_total=counter_sum(idx, p + "request_success_total", p + "request_success"),
+        preemptions_total=counter_sum(idx, p + "num_preemptions_total", p + "num_preemptions"),
+        max_running=None,  # vLLM doesn't expose max_num_seqs (cache_config_info lacks it)
+    )
+
+
+def parse(idx: MetricIndex) -> ReplicaSignal:
+    return read(idx)

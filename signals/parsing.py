@@ -1,0 +1,157 @@
+"""Prometheus text exposition -> an index of samples keyed by the name *on the wire* (pure, no I/O).
+
+The parsing itself is prometheus_client's (:func:`prometheus_client.parser.text_string_to_metric_families`).
+That parser rewrites a counter sample exposed without ``_total`` (TGI, Triton) to ``<name>_total``;
+:func:`parse_text` undoes the rewrite so that engine modules match the names engines really emit
+(see ``engine-metrics.md`` section 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from signals.histogram import Histogram, merge
+
+Labels = Mapping[str, str]
+Series = tuple[Labels, float]
+
+
+class PayloadError(ValueError):
+    """A metrics payload that can't be turned into a signal (garbage, truncated, invalid values,
+    missing required metrics). The replica it came from is *unknown*, never idle."""
+
+
+@dataclass(frozen=True)
+class MetricIndex:
+    """Samples by wire name; ``types`` maps a family's declared name to its ``# TYPE``."""
+
+    samples: Mapping[str, tuple[Series, ...]]
+    types: Mapping[str, str] = field(default_factory=dict)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.samples
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self.samples)
+
+    def series(self, name: str, where: Callable[[Labels], bool] | None = None) -> tuple[Series, ...]:
+        got = self.samples.get(name, ())
+        if where is None:
+            return got
+        return tuple(s for s in got if where(s[0]))
+
+    def first_present(self, *names: str) -> str | None:
+        """The first of ``names`` present in the payload (used for renamed/aliased metrics, so that a
+        payload carrying both spellings is read once)."""
+        for n in names:
+            if n in self.samples:
+                return n
+        return None
+
+    def has_prefix(self, *prefixes: str) -> bool:
+        return any(n.startswith(prefixes) for n in self.samples)
+
+    def total(self, name: str, where: Callable[[Labels], bool] | None = None) -> float | None:
+        """Sum of the series of ``name`` (``None`` when absent); no validation."""
+        got = self.series(name, where)
+        if not got:
+            return None
+        return math.fsum(v for _, v in got)
+
+    def histogram(
+        self, base: str, where: Callable[[Labels], bool] | None = None, *, scale: float = 1.0
+    ) -> Histogram | None:
+        """The series of histogram ``base`` (``_bucket``/``_sum``/``_count``) merged into one, bucket
+        bounds multiplied by ``scale``; ``None`` if absent or any series is invalid."""
+        groups: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+        for labels, value in self.series(base + "_bucket", where):
+            le_raw = labels.get("le")
+            if le_raw is None:
+                return None
+            try:
+                le = float(le_raw)
+            except ValueError:
+                return None
+            if math.isnan(le):
+                return None
+            key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+            groups.setdefault(key, []).append((le * scale if math.isfinite(le) else le, value))
+        if not groups:
+            return None
+        sums = {_key(lbl): v for lbl, v in self.series(base + "_sum", where)}
+        counts = {_key(lbl): v for lbl, v in self.series(base + "_count", where)}
+        hists: list[Histogram] = []
+        for key, buckets in groups.items():
+            if not any(math.isinf(le) for le, _ in buckets) and key not in counts:
+                return None
+            h = Histogram.from_buckets(buckets, sums.get(key, 0.0) * scale, counts.get(key))
+            if not h.is_valid() or (key in counts and h.buckets[-1][1] != h.count):
+                return None
+            hists.append(h)
+        return merge(hists)
+
+
+def _key(labels: Labels) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+def _declared_types(text: str) -> dict[str, str]:
+    """``# TYPE name type`` lines, read the same lax way prometheus_client reads them."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        s = line.strip()
+        if not s.startswith("#"):
+            continue
+        parts = s[1:].split(None, 2)
+        if len(parts) == 3 and parts[0] == "TYPE":
+            name_type = parts[2].rsplit(None, 1)
+            if len(name_type) == 2:
+                out[name_type[0].strip('"')] = name_type[1]
+            elif len(name_type) == 1:
+                out[parts[1].strip('"')] = name_type[0]
+    return out
+
+
+def parse_text(text: str, *, max_bytes: int | None = None) -> MetricIndex:
+    """Parse one exposition payload. Raises :class:`PayloadError` on anything unparseable."""
+    if max_bytes is not None:
+        size = len(text.encode("utf-8", "replace"))
+        if size > max_bytes:
+            raise PayloadError(f"payload of {size} bytes exceeds the {max_bytes}-byte cap")
+    if "\x00" in text:
+        raise PayloadError("payload is binary (contains NUL bytes), not Prometheus text")
+    if not text.strip():
+        raise PayloadError("empty payload")
+    declared = _declared_types(text)
+    samples: dict[str, list[Series]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            # Undo the parser's counter rewrite: a counter declared without ``_total`` was exposed
+            # without it (TGI, Triton); one declared with it keeps it.
+            bare_counter = (
+                family.type == "counter"
+                and declared.get(family.name) == "counter"
+                and declared.get(family.name + "_total") != "counter"
+            )
+            for s in family.samples:
+                name = s.name
+                if bare_counter and name == family.name + "_total":
+                    name = family.name
+                samples.setdefault(name, []).append((dict(s.labels), float(s.value)))
+    except PayloadError:
+        raise
+    except Exception as exc:  # the parser raises ValueError, IndexError, TypeError... on garbage
+        raise PayloadError(f"not Prometheus text exposition: {type(exc).__name__}: {exc}"[:300]) from None
+    if not samples:
+        raise PayloadError("payload has no samples")
+    return MetricIndex(samples={k: tuple(v) for k, v in samples.items()}, types=declared)
+
+
+def label_is(key: str, *values: str) -> Callable[[Labels], bool]:
+    """A series filter: label ``key`` has one of ``values``."""
+    wanted = frozenset(values)
+    return lambda labels: labels.get(key) in wanted
