@@ -61,3 +61,10 @@ def test_every_key_is_documented() -> None:
     table = defaults_table()
     for key in KEYS:
         assert f"`{key.name}`" in table
+
+
+def test_metadata_doc_is_current() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "metadata.md").read_text()
+    assert defaults_table() in doc, "regenerate docs/metadata.md with python3 -m scaler.config"
