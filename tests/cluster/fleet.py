@@ -159,7 +159,7 @@ async def wait_nodes_ready(api: client.ApiClient, expected: int, timeout: float 
     ready = 0
     while True:
         nodes = await core.list_node(label_selector=f"{KWOK_LABEL}={KWOK_LABEL_VALUE}")
-        ready = sum(1 for n in nodes.items if _node_ready(n))
+        ready = sum(1 for n in nodes.items if node_ready(n))
         if ready >= expected:
             return
         if asyncio.get_running_loop().time() > deadline:
@@ -167,7 +167,7 @@ async def wait_nodes_ready(api: client.ApiClient, expected: int, timeout: float 
         await asyncio.sleep(0.5)
 
 
-def _node_ready(node: client.V1Node) -> bool:
+def node_ready(node: client.V1Node) -> bool:
     conditions = (node.status.conditions if node.status else None) or []
     if not any(c.type == "Ready" and c.status == "True" for c in conditions):
         return False

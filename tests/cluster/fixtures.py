@@ -1,0 +1,190 @@
+"""pytest plugin: the local cluster and clients for it.
+
+Enable with ``pytest_plugins = ["tests.cluster.fixtures"]`` in ``tests/conftest.py``.
+
+Fixtures
+  k8s_cluster        session: a running :class:`Cluster`. Reuses ``$WARMSCALE_KUBECONFIG`` or
+                     the ``python -m tests.cluster up`` cluster if one runs, else starts one.
+  k8s_namespace      function: a fresh namespace (its ``default`` SA exists), deleted afterwards.
+  k8s_admin          function: admin ``kubernetes_asyncio`` ApiClient.
+  k8s_sa_client      function: factory ``await make(name, rules) -> ApiClient`` for a
+                     ServiceAccount in ``k8s_namespace`` bound to a Role with ``rules``.
+  k8s_node_pool      function: factory ``await make(pool) -> list[node names]`` creating
+                     temporary kwok nodes (deleted afterwards).
+
+Missing binaries fail the tests; they skip instead when ``WARMSCALE_ALLOW_SKIP_CLUSTER=1``
+and ``CI`` is not ``true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from . import fleet
+from .binaries import BinariesMissing
+from .fleet import NodePool
+from .harness import STATE_FILE, Cluster, ClusterConfig, default_state_dir
+
+log = logging.getLogger(__name__)
+
+SaClientFactory = Callable[[str, list[client.V1PolicyRule]], Awaitable[client.ApiClient]]
+NodePoolFactory = Callable[[NodePool], Awaitable[list[str]]]
+
+
+def _skip_allowed() -> bool:
+    in_ci = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+    return not in_ci and os.environ.get("WARMSCALE_ALLOW_SKIP_CLUSTER") == "1"
+
+
+def _existing_cluster() -> Cluster | None:
+    kubeconfig = os.environ.get("WARMSCALE_KUBECONFIG")
+    if kubeconfig:
+        log.info("using cluster from WARMSCALE_KUBECONFIG", extra={"kubeconfig": kubeconfig})
+        return Cluster.from_kubeconfig(Path(kubeconfig))
+    state_dir = default_state_dir()
+    if (state_dir / STATE_FILE).exists():
+        cluster = Cluster.attach(state_dir)
+        if cluster.alive():
+            log.info("reusing the `up` cluster", extra={"state_dir": str(state_dir)})
+            return cluster
+    return None
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster() -> Iterator[Cluster]:
+    existing = _existing_cluster()
+    if existing is not None:
+        yield existing
+        return
+    try:
+        cluster = Cluster.start(ClusterConfig(die_with_parent=True))
+    except BinariesMissing as exc:
+        message = f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip cluster tests outside CI."
+        if _skip_allowed():
+            pytest.skip(str(exc))
+        pytest.fail(message, pytrace=False)
+    log.info("session cluster started", extra={"seconds": cluster.info.get("startup_seconds")})
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+async def k8s_admin(k8s_cluster: Cluster) -> AsyncIterator[client.ApiClient]:
+    async with k8s_cluster.admin_client() as api:
+        yield api
+
+
+@pytest.fixture
+async def k8s_namespace(k8s_admin: client.ApiClient) -> AsyncIterator[str]:
+    core = client.CoreV1Api(k8s_admin)
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"warmscale.io/test": "true"}))
+    )
+    await wait_for(lambda: _sa_exists(core, name, "default"), timeout=30, what=f"default SA in {name}")
+    try:
+        yield name
+    finally:
+        try:
+            await core.delete_namespace(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@pytest.fixture
+async def k8s_sa_client(k8s_cluster: Cluster, k8s_admin: client.ApiClient,
+                        k8s_namespace: str) -> AsyncIterator[SaClientFactory]:
+    core = client.CoreV1Api(k8s_admin)
+    rbac = client.RbacAuthorizationV1Api(k8s_admin)
+    opened: list[client.ApiClient] = []
+
+    async def make(name: str, rules: list[client.V1PolicyRule]) -> client.ApiClient:
+        meta = client.V1ObjectMeta(name=name, namespace=k8s_namespace)
+        await core.create_namespaced_service_account(k8s_namespace, client.V1ServiceAccount(metadata=meta))
+        await rbac.create_namespaced_role(k8s_namespace, client.V1Role(metadata=meta, rules=rules))
+        await rbac.create_namespaced_role_binding(
+            k8s_namespace,
+            client.V1RoleBinding(
+                metadata=meta,
+                role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
+                subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=k8s_namespace)],
+            ),
+        )
+        token = await k8s_cluster.mint_token(k8s_namespace, name, expiration_seconds=3600)
+        api = k8s_cluster.token_client(token)
+        opened.append(api)
+        return api
+
+    yield make
+    for api in opened:
+        await api.close()
+
+
+@pytest.fixture
+async def k8s_node_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIterator[NodePoolFactory]:
+    """Temporary kwok nodes, labelled ``warmscale.io/test=<namespace>`` and named after it."""
+    core = client.CoreV1Api(k8s_admin)
+    created: list[str] = []
+
+    async def make(pool: NodePool) -> list[str]:
+        labels = {**pool.extra_labels, "warmscale.io/test": k8s_namespace}
+        unique = replace(pool, name=f"{k8s_namespace}-{pool.name}", extra_labels=labels)
+        names = [unique.node_name(i) for i in range(unique.count)]
+        await fleet.create_nodes(k8s_admin, [unique])
+        created.extend(names)
+        await wait_for(lambda: _nodes_ready(core, names), timeout=60, what=f"nodes {names} Ready")
+        return names
+
+    yield make
+    for name in created:
+        try:
+            await core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+async def wait_for(predicate: Callable[[], Awaitable[Any]], *, timeout: float, what: str,
+                   interval: float = 0.25) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
+        await asyncio.sleep(interval)
+
+
+async def _sa_exists(core: client.CoreV1Api, namespace: str, name: str) -> bool:
+    try:
+        await core.read_namespaced_service_account(name, namespace)
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+async def _nodes_ready(core: client.CoreV1Api, names: list[str]) -> bool:
+    for name in names:
+        node = await core.read_node(name)
+        if not fleet.node_ready(node):
+            return False
+    return True
