@@ -1,0 +1,128 @@
+"""A simulated vLLM replica: a small continuous-batching queueing model behind a real ``/metrics``.
+
+The model is deliberately small (the trace-replay benchmark has the detailed one): requests wait in
+FIFO order until a batch slot and their KV tokens are free; prefill runs at ``prefill_tps`` tokens/s
+and TTFT = queue wait + prefill; decode emits one token per sequence per step, and a step takes
+``tpot_base_s + tpot_per_seq_s * batch``. The exposition uses vLLM V1's metric names, labels and
+TTFT buckets, so the scaler reads it exactly as it reads a real engine.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+VLLM_TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    max_num_seqs: int = 32
+    kv_capacity_tokens: int = 60_000
+    prefill_tps: float = 12_000.0
+    tpot_base_s: float = 0.012
+    tpot_per_seq_s: float = 0.0006
+
+
+@dataclass
+class Request:
+    arrived_at: float
+    input_tokens: int
+    output_tokens: int
+    first_token_at: float | None = None
+    generated: float = 0.0
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class SimulatedEngine:
+    """One replica. ``step(now)`` advances the model; ``exposition()`` renders ``/metrics``."""
+
+    name: str
+    profile: EngineProfile = field(default_factory=EngineProfile)
+    waiting: deque[Request] = field(default_factory=deque)
+    running: list[Request] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list)
+    last_step: float | None = None
+    prefill_busy_until: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self._waiting = Gauge("vllm:num_requests_waiting", "Waiting requests", labels, registry=self.registry)
+        self._running = Gauge("vllm:num_requests_running", "Running requests", labels, registry=self.registry)
+        self._kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage (0-1)", labels, registry=self.registry)
+        self._ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT", labels,
+                               buckets=VLLM_TTFT_BUCKETS, registry=self.registry)
+        self._prompt = Counter("vllm:prompt_tokens", "Prefill tokens", labels, registry=self.registry)
+        self._gen = Counter("vllm:generation_tokens", "Generation tokens", labels, registry=self.registry)
+        self._success = Counter("vllm:request_success", "Finished requests", [*labels, "finished_reason"],
+                                registry=self.registry)
+        self._preempt = Counter("vllm:num_preemptions", "Preemptions", labels, registry=self.registry)
+        self._lv = {"model_name": MODEL, "engine": "0"}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def kv_used(self) -> int:
+        return sum(r.kv_tokens for r in self.running)
+
+    def submit(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def step(self, now: float) -> None:
+        if self.last_step is None:
+            self.last_step = now
+        dt = max(0.0, now - self.last_step)
+        self.last_step = now
+        p = self.profile
+        # Admit in FIFO order while a slot and the KV tokens are free; prefill is serialised.
+        while self.waiting and len(self.running) < p.max_num_seqs:
+            head = self.waiting[0]
+            if self.kv_used() + head.kv_tokens > p.kv_capacity_tokens and self.running:
+                break
+            self.waiting.popleft()
+            start = max(now, self.prefill_busy_until)
+            self.prefill_busy_until = start + head.input_tokens / p.prefill_tps
+            head.first_token_at = self.prefill_busy_until
+            self._prompt.labels(**self._lv).inc(head.input_tokens)
+            self.running.append(head)
+        # Decode: tokens per sequence in dt at the current batch's step time.
+        if self.running:
+            step_s = p.tpot_base_s + p.tpot_per_seq_s * len(self.running)
+            done = []
+            for r in self.running:
+                assert r.first_token_at is not None
+                if r.first_token_at > now:
+                    continue
+                if r.generated == 0:
+                    ttft = r.first_token_at - r.arrived_at
+                    self.ttfts.append(ttft)
+                    self._ttft.labels(**self._lv).observe(ttft)
+                    r.generated = 1.0
+                    self._gen.labels(**self._lv).inc(1)
+                    continue
+                before = int(r.generated)
+                r.generated = min(float(r.output_tokens), r.generated + dt / step_s)
+                self._gen.labels(**self._lv).inc(int(r.generated) - before)
+                if r.generated >= r.output_tokens:
+                    done.append(r)
+            for r in done:
+                self.running.remove(r)
+                self._success.labels(**self._lv, finished_reason="stop").inc()
+        self._waiting.labels(**self._lv).set(len(self.waiting))
+        self._running.labels(**self._lv).set(len(self.running))
+        self._kv.labels(**self._lv).set(round(self.kv_used() / p.kv_capacity_tokens, 4))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
