@@ -1,0 +1,16 @@
+"""Signal sources (the I/O edge): direct scrapes, Prometheus, a Redis gateway queue, and the collector
+that merges them into a :class:`~signals.model.Snapshot`."""
+
+from signals.sources.base import Endpoint, EndpointProvider, Source, SourceResult, StaticEndpoints
+from signals.sources.collector import SnapshotCollector, build_collector, build_sources
+
+__all__ = [
+    "Endpoint",
+    "EndpointProvider",
+    "SnapshotCollector",
+    "Source",
+    "SourceResult",
+    "StaticEndpoints",
+    "build_collector",
+    "build_sources",
+]

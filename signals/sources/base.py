@@ -1,0 +1,59 @@
+"""What every signal source returns, and the endpoint-provider seam for pod discovery."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from signals.histogram import Histogram
+from signals.model import QueueReading, ReplicaReading
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """One source's contribution to a :class:`~signals.model.Snapshot`. ``errors`` are whole-source
+    failures (Prometheus unreachable, pod discovery failed); per-replica and per-queue failures are
+    unknown readings that carry their own error."""
+
+    replicas: tuple[ReplicaReading, ...] = ()
+    queues: tuple[QueueReading, ...] = ()
+    ttft_window: Histogram | None = None
+    errors: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Source(Protocol):
+    name: str
+
+    async def read(self, now: float) -> SourceResult:
+        """Read the source; must not raise for I/O or payload problems (report them instead)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A metrics URL and the replica it belongs to (a pod name when discovered)."""
+
+    replica: str
+    url: str
+
+
+@runtime_checkable
+class EndpointProvider(Protocol):
+    """Where the scrape source finds its targets: the configured list, or pods discovered by label
+    selector (``http://<pod IP>:<metricsPort><metricsPath>``). May raise; the source reports it."""
+
+    async def endpoints(self) -> Sequence[Endpoint]: ...
+
+
+class StaticEndpoints:
+    """The ``endpoints`` metadata: each URL is its own replica."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self._endpoints = tuple(Endpoint(replica=u, url=u) for u in urls)
+
+    async def endpoints(self) -> Sequence[Endpoint]:
+        return self._endpoints

@@ -1,0 +1,161 @@
+"""Sources built from a :class:`~scaler.config.ScalerConfig`, gathered into one :class:`Snapshot`.
+
+>>> async with aiohttp.ClientSession() as session:
+...     collector = build_collector(cfg, session=session)
+...     snapshot = await collector.collect()
+...     await collector.aclose()
+
+Replica sources: the ``endpoints`` list, pods found by ``podSelector`` (through an
+:class:`~signals.sources.base.EndpointProvider` the caller supplies; the Kubernetes one lives with
+the warm-pool controller), and Prometheus. When a direct source (endpoints or pods) is configured,
+Prometheus only supplies the windowed TTFT, so that no replica is counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+import aiohttp
+
+from scaler.config import ScalerConfig
+from signals.histogram import Histogram
+from signals.model import QueueReading, ReplicaReading, Snapshot
+from signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
+from signals.sources.prometheus import PrometheusSource
+from signals.sources.redis_queue import RedisQueueSource
+from signals.sources.scrape import ScrapeSource
+
+
+class MissingProviderSource:
+    """Stands in for pod discovery when no provider was supplied: reports why, every time."""
+
+    def __init__(self, message: str, name: str = "pods") -> None:
+        self.name = name
+        self._message = message
+
+    async def read(self, now: float) -> SourceResult:
+        return SourceResult(errors=(f"{self.name}: {self._message}",))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def build_sources(
+    cfg: ScalerConfig,
+    *,
+    session: aiohttp.ClientSession,
+    pod_endpoints: EndpointProvider | None = None,
+) -> list[Source]:
+    """The sources ``cfg`` asks for. ``pod_endpoints`` serves ``podSelector`` (pod discovery)."""
+    sources: list[Source] = []
+
+    def scrape(provider: EndpointProvider, name: str) -> ScrapeSource:
+        return ScrapeSource(
+            provider,
+            session,
+            engine=cfg.engine,
+            timeout=cfg.scrape_timeout_seconds,
+            max_payload_bytes=cfg.max_payload_bytes,
+            name=name,
+        )
+
+    direct = False
+    if cfg.endpoints:
+        sources.append(scrape(StaticEndpoints(cfg.endpoints), "endpoints"))
+        direct = True
+    if cfg.pod_selector:
+        if pod_endpoints is None:
+            sources.append(MissingProviderSource(f"podSelector {cfg.pod_selector!r} needs pod discovery, "
+                                                 "which is not available in this process"))
+        else:
+            sources.append(scrape(pod_endpoints, "pods"))
+        direct = True
+    if cfg.prometheus_address:
+        sources.append(
+            PrometheusSource(
+                cfg.prometheus_address,
+                engine=cfg.engine,
+                selector=cfg.prometheus_selector,
+                ttft_window_seconds=cfg.ttft_window_seconds,
+                timeout=cfg.scrape_timeout_seconds,
+                replicas=not direct,
+            )
+        )
+    if cfg.redis_address and cfg.redis_queue:
+        sources.append(
+            RedisQueueSource(
+                cfg.redis_address, cfg.redis_queue, cfg.redis_queue_type, timeout=cfg.scrape_timeout_seconds
+            )
+        )
+    return sources
+
+
+class SnapshotCollector:
+    """Reads every source concurrently and merges the results into one :class:`Snapshot`.
+
+    Readings older than ``staleness_seconds`` become unknown. A source that raises or overruns
+    ``deadline`` seconds becomes a source error, never a zero."""
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        *,
+        staleness_seconds: float = 30.0,
+        deadline: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.sources = tuple(sources)
+        self.staleness_seconds = staleness_seconds
+        self.deadline = deadline
+        self._clock = clock
+
+    async def _read(self, source: Source, now: float) -> SourceResult:
+        try:
+            async with asyncio.timeout(self.deadline):
+                return await source.read(now)
+        except TimeoutError:
+            return SourceResult(errors=(f"{source.name}: no answer within {self.deadline:g}s",))
+        except Exception as exc:
+            return SourceResult(errors=(f"{source.name}: {type(exc).__name__}: {exc}",))
+
+    async def collect(self, now: float | None = None) -> Snapshot:
+        taken = self._clock() if now is None else now
+        results = await asyncio.gather(*(self._read(s, taken) for s in self.sources))
+        replicas: list[ReplicaReading] = []
+        queues: list[QueueReading] = []
+        errors: list[str] = []
+        ttft: Histogram | None = None
+        for res in results:
+            replicas.extend(r.stale(taken, self.staleness_seconds) for r in res.replicas)
+            queues.extend(res.queues)
+            errors.extend(res.errors)
+            if ttft is None and res.ttft_window is not None:
+                ttft = res.ttft_window
+        return Snapshot(
+            taken_at=taken,
+            replicas=tuple(replicas),
+            queues=tuple(queues),
+            ttft_window=ttft,
+            source_errors=tuple(errors),
+        )
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(s.aclose() for s in self.sources), return_exceptions=True)
+
+
+def build_collector(
+    cfg: ScalerConfig,
+    *,
+    session: aiohttp.ClientSession,
+    pod_endpoints: EndpointProvider | None = None,
+    clock: Callable[[], float] = time.time,
+) -> SnapshotCollector:
+    """Sources for ``cfg`` behind a collector with ``cfg``'s staleness."""
+    return SnapshotCollector(
+        build_sources(cfg, session=session, pod_endpoints=pod_endpoints),
+        staleness_seconds=cfg.staleness_seconds,
+        deadline=cfg.scrape_timeout_seconds + 1.0,
+        clock=clock,
+    )
