@@ -81,6 +81,15 @@ def _build(_: argparse.Namespace) -> int:
     return 0
 
 
+def _setup_logging(level: str) -> None:
+    try:
+        from warmscale.logs import setup_logging
+    except ImportError:  # the harness does not need the package installed
+        logging.basicConfig(level=level.upper(), stream=sys.stderr)
+    else:
+        setup_logging(level)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
     parser.add_argument("--state-dir", type=Path, default=default_state_dir(),
@@ -107,6 +116,5 @@ def main(argv: list[str] | None = None) -> int:
     token.set_defaults(func=_token)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    _setup_logging("debug" if args.verbose else "info")
     return int(args.func(args))
