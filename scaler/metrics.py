@@ -1,0 +1,139 @@
+"""Prometheus metrics of the scaler (all ``warmscale_``) and the HTTP endpoint serving them.
+
+Everything hangs off one :class:`prometheus_client.CollectorRegistry` owned by the server instance
+(no global registry), so several servers can live in one process (tests) without colliding.
+
+HTTP (``--metrics-port``): ``/metrics`` (Prometheus text), ``/decisions`` (the bounded decision log
+as JSON; ``?namespace=&name=&limit=`` filter it), ``/healthz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from scaler.decision_log import DecisionLog
+
+SO_LABELS = ("namespace", "scaledobject")
+RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
+
+
+class ScalerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        # Inputs, per ScaledObject.
+        self.waiting = Gauge("warmscale_waiting_requests", "Requests waiting in the engines (known replicas).",
+                             SO_LABELS, registry=r)
+        self.running = Gauge("warmscale_running_requests", "Requests running in the engines (known replicas).",
+                             SO_LABELS, registry=r)
+        self.queue = Gauge("warmscale_gateway_queue_length", "Requests in the gateway queue.", SO_LABELS, registry=r)
+        self.kv_usage = Gauge("warmscale_kv_cache_usage_ratio", "Highest KV-cache usage (0..1) of the known replicas.",
+                              SO_LABELS, registry=r)
+        self.ttft = Gauge("warmscale_ttft_quantile_seconds", "Windowed TTFT at the configured quantile.",
+                          SO_LABELS, registry=r)
+        self.known = Gauge("warmscale_known_replicas", "Replicas whose signal is known.", SO_LABELS, registry=r)
+        self.unknown = Gauge("warmscale_unknown_replicas", "Replicas whose signal is unknown (stale, error).",
+                             SO_LABELS, registry=r)
+        self.signal_age = Gauge("warmscale_signal_age_seconds", "Age of the oldest known replica signal.",
+                                SO_LABELS, registry=r)
+        self.scrape_errors = Counter("warmscale_scrape_errors_total",
+                                     "Snapshot reads that failed or timed out, and per-source errors.",
+                                     SO_LABELS, registry=r)
+        # Outputs.
+        self.desired = Gauge("warmscale_desired_replicas", "Replica count the policy decided.", SO_LABELS, registry=r)
+        self.active = Gauge("warmscale_active", "1 when IsActive answers true.", SO_LABELS, registry=r)
+        self.metric_value = Gauge("warmscale_metric_value", "Value reported in GetMetrics (HPA AverageValue input).",
+                                  SO_LABELS, registry=r)
+        self.decisions = Counter("warmscale_decisions_total", "Decisions computed, by the rule that set them.",
+                                 (*SO_LABELS, "reason"), registry=r)
+        self.decision_age = Gauge("warmscale_decision_timestamp_seconds", "Unix time of the latest decision.",
+                                  SO_LABELS, registry=r)
+        self.leader = Gauge("warmscale_lease_held", "1 while this instance computes the ScaledObject's decision.",
+                            SO_LABELS, registry=r)
+        self.compute_seconds = Histogram("warmscale_decision_seconds", "Time to read a snapshot and decide.",
+                                         buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
+                                         registry=r)
+        # Server.
+        self.rpc_seconds = Histogram("warmscale_rpc_duration_seconds", "Unary RPC latency by method and status.",
+                                     ("method", "code"), buckets=RPC_BUCKETS, registry=r)
+        self.streams = Gauge("warmscale_open_streams", "Open server streams by method.", ("method",), registry=r)
+        self.trackers = Gauge("warmscale_trackers", "ScaledObjects tracked by this instance.", registry=r)
+        self.store_errors = Counter("warmscale_store_errors_total", "Failed store operations.", ("op",), registry=r)
+
+    _PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "known", "unknown", "signal_age", "scrape_errors",
+               "desired", "active", "metric_value", "decision_age", "leader")
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a ScaledObject's series (its tracker went idle)."""
+        for attr in self._PER_SO:
+            metric = getattr(self, attr)
+            try:
+                metric.remove(namespace, name)
+            except KeyError:
+                pass
+        for labels in list(self._decision_label_sets()):
+            if labels[:2] == (namespace, name):
+                try:
+                    self.decisions.remove(*labels)
+                except KeyError:
+                    pass
+
+    def _decision_label_sets(self) -> list[tuple[str, ...]]:
+        return [tuple(k) for k in self.decisions._metrics]
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def start_http(
+    host: str,
+    port: int,
+    metrics: ScalerMetrics,
+    decisions: DecisionLog,
+    healthy: Callable[[], bool] = lambda: True,
+    extra: Callable[[], dict[str, Any]] | None = None,
+) -> tuple[web.AppRunner, int]:
+    """Serve ``/metrics``, ``/decisions`` and ``/healthz``; returns the runner and the bound port."""
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        resp = web.Response(body=metrics.exposition())
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    async def decisions_handler(request: web.Request) -> web.Response:
+        q = request.query
+        try:
+            limit = int(q["limit"]) if "limit" in q else None
+        except ValueError:
+            return web.json_response({"error": "limit must be an integer"}, status=400)
+        body: dict[str, Any] = {
+            "decisions": decisions.entries(namespace=q.get("namespace"), name=q.get("name"), limit=limit),
+        }
+        if extra is not None:
+            body.update(extra())
+        return web.Response(body=orjson.dumps(body, default=str), content_type="application/json")
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok = healthy()
+        return web.Response(text="ok\n" if ok else "not serving\n", status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/decisions", decisions_handler)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = port
+    server: Any = site._server
+    sockets = getattr(server, "sockets", None)
+    if sockets:
+        bound = int(sockets[0].getsockname()[1])
+    return runner, bound

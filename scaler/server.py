@@ -1,0 +1,261 @@
+"""The KEDA external scaler gRPC server (grpc.aio) and the process around it.
+
+RPCs answer from the trackers' latest decisions (see :mod:`scaler.tracker`):
+
+- ``IsActive`` / ``StreamIsActive``: ``decision.active`` (the stream sends the current value on open
+  and every change, woken by the tracker when a new decision differs).
+- ``GetMetricSpec`` / ``StreamMetricSpec``: one spec, ``metricName`` = the ``metricName`` key,
+  ``targetSizeFloat`` = ``decision.metric_target`` (1.0) and ``targetSize`` its ceiling.
+- ``GetMetrics``: ``metricValueFloat`` = ``decision.metric_value`` (chosen so that the HPA's
+  ``ceil(value / target)`` lands on the decided count), ``metricValue`` = its ceiling.
+
+Invalid metadata -> ``INVALID_ARGUMENT`` naming the key. The standard health service reports
+SERVING until shutdown begins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from proto import externalscaler_pb2 as pb
+from proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.config import ConfigError
+from scaler.decision_log import DecisionLog
+from scaler.metrics import ScalerMetrics, start_http
+from scaler.policy import Decision
+from scaler.store import MemoryStore, Store, open_store
+from scaler.tls import server_credentials
+from scaler.tracker import SnapshotReader, Tracker, TrackerManager, TrackerOptions
+
+log = logging.getLogger("warmscale.scaler.server")
+
+SERVICE_NAME = "externalscaler.ExternalScaler"
+# Streams re-check shutdown and refresh their tracker's "asked" time at least this often.
+STREAM_IDLE_WAKE_SECONDS = 5.0
+
+
+def _spec(tracker: Tracker, d: Decision) -> pb.GetMetricSpecResponse:
+    target = d.metric_target
+    return pb.GetMetricSpecResponse(metricSpecs=[
+        pb.MetricSpec(metricName=tracker.cfg.metric_name, targetSize=max(1, math.ceil(target)), targetSizeFloat=target)
+    ])
+
+
+class ExternalScalerService:
+    """Implements ``externalscaler.ExternalScaler`` (both KEDA v2.20 and main protos)."""
+
+    def __init__(self, manager: TrackerManager, metrics: ScalerMetrics) -> None:
+        self.manager = manager
+        self.metrics = metrics
+        self.shutting_down = False
+
+    async def _tracker(self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> Tracker:
+        try:
+            return self.manager.get(ref.namespace, ref.name, ref.scalerMetadata)
+        except ConfigError as exc:
+            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                              f"invalid scaler metadata {exc.key!r}: {exc.message}")
+
+    @staticmethod
+    async def _abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, msg: str) -> NoReturn:
+        await context.abort(code, msg)
+        raise AssertionError("unreachable")  # abort raises
+
+    async def _unary(self, method: str, context: grpc.aio.ServicerContext[Any, Any],
+                     body: Callable[[], Awaitable[Any]]) -> Any:
+        t0 = time.perf_counter()
+        code = "OK"
+        try:
+            return await body()
+        except ConfigError:
+            code = "INVALID_ARGUMENT"
+            raise
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except Exception:
+            c = context.code()
+            code = c.name if isinstance(c, grpc.StatusCode) else "UNKNOWN"
+            raise
+        finally:
+            self.metrics.rpc_seconds.labels(method, code).observe(time.perf_counter() - t0)
+
+    async def IsActive(self, request: pb.ScaledObjectRef,
+                       context: grpc.aio.ServicerContext[Any, Any]) -> pb.IsActiveResponse:
+        async def body() -> pb.IsActiveResponse:
+            d = await (await self._tracker(request, context)).current()
+            return pb.IsActiveResponse(result=d.active)
+
+        result: pb.IsActiveResponse = await self._unary("IsActive", context, body)
+        return result
+
+    async def GetMetricSpec(self, request: pb.ScaledObjectRef,
+                            context: grpc.aio.ServicerContext[Any, Any]) -> pb.GetMetricSpecResponse:
+        async def body() -> pb.GetMetricSpecResponse:
+            tracker = await self._tracker(request, context)
+            return _spec(tracker, await tracker.current())
+
+        result: pb.GetMetricSpecResponse = await self._unary("GetMetricSpec", context, body)
+        return result
+
+    async def GetMetrics(self, request: pb.GetMetricsRequest,
+                         context: grpc.aio.ServicerContext[Any, Any]) -> pb.GetMetricsResponse:
+        async def body() -> pb.GetMetricsResponse:
+            tracker = await self._tracker(request.scaledObjectRef, context)
+            d = await tracker.current()
+            value = d.metric_value
+            return pb.GetMetricsResponse(metricValues=[
+                pb.MetricValue(metricName=tracker.cfg.metric_name, metricValue=math.ceil(value - 1e-9),
+                               metricValueFloat=value)
+            ])
+
+        result: pb.GetMetricsResponse = await self._unary("GetMetrics", context, body)
+        return result
+
+    async def _stream(self, method: str, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any],
+                      render: Callable[[Tracker, Decision], Any]) -> None:
+        tracker = await self._tracker(request, context)
+        gauge = self.metrics.streams.labels(method)
+        gauge.inc()
+        tracker.streams += 1
+        try:
+            last: Any = None
+            while not self.shutting_down:
+                version = tracker.version
+                msg = render(tracker, await tracker.current())
+                if msg != last:
+                    await context.write(msg)
+                    last = msg
+                tracker.touch()
+                if self.shutting_down:
+                    break
+                await tracker.wait_change(version, STREAM_IDLE_WAKE_SECONDS)
+        finally:
+            tracker.streams -= 1
+            tracker.touch()
+            gauge.dec()
+        # Returning ends the stream with OK: a clean end resets KEDA's reconnect back-off.
+
+    async def StreamIsActive(self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await self._stream("StreamIsActive", request, context, lambda _t, d: pb.IsActiveResponse(result=d.active))
+
+    async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
+                               context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await self._stream("StreamMetricSpec", request, context, _spec)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    host: str = "0.0.0.0"
+    grpc_port: int = 9090
+    metrics_port: int | None = 8080  # None: no HTTP endpoint
+    metrics_host: str | None = None  # default: host
+    redis_url: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    tracker_idle_seconds: float = 600.0
+    grace_seconds: float = 10.0
+    decision_log_size: int = 1000
+    instance_id: str | None = None
+
+
+class ScalerServer:
+    """gRPC server + health + metrics HTTP + trackers, with graceful start/stop."""
+
+    def __init__(self, options: ServerOptions, reader: SnapshotReader, *, store: Store | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.options = options
+        self.metrics = ScalerMetrics()
+        self.decisions = DecisionLog(options.decision_log_size)
+        self.store: Store = store if store is not None else open_store(options.redis_url)
+        self._owns_store = store is None
+        self.manager = TrackerManager(
+            self.store, reader, self.metrics, self.decisions,
+            options=TrackerOptions(idle_seconds=options.tracker_idle_seconds),
+            instance_id=options.instance_id, clock=clock,
+        )
+        self.service = ExternalScalerService(self.manager, self.metrics)
+        self.health = HealthServicer()
+        self._server: grpc.aio.Server | None = None
+        self._http: Any = None
+        self.grpc_port = 0
+        self.metrics_port = 0
+        self._stopped = asyncio.Event()
+
+    @property
+    def memory_store(self) -> bool:
+        return isinstance(self.store, MemoryStore)
+
+    async def start(self) -> None:
+        o = self.options
+        server = grpc.aio.server(options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ])
+        pb_grpc.add_ExternalScalerServicer_to_server(self.service, server)  # type: ignore[no-untyped-call]
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        address = f"{o.host}:{o.grpc_port}" if ":" not in o.host else f"[{o.host}]:{o.grpc_port}"
+        if o.tls_cert or o.tls_key or o.tls_client_ca:
+            if not (o.tls_cert and o.tls_key):
+                raise ValueError("--tls-cert and --tls-key go together (--tls-client-ca needs both)")
+            port = server.add_secure_port(address, server_credentials(o.tls_cert, o.tls_key, o.tls_client_ca))
+        else:
+            port = server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"cannot bind gRPC on {address}")
+        self.grpc_port = port
+        await self.manager.start()
+        await server.start()
+        self._server = server
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        if o.metrics_port is not None:
+            self._http, self.metrics_port = await start_http(
+                o.metrics_host or o.host, o.metrics_port, self.metrics, self.decisions,
+                healthy=lambda: not self.service.shutting_down,
+                extra=lambda: {"instance": self.manager.instance_id, "trackers": len(self.manager)},
+            )
+        log.info("scaler serving", extra={
+            "grpc_port": self.grpc_port, "metrics_port": self.metrics_port, "tls": bool(o.tls_cert),
+            "mtls": bool(o.tls_client_ca), "store": "memory" if self.memory_store else "redis",
+            "instance": self.manager.instance_id,
+        })
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Graceful: report NOT_SERVING, end the streams cleanly, refuse new RPCs, let in-flight
+        unary RPCs finish within ``grace`` seconds, then stop trackers and close the store."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self.options.grace_seconds if grace is None else grace
+        log.info("scaler shutting down", extra={"grace_seconds": grace})
+        self.service.shutting_down = True
+        await self.health.enter_graceful_shutdown()
+        self.manager.wake_all()
+        await asyncio.sleep(0)
+        if self._server is not None:
+            await self._server.stop(grace)
+        await self.manager.stop()
+        if self._http is not None:
+            await self._http.cleanup()
+        if self._owns_store:
+            await self.store.close()
+        log.info("scaler stopped")
+
+    async def wait_closed(self) -> None:
+        if self._server is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._server.wait_for_termination()

@@ -1,0 +1,305 @@
+"""Where the scaler keeps per-ScaledObject memory: in-process (default) or Redis (``--redis-url``).
+
+Per tracker key the store holds the policy's :class:`~scaler.state.ScalerState`, the latest decision
+(a JSON-able dict), and a *compute lease*. Several scaler replicas sharing one Redis each run a loop
+per ScaledObject, but only the replica holding the lease (``SET NX PX``, renewed every tick) reads the
+signals and decides; the others adopt the stored decision, so every replica answers KEDA alike. A
+replica that takes over a lease reloads the state first, so stabilisation windows survive restarts
+and failovers. Writes are fenced: a decision is stored only while the writer still holds the lease.
+
+The store also keeps a registry of tracked ScaledObjects (metadata + last time KEDA asked) so that a
+restarted scaler resumes its trackers before KEDA's next poll, and the warm-pool controller's
+:class:`~scaler.warm_status.WarmStatus` per workload.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from scaler.state import ScalerState
+from scaler.warm_status import WarmStatus
+
+# State and decisions of a ScaledObject nobody asks about expire after this long (Redis only).
+RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Result of one lease attempt.
+
+    ``owner``: this instance computes the key's decision now. ``acquired``: it did not hold the lease
+    before, so ``state`` carries the stored state (``None`` if there is none) to continue from.
+    When not the owner, ``decision`` is the decision the owner stored last (``None`` if none yet).
+    """
+
+    owner: bool
+    acquired: bool = False
+    state: ScalerState | None = None
+    decision: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TrackerRecord:
+    namespace: str
+    name: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    last_seen: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "metadata": self.metadata, "last_seen": self.last_seen}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrackerRecord:
+        return cls(
+            namespace=str(d["namespace"]),
+            name=str(d["name"]),
+            metadata={str(k): str(v) for k, v in dict(d.get("metadata", {})).items()},
+            last_seen=float(d.get("last_seen", 0.0)),
+        )
+
+
+class StoreError(RuntimeError):
+    """The store could not be reached or answered garbage; callers keep their last decision."""
+
+
+class Store(Protocol):
+    async def claim(self, key: str, owner: str, ttl_s: float) -> Claim: ...
+
+    async def release(self, key: str, owner: str) -> None: ...
+
+    async def save(self, key: str, owner: str, state: ScalerState, decision: dict[str, Any], ttl_s: float) -> bool:
+        """Store state and decision if ``owner`` still holds the lease (renewing it); False otherwise."""
+        ...
+
+    async def load_state(self, key: str) -> ScalerState | None: ...
+
+    async def load_decision(self, key: str) -> dict[str, Any] | None: ...
+
+    async def touch_tracker(self, key: str, record: TrackerRecord) -> None: ...
+
+    async def trackers(self) -> dict[str, TrackerRecord]: ...
+
+    async def forget_tracker(self, key: str) -> None: ...
+
+    async def put_warm_status(self, namespace: str, name: str, status: WarmStatus) -> None: ...
+
+    async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None: ...
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryStore:
+    """In-process store. Shared by several in-process servers it behaves like Redis (leases included)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._states: dict[str, dict[str, Any]] = {}
+        self._decisions: dict[str, dict[str, Any]] = {}
+        self._leases: dict[str, tuple[str, float]] = {}
+        self._trackers: dict[str, TrackerRecord] = {}
+        self._warm: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def _holder(self, key: str) -> str | None:
+        lease = self._leases.get(key)
+        if lease is None or lease[1] <= self._clock():
+            return None
+        return lease[0]
+
+    async def claim(self, key: str, owner: str, ttl_s: float) -> Claim:
+        holder = self._holder(key)
+        if holder is None:
+            self._leases[key] = (owner, self._clock() + ttl_s)
+            return Claim(owner=True, acquired=True, state=await self.load_state(key))
+        if holder == owner:
+            self._leases[key] = (owner, self._clock() + ttl_s)
+            return Claim(owner=True)
+        return Claim(owner=False, decision=await self.load_decision(key))
+
+    async def release(self, key: str, owner: str) -> None:
+        if self._holder(key) == owner:
+            del self._leases[key]
+
+    async def save(self, key: str, owner: str, state: ScalerState, decision: dict[str, Any], ttl_s: float) -> bool:
+        if self._holder(key) != owner:
+            return False
+        self._leases[key] = (owner, self._clock() + ttl_s)
+        self._states[key] = state.to_dict()
+        self._decisions[key] = dict(decision)
+        return True
+
+    async def load_state(self, key: str) -> ScalerState | None:
+        d = self._states.get(key)
+        return ScalerState.from_dict(d) if d is not None else None
+
+    async def load_decision(self, key: str) -> dict[str, Any] | None:
+        d = self._decisions.get(key)
+        return dict(d) if d is not None else None
+
+    async def touch_tracker(self, key: str, record: TrackerRecord) -> None:
+        self._trackers[key] = record
+
+    async def trackers(self) -> dict[str, TrackerRecord]:
+        return dict(self._trackers)
+
+    async def forget_tracker(self, key: str) -> None:
+        self._trackers.pop(key, None)
+
+    async def put_warm_status(self, namespace: str, name: str, status: WarmStatus) -> None:
+        self._warm[(namespace, name)] = status.to_dict()
+
+    async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
+        d = self._warm.get((namespace, name))
+        return WarmStatus.from_dict(d) if d is not None else None
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+# KEYS: lease, state, decision. ARGV: owner, ttl_ms.
+# Returns {2, state} when newly acquired, {1} when renewed, {0, decision} when held by another.
+_CLAIM = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  return {2, redis.call('GET', KEYS[2])}
+elseif holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1}
+end
+return {0, redis.call('GET', KEYS[3])}
+"""
+
+# KEYS: lease, state, decision. ARGV: owner, state json, decision json, retention_ms, lease ttl_ms.
+_SAVE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class RedisStore:
+    """Redis-backed store (redis.asyncio). Every failure surfaces as :class:`StoreError`."""
+
+    def __init__(self, url: str, prefix: str = "warmscale", timeout_s: float = 1.0) -> None:
+        import redis.asyncio as aioredis  # imported lazily: the in-memory default needs no Redis
+
+        self._url = url
+        self._p = prefix
+        self._redis: Any = aioredis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            health_check_interval=10,
+        )
+        self._claim = self._redis.register_script(_CLAIM)
+        self._save = self._redis.register_script(_SAVE)
+        self._release = self._redis.register_script(_RELEASE)
+
+    def _keys(self, key: str) -> list[str]:
+        return [f"{self._p}:lease:{key}", f"{self._p}:state:{key}", f"{self._p}:decision:{key}"]
+
+    @property
+    def _registry(self) -> str:
+        return f"{self._p}:trackers"
+
+    def _warm_key(self, namespace: str, name: str) -> str:
+        return f"{self._p}:warm:{namespace}/{name}"
+
+    async def _call(self, what: str, coro: Any) -> Any:
+        try:
+            return await coro
+        except Exception as exc:  # redis.ConnectionError, TimeoutError, ResponseError, OSError...
+            raise StoreError(f"redis {what}: {type(exc).__name__}: {exc}") from exc
+
+    async def claim(self, key: str, owner: str, ttl_s: float) -> Claim:
+        res = await self._call("claim", self._claim(keys=self._keys(key), args=[owner, max(1, int(ttl_s * 1000))]))
+        status = int(res[0])
+        payload = res[1] if len(res) > 1 else None
+        if status == 2:
+            state = ScalerState.from_dict(orjson.loads(payload)) if payload else None
+            return Claim(owner=True, acquired=True, state=state)
+        if status == 1:
+            return Claim(owner=True)
+        return Claim(owner=False, decision=orjson.loads(payload) if payload else None)
+
+    async def release(self, key: str, owner: str) -> None:
+        await self._call("release", self._release(keys=self._keys(key)[:1], args=[owner]))
+
+    async def save(self, key: str, owner: str, state: ScalerState, decision: dict[str, Any], ttl_s: float) -> bool:
+        args: list[bytes | str | int] = [
+            owner, orjson.dumps(state.to_dict()), orjson.dumps(decision), RETENTION_MS, max(1, int(ttl_s * 1000))
+        ]
+        res = await self._call("save", self._save(keys=self._keys(key), args=args))
+        return int(res) == 1
+
+    async def load_state(self, key: str) -> ScalerState | None:
+        raw = await self._call("load_state", self._redis.get(self._keys(key)[1]))
+        return ScalerState.from_dict(orjson.loads(raw)) if raw else None
+
+    async def load_decision(self, key: str) -> dict[str, Any] | None:
+        raw = await self._call("load_decision", self._redis.get(self._keys(key)[2]))
+        return dict(orjson.loads(raw)) if raw else None
+
+    async def touch_tracker(self, key: str, record: TrackerRecord) -> None:
+        await self._call("touch_tracker", self._redis.hset(self._registry, key, orjson.dumps(record.to_dict())))
+
+    async def trackers(self) -> dict[str, TrackerRecord]:
+        raw = await self._call("trackers", self._redis.hgetall(self._registry))
+        out: dict[str, TrackerRecord] = {}
+        for k, v in raw.items():
+            try:
+                out[k.decode() if isinstance(k, bytes) else str(k)] = TrackerRecord.from_dict(orjson.loads(v))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    async def forget_tracker(self, key: str) -> None:
+        await self._call("forget_tracker", self._redis.hdel(self._registry, key))
+
+    async def put_warm_status(self, namespace: str, name: str, status: WarmStatus) -> None:
+        raw = orjson.dumps(status.to_dict())
+        await self._call("put_warm_status", self._redis.set(self._warm_key(namespace, name), raw))
+
+    async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
+        raw = await self._call("get_warm_status", self._redis.get(self._warm_key(namespace, name)))
+        return WarmStatus.from_dict(orjson.loads(raw)) if raw else None
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._redis.ping())
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        try:
+            await self._redis.aclose()
+        except Exception:
+            return None
+
+
+def open_store(url: str | None) -> Store:
+    """``None`` -> :class:`MemoryStore`; a ``redis://``/``rediss://``/``unix://`` URL -> :class:`RedisStore`."""
+    if not url:
+        return MemoryStore()
+    return RedisStore(url)
