@@ -1,0 +1,1 @@
+from tests.servers import fake_engine, prometheus_server, redis_server  # noqa: F401  (shared server fixtures)
