@@ -38,7 +38,9 @@ from aiohttp import web
 
 REDIS_BIN = os.environ.get("WARMSCALE_REDIS_SERVER", "/usr/bin/redis-server")
 PROMETHEUS_BIN = os.environ.get("WARMSCALE_PROMETHEUS", "/usr/bin/prometheus")
-SAMPLES_DIR = Path(os.environ.get("WARMSCALE_SAMPLES", Path(__file__).resolve().parents[2] / "shared/reference/metrics-samples"))
+SAMPLES_DIR = Path(
+    os.environ.get("WARMSCALE_SAMPLES", Path(__file__).resolve().parents[2] / "shared/reference/metrics-samples")
+)
 
 
 def free_port() -> int:
