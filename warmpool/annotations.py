@@ -1,0 +1,400 @@
+"""``warmscale.io/*`` annotations of a Deployment/StatefulSet -> a validated :class:`WarmConfig` (pure).
+
+Every key, its default and meaning is in :data:`KEYS` (``python -m warmpool.annotations`` prints the
+table that ``docs/warmpool.md`` carries). An invalid value raises :class:`AnnotationError` naming the
+key; the controller turns it into an Event and changes nothing.
+
+``min-ready`` is a number or a schedule::
+
+    tz=Europe/Berlin; mon-fri 08:00-20:00=4; sat,sun 10:00-16:00=1; default=0
+
+Entries are separated by ``;``. ``tz=`` (an IANA zone, default UTC) and ``default=`` (the floor outside
+every window, default 0) are optional. A window is ``<days> <HH:MM>-<HH:MM>=<floor>``: days are
+``mon``..``sun``, ranges (``mon-fri``, ``fri-mon``), lists (``sat,sun``) or ``*``/``daily``; the end may be
+``24:00``; an end at or before the start crosses midnight and belongs to the start day. Where windows
+overlap, the largest floor applies.
+
+``scale-to-zero`` is ``never`` (default), ``allowed``, or ``allowed: <windows>`` (windows as above without
+``=floor``, in the schedule's timezone unless a ``tz=`` entry is given).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from warmpool.model_uri import ModelURI, ModelURIError, parse_model_uri
+from warmpool.quantity import parse_quantity
+
+PREFIX = "warmscale.io/"
+STATUS_KEY = PREFIX + "status"  # written by the controller
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+class AnnotationError(ValueError):
+    """Invalid ``warmscale.io/*`` annotation; ``key`` is the full annotation key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Window:
+    days: frozenset[int]  # 0 = Monday
+    start_min: int
+    end_min: int  # exclusive; <= start_min means the window crosses midnight
+
+    def contains(self, weekday: int, minute: int) -> bool:
+        if self.start_min < self.end_min:
+            return weekday in self.days and self.start_min <= minute < self.end_min
+        return (weekday in self.days and minute >= self.start_min) or (
+            (weekday - 1) % 7 in self.days and minute < self.end_min
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Floors by day/time window in a timezone; a plain number is a schedule without windows."""
+
+    default: int = 0
+    windows: tuple[tuple[Window, int], ...] = ()
+    tz: str = "UTC"
+
+    def floor_at(self, now: datetime) -> int:
+        local = _localize(now, self.tz)
+        wd, minute = local.weekday(), local.hour * 60 + local.minute
+        floors = [f for w, f in self.windows if w.contains(wd, minute)]
+        return max(floors) if floors else self.default
+
+    @property
+    def maximum(self) -> int:
+        return max([self.default, *(f for _, f in self.windows)])
+
+
+@dataclass(frozen=True)
+class ScaleToZero:
+    mode: str = "never"  # never | allowed | windows
+    windows: tuple[Window, ...] = ()
+    tz: str = "UTC"
+
+    def allowed_at(self, now: datetime) -> bool:
+        if self.mode == "never":
+            return False
+        if self.mode == "allowed":
+            return True
+        local = _localize(now, self.tz)
+        wd, minute = local.weekday(), local.hour * 60 + local.minute
+        return any(w.contains(wd, minute) for w in self.windows)
+
+
+@dataclass(frozen=True)
+class WarmConfig:
+    enabled: bool = False
+    min_ready: Schedule = field(default_factory=Schedule)
+    scale_to_zero: ScaleToZero = field(default_factory=ScaleToZero)
+    standby: int = 0
+    prestage_nodes: int = 0
+    model_uri: ModelURI | None = None
+    model_size: int | None = None
+    model_sha256: str | None = None
+    cache_root: str = "/var/lib/warmscale/models"
+    cache_budget: int = 500 * 1024**3
+    autoscale: bool = False
+    max_replicas: int = 10
+    ttft_slo_seconds: float | None = None
+    scaler_address: str | None = None
+    trigger_metadata: Mapping[str, str] = field(default_factory=dict)
+    stage_pod_annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def floor_at(self, now: datetime) -> tuple[int, bool]:
+        """(ScaledObject minReplicaCount at ``now``, whether a 0 floor was raised to 1)."""
+        f = self.min_ready.floor_at(now)
+        if f == 0 and not self.scale_to_zero.allowed_at(now):
+            return 1, True
+        return f, False
+
+
+def _localize(now: datetime, tz: str) -> datetime:
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    return now.astimezone(ZoneInfo(tz))
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def _parse_bool(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _parse_count(raw: str) -> int:
+    s = raw.strip()
+    if not re.fullmatch(r"\d+", s):
+        raise ValueError(f"expected a non-negative integer, got {raw!r}")
+    v = int(s)
+    if v > 10_000:
+        raise ValueError(f"{v} is unreasonably large")
+    return v
+
+
+def _parse_tz(raw: str) -> str:
+    name = raw.strip()
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown timezone {name!r}") from exc
+    return name
+
+
+def _parse_days(raw: str) -> frozenset[int]:
+    s = raw.strip().lower()
+    if s in ("*", "daily"):
+        return frozenset(range(7))
+    out: set[int] = set()
+    for part in s.split(","):
+        part = part.strip()
+        if "-" in part:
+            a, b = (x.strip() for x in part.split("-", 1))
+            if a not in DAYS or b not in DAYS:
+                raise ValueError(f"bad day range {part!r}; days are {', '.join(DAYS)}")
+            i, j = DAYS.index(a), DAYS.index(b)
+            while True:
+                out.add(i)
+                if i == j:
+                    break
+                i = (i + 1) % 7
+        elif part in DAYS:
+            out.add(DAYS.index(part))
+        else:
+            raise ValueError(f"bad day {part!r}; days are {', '.join(DAYS)}, ranges like mon-fri, or *")
+    return frozenset(out)
+
+
+def _parse_time(raw: str, allow_24: bool) -> int:
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw.strip())
+    if not m:
+        raise ValueError(f"bad time {raw!r}; expected HH:MM")
+    h, mi = int(m.group(1)), int(m.group(2))
+    if (h, mi) == (24, 0) and allow_24:
+        return 24 * 60
+    if h > 23 or mi > 59:
+        raise ValueError(f"bad time {raw!r}")
+    return h * 60 + mi
+
+
+def _parse_window(raw: str) -> Window:
+    parts = raw.split()
+    if len(parts) != 2 or "-" not in parts[1]:
+        raise ValueError(f"bad window {raw!r}; expected '<days> HH:MM-HH:MM'")
+    start_s, end_s = parts[1].split("-", 1)
+    start, end = _parse_time(start_s, False), _parse_time(end_s, True)
+    return Window(_parse_days(parts[0]), start, end)
+
+
+def _split_entries(raw: str) -> list[str]:
+    return [e.strip() for e in raw.split(";") if e.strip()]
+
+
+def parse_min_ready(raw: str) -> Schedule:
+    s = raw.strip()
+    if re.fullmatch(r"\d+", s):
+        return Schedule(default=_parse_count(s))
+    entries = _split_entries(s)
+    if not entries:
+        raise ValueError("empty schedule")
+    tz, default, windows = "UTC", 0, []
+    for e in entries:
+        low = e.lower()
+        if low.startswith("tz="):
+            tz = _parse_tz(e[3:])
+        elif low.startswith("default="):
+            default = _parse_count(e[8:])
+        elif "=" in e:
+            w, _, f = e.rpartition("=")
+            windows.append((_parse_window(w), _parse_count(f)))
+        else:
+            raise ValueError(f"bad schedule entry {e!r}; expected tz=, default= or '<days> HH:MM-HH:MM=<n>'")
+    return Schedule(default=default, windows=tuple(windows), tz=tz)
+
+
+def parse_scale_to_zero(raw: str, tz: str = "UTC") -> ScaleToZero:
+    s = raw.strip()
+    low = s.lower()
+    if low == "never":
+        return ScaleToZero("never")
+    if low == "allowed":
+        return ScaleToZero("allowed")
+    if low.startswith("allowed:"):
+        windows = []
+        for e in _split_entries(s[len("allowed:"):]):
+            if e.lower().startswith("tz="):
+                tz = _parse_tz(e[3:])
+            else:
+                windows.append(_parse_window(e))
+        if not windows:
+            raise ValueError("'allowed:' needs at least one window")
+        return ScaleToZero("windows", tuple(windows), tz)
+    raise ValueError(f"expected never, allowed, or 'allowed: <windows>', got {raw!r}")
+
+
+def _parse_size(raw: str) -> int:
+    v = parse_quantity(raw)
+    if v <= 0 or v != int(v):
+        raise ValueError(f"expected a positive byte count, got {raw!r}")
+    return int(v)
+
+
+def _parse_sha256(raw: str) -> str:
+    s = raw.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", s):
+        raise ValueError("expected 64 hex digits")
+    return s
+
+
+def _parse_abs_path(raw: str) -> str:
+    s = raw.strip()
+    if not s.startswith("/") or "\x00" in s or any(p == ".." for p in s.split("/")):
+        raise ValueError(f"expected an absolute path without '..', got {raw!r}")
+    return s.rstrip("/") or "/"
+
+
+def _parse_positive_float(raw: str) -> float:
+    v = float(raw.strip())
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"expected a positive number, got {raw!r}")
+    return v
+
+
+def _parse_str_map(raw: str) -> dict[str, str]:
+    try:
+        d = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"expected a JSON object: {exc.msg}") from None
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in d.items()):
+        raise ValueError("expected a JSON object of string to string")
+    return d
+
+
+def _parse_address(raw: str) -> str:
+    s = raw.strip()
+    host, _, port = s.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port, got {raw!r}")
+    return s
+
+
+def _parse_uri(raw: str) -> ModelURI:
+    try:
+        return parse_model_uri(raw)
+    except ModelURIError as exc:
+        raise ValueError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str  # without the prefix
+    field: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+
+
+KEYS: tuple[Key, ...] = (
+    Key("enabled", "enabled", _parse_bool, "false", "`true` turns the warm pool on for this workload."),
+    Key("min-ready", "min_ready", parse_min_ready, "0",
+        "Warm floor of ready replicas: a number or a schedule (`tz=...; mon-fri 08:00-20:00=4; default=1`). "
+        "Kept as the ScaledObject's minReplicaCount."),
+    Key("scale-to-zero", "scale_to_zero", parse_scale_to_zero, "never",
+        "`never`, `allowed`, or `allowed: <windows>`. Where not allowed, a 0 floor is raised to 1 (with an Event)."),
+    Key("standby", "standby", _parse_count, "0",
+        "Replicas' worth of capacity held by placeholder pods (priority -5, never preempting)."),
+    Key("prestage-nodes", "prestage_nodes", _parse_count, "0",
+        "On how many matching nodes to pre-pull the images and pre-stage the weights."),
+    Key("model-uri", "model_uri", _parse_uri, "(none)",
+        "Weights source: `hf://org/name@revision`, `s3://bucket/prefix`, `pvc://claim/path`, `file:///path`."),
+    Key("model-size", "model_size", _parse_size, "(none)",
+        "Expected total size of the weights (bytes or a quantity like `16Gi`); verified by the stager."),
+    Key("model-sha256", "model_sha256", _parse_sha256, "(none)",
+        "Expected SHA-256 (of the file, or of the tree manifest for a directory); verified by the stager."),
+    Key("cache-root", "cache_root", _parse_abs_path, "/var/lib/warmscale/models",
+        "Node-local cache directory (hostPath) the stager writes into."),
+    Key("cache-budget", "cache_budget", _parse_size, "500Gi",
+        "Disk budget of the node-local cache; least-recently-used models are evicted to stay under it."),
+    Key("autoscale", "autoscale", _parse_bool, "false",
+        "`true`: the controller creates and owns a KEDA ScaledObject (external-push trigger) for the workload."),
+    Key("max-replicas", "max_replicas", _parse_count, "10", "maxReplicaCount of the owned ScaledObject."),
+    Key("ttft-slo-seconds", "ttft_slo_seconds", _parse_positive_float, "(none)",
+        "TTFT SLO passed to the scaler trigger (`ttftSloSeconds`)."),
+    Key("scaler-address", "scaler_address", _parse_address, "(controller flag --scaler-address)",
+        "host:port of the scaler's gRPC Service for the external-push trigger."),
+    Key("trigger-metadata", "trigger_metadata", _parse_str_map, "{}",
+        "JSON object of extra trigger metadata (scaler keys, see docs/metadata.md)."),
+    Key("stage-pod-annotations", "stage_pod_annotations", _parse_str_map, "{}",
+        "JSON object of annotations for the staging Job's pods (e.g. to disable sidecar injection)."),
+)
+_BY_NAME = {k.name: k for k in KEYS}
+
+
+def parse_annotations(annotations: Mapping[str, str] | None) -> WarmConfig:
+    """Validate every ``warmscale.io/*`` annotation; other annotations are ignored.
+
+    Raises :class:`AnnotationError` naming the first bad (or unknown) key, in sorted order.
+    """
+    values: dict[str, Any] = {}
+    ann = dict(annotations or {})
+    for full in sorted(ann):
+        if not full.startswith(PREFIX) or full == STATUS_KEY:
+            continue
+        name = full[len(PREFIX):]
+        key = _BY_NAME.get(name)
+        if key is None:
+            raise AnnotationError(full, f"unknown key; known: {', '.join(k.name for k in KEYS)}")
+        raw = ann[full]
+        try:
+            if name == "scale-to-zero":
+                tz_raw = ann.get(PREFIX + "min-ready", "0")
+                try:
+                    tz = parse_min_ready(tz_raw).tz
+                except ValueError:
+                    tz = "UTC"
+                values[key.field] = parse_scale_to_zero(raw, tz)
+            else:
+                values[key.field] = key.parse(raw)
+        except (ValueError, TypeError) as exc:
+            raise AnnotationError(full, str(exc)) from None
+    cfg = WarmConfig(**values)
+    if (cfg.model_size is not None or cfg.model_sha256 is not None) and cfg.model_uri is None:
+        raise AnnotationError(PREFIX + "model-uri", "model-size/model-sha256 need model-uri")
+    if cfg.autoscale and cfg.max_replicas < max(1, cfg.min_ready.maximum):
+        raise AnnotationError(PREFIX + "max-replicas", f"{cfg.max_replicas} is below the largest min-ready floor")
+    return cfg
+
+
+def is_enabled(annotations: Mapping[str, str] | None) -> bool:
+    """Cheap check used to filter watched workloads (invalid values count as enabled, so they get an Event)."""
+    raw = (annotations or {}).get(PREFIX + "enabled")
+    return raw is not None and raw.strip().lower() not in ("false", "0", "no")
+
+
+def defaults_table() -> str:
+    rows = ["| annotation | default | meaning |", "|---|---|---|"]
+    for k in KEYS:
+        rows.append(f"| `{PREFIX}{k.name}` | `{k.default}` | {k.doc} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(defaults_table())

@@ -1,0 +1,294 @@
+"""Manifests of everything the controller creates (pure; plain API dicts).
+
+Every object carries ``app.kubernetes.io/managed-by: warmscale``, a ``warmscale.io/role`` label, the
+workload key hash label ``warmscale.io/workload`` and an owner reference to the workload, so the
+garbage collector removes it with the workload.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from warmpool.annotations import WarmConfig
+from warmpool.matching import replica_requests
+from warmpool.model_uri import ModelURI
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "warmscale"
+ROLE = "warmscale.io/role"
+WORKLOAD = "warmscale.io/workload"
+MODEL = "warmscale.io/model"
+NODE_ANN = "warmscale.io/node"
+PIN_ANN = "warmscale.io/pin"
+PRIORITY_CLASS = "warmscale-placeholder"
+PRIORITY_VALUE = -5
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+PVC_MOUNT_ROOT = "/mnt/warmscale-pvc"
+CACHE_MOUNT = "/cache"
+PULL_COMMAND = "/.warmscale-prepull-only"
+STAGE_CREDENTIALS_SECRET = "warmscale-stage-credentials"
+
+
+def h(s: str, n: int = 8) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A Deployment or StatefulSet, reduced to what planning needs."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    replicas: int
+    template: Mapping[str, Any]  # the pod template: {"metadata": ..., "spec": ...}
+    annotations: Mapping[str, str]
+    selector: Mapping[str, str]  # spec.selector.matchLabels
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def key_hash(self) -> str:
+        return h(self.key)
+
+    @property
+    def pod_spec(self) -> Mapping[str, Any]:
+        return self.template.get("spec") or {}
+
+    @property
+    def api_version(self) -> str:
+        return "apps/v1"
+
+    def owner_ref(self) -> dict[str, Any]:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": False}
+
+    def images(self) -> list[str]:
+        spec = self.pod_spec
+        seen: list[str] = []
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            img = c.get("image")
+            if img and img not in seen:
+                seen.append(img)
+        return seen
+
+
+def _dns_trunc(s: str, n: int) -> str:
+    s = re.sub(r"[^a-z0-9-]", "-", s.lower())[:n].strip("-")
+    return s or "x"
+
+
+def labels(wl: Workload, role: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    out = {MANAGED_BY: MANAGED_BY_VALUE, ROLE: role, WORKLOAD: wl.key_hash}
+    out.update(extra or {})
+    return out
+
+
+def placeholder_name(wl: Workload, index: int) -> str:
+    return f"ws-hold-{_dns_trunc(wl.name, 40)}-{wl.key_hash[:6]}-{index}"
+
+
+def prepull_name(wl: Workload, node: str) -> str:
+    return f"ws-pull-{_dns_trunc(wl.name, 30)}-{h('|'.join(wl.images()), 6)}-{h(node)}"
+
+
+def stage_job_name(uri: ModelURI, node: str) -> str:
+    return f"ws-stage-{uri.short_hash}-{h(node)}"
+
+
+def pin_hash(nodes: Sequence[str] | None) -> str:
+    return "any" if not nodes else h(",".join(sorted(nodes)), 10)
+
+
+def _pin_affinity(pod_spec: Mapping[str, Any], nodes: Sequence[str] | None) -> dict[str, Any] | None:
+    """The workload's affinity with its required node terms ANDed with ``metadata.name In nodes``."""
+    aff = dict(pod_spec.get("affinity") or {})
+    if not nodes:
+        return aff or None
+    na = dict(aff.get("nodeAffinity") or {})
+    req = dict(na.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    pin = {"key": "metadata.name", "operator": "In", "values": sorted(nodes)}
+    terms = [dict(t) for t in (req.get("nodeSelectorTerms") or [])] or [{}]
+    for t in terms:
+        t["matchFields"] = [*(t.get("matchFields") or []), pin]
+    req["nodeSelectorTerms"] = terms
+    na["requiredDuringSchedulingIgnoredDuringExecution"] = req
+    aff["nodeAffinity"] = na
+    return aff
+
+
+def _on_node(node: str) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def placeholder_pod(wl: Workload, index: int, pinned: Sequence[str] | None) -> dict[str, Any]:
+    spec = wl.pod_spec
+    req = replica_requests(spec)
+    requests = {k: _fmt(v) for k, v in req.items() if v > 0}
+    limits = {k: v for k, v in requests.items() if "/" in k}  # extended resources need limits == requests
+    pod_spec: dict[str, Any] = {
+        "priorityClassName": PRIORITY_CLASS,
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [{"name": "hold", "image": PAUSE_IMAGE,
+                        "resources": {"requests": requests, **({"limits": limits} if limits else {})}}],
+    }
+    if spec.get("nodeSelector"):
+        pod_spec["nodeSelector"] = dict(spec["nodeSelector"])
+    aff = _pin_affinity(spec, pinned)
+    if aff:
+        pod_spec["affinity"] = aff
+    if spec.get("tolerations"):
+        pod_spec["tolerations"] = [dict(t) for t in spec["tolerations"]]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": placeholder_name(wl, index), "namespace": wl.namespace,
+                     "labels": labels(wl, "placeholder"),
+                     "annotations": {PIN_ANN: pin_hash(pinned)},
+                     "ownerReferences": [wl.owner_ref()]},
+        "spec": pod_spec,
+    }
+
+
+def prepull_pod(wl: Workload, node: str, deadline_s: int = 7200) -> dict[str, Any]:
+    """One pod per node pulling every image of the template; no shell or binary in the image is needed.
+
+    Each container runs a command that does not exist in the image: the kubelet must pull the image
+    before it can try to start the container, the start then fails, and the pod ends (Failed or, on
+    a simulated node, Succeeded) with every image local. ``containerStatuses[].imageID`` / a
+    terminated state tell the controller the pull finished; ErrImagePull/ImagePullBackOff are
+    retried by the kubelet with its own back-off until ``activeDeadlineSeconds``.
+    """
+    spec = wl.pod_spec
+    containers = [{"name": f"img-{i}", "image": img, "imagePullPolicy": "IfNotPresent",
+                   "command": [PULL_COMMAND],
+                   "resources": {"requests": {"cpu": "1m", "memory": "4Mi"}}}
+                  for i, img in enumerate(wl.images())]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": deadline_s,
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "affinity": _on_node(node),
+        "tolerations": [{"operator": "Exists"}],
+        "containers": containers,
+    }
+    if spec.get("imagePullSecrets"):
+        pod_spec["imagePullSecrets"] = [dict(s) for s in spec["imagePullSecrets"]]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": prepull_name(wl, node), "namespace": wl.namespace,
+                     "labels": labels(wl, "prepull"), "annotations": {NODE_ANN: node},
+                     "ownerReferences": [wl.owner_ref()]},
+        "spec": pod_spec,
+    }
+
+
+def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str,
+              deadline_s: int = 3 * 3600, backoff_limit: int = 6) -> dict[str, Any]:
+    """A Job on ``node`` running ``warmscale stage`` into the hostPath cache root."""
+    uri = cfg.model_uri
+    assert uri is not None
+    args = ["warmscale", "--log-format", "json", "stage", "--uri", uri.canonical, "--cache-root", CACHE_MOUNT,
+            "--budget", str(cfg.cache_budget), "--pvc-root", PVC_MOUNT_ROOT]
+    if cfg.model_size is not None:
+        args += ["--size", str(cfg.model_size)]
+    if cfg.model_sha256:
+        args += ["--sha256", cfg.model_sha256]
+    mounts: list[dict[str, Any]] = [{"name": "cache", "mountPath": CACHE_MOUNT}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "cache", "hostPath": {"path": cfg.cache_root, "type": "DirectoryOrCreate"}}]
+    if uri.scheme == "pvc":
+        mounts.append({"name": "source", "mountPath": f"{PVC_MOUNT_ROOT}/{uri.location}", "readOnly": True})
+        volumes.append({"name": "source", "persistentVolumeClaim": {"claimName": uri.location, "readOnly": True}})
+    if uri.scheme == "file":
+        mounts.append({"name": "source", "mountPath": uri.path, "readOnly": True})
+        volumes.append({"name": "source", "hostPath": {"path": uri.path}})
+    lab = labels(wl, "stage", {MODEL: uri.short_hash})
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "affinity": _on_node(node),
+        "tolerations": [{"operator": "Exists"}],
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [{
+            "name": "stage", "image": image, "command": args,
+            "envFrom": [{"secretRef": {"name": STAGE_CREDENTIALS_SECRET, "optional": True}}],
+            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+            "volumeMounts": mounts,
+        }],
+        "volumes": volumes,
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": stage_job_name(uri, node), "namespace": wl.namespace, "labels": lab,
+                     "annotations": {NODE_ANN: node, "warmscale.io/model-uri": uri.canonical},
+                     "ownerReferences": [wl.owner_ref()]},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "activeDeadlineSeconds": deadline_s,
+            "template": {"metadata": {"labels": lab, "annotations": dict(cfg.stage_pod_annotations)},
+                         "spec": pod_spec},
+        },
+    }
+
+
+def priority_class() -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": PRIORITY_CLASS, "labels": {MANAGED_BY: MANAGED_BY_VALUE}},
+        "value": PRIORITY_VALUE,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "warmscale placeholder pods: hold GPU capacity, preempted by real replicas, never preempt "
+                       "(above the cluster autoscaler's -10 expendable cutoff, so it still provisions for them)",
+    }
+
+
+def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str) -> dict[str, Any]:
+    metadata: dict[str, str] = {
+        "podSelector": ",".join(f"{k}={v}" for k, v in sorted(wl.selector.items())),
+        "minReplicas": str(floor),
+        "maxReplicas": str(cfg.max_replicas),
+        "scaleToZero": "true" if cfg.scale_to_zero.mode != "never" else "false",
+        "hpaTolerance": "0",
+    }
+    if cfg.ttft_slo_seconds is not None:
+        metadata["ttftSloSeconds"] = f"{cfg.ttft_slo_seconds:g}"
+    metadata.update(cfg.trigger_metadata)
+    metadata["scalerAddress"] = cfg.scaler_address or scaler_address
+    return {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": wl.name, "namespace": wl.namespace, "labels": labels(wl, "scaledobject"),
+                     "ownerReferences": [wl.owner_ref()]},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": wl.api_version, "kind": wl.kind, "name": wl.name},
+            "minReplicaCount": floor,
+            "maxReplicaCount": cfg.max_replicas,
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+                # tolerance 0 on both sides: the scaler's metric already carries the hysteresis
+                # (hpaTolerance=0 tells it so); scale-up is immediate, scale-down stabilised by the scaler.
+                "scaleUp": {"stabilizationWindowSeconds": 0, "tolerance": "0"},
+                "scaleDown": {"stabilizationWindowSeconds": 0, "tolerance": "0"},
+            }}},
+            "triggers": [{"type": "external-push", "metadata": metadata}],
+        },
+    }
+
+
+def is_managed(obj: Mapping[str, Any]) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == MANAGED_BY_VALUE

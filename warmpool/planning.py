@@ -1,0 +1,333 @@
+"""(workload, nodes, pods, jobs, scaled object, now) -> the desired actions (pure, no I/O).
+
+The controller is level-triggered: every reconcile recomputes the whole plan from the cached
+cluster state and applies the difference, so a restart or a missed event changes nothing. Names of
+everything created are deterministic (see :mod:`warmpool.objects`), so applying a plan twice never
+duplicates an object.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from warmpool import objects as ob
+from warmpool.annotations import AnnotationError, WarmConfig, parse_annotations
+from warmpool.matching import matching_nodes, pod_is_active
+from warmpool.model_uri import staged_label_key
+
+Obj = Mapping[str, Any]
+RETRY_COOLDOWN_S = 900.0  # a Job/pull pod that failed for good is retried after this long
+WARM_STATES = ("placeholder+staged", "staged", "cold")
+
+
+def _meta(o: Obj) -> Mapping[str, Any]:
+    return o.get("metadata") or {}
+
+
+def _name(o: Obj) -> str:
+    return str(_meta(o).get("name", ""))
+
+
+def _labels(o: Obj) -> Mapping[str, str]:
+    return _meta(o).get("labels") or {}
+
+
+def parse_time(s: str | None) -> float | None:
+    if not s:
+        return None
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    config: WarmConfig | None = None
+    error: AnnotationError | None = None
+    matching: list[str] = field(default_factory=list)
+    stage_nodes: list[str] = field(default_factory=list)  # chosen for image + weights
+    staged_nodes: list[str] = field(default_factory=list)  # chosen and complete (label present)
+    prepulled_nodes: list[str] = field(default_factory=list)
+    create_stage_jobs: list[str] = field(default_factory=list)  # node names
+    delete_stage_jobs: list[str] = field(default_factory=list)  # job names
+    label_nodes: list[str] = field(default_factory=list)  # add the staged label (Job succeeded)
+    create_prepull: list[str] = field(default_factory=list)  # node names
+    delete_prepull: list[str] = field(default_factory=list)  # pod names
+    create_placeholders: list[int] = field(default_factory=list)  # indices
+    delete_placeholders: list[str] = field(default_factory=list)  # pod names
+    pinned: list[str] | None = None  # nodes placeholders are pinned to (None: workload constraints only)
+    placeholders_ready: int = 0
+    floor: int = 0
+    floor_raised: bool = False
+    scaledobject: str = "none"  # none | create | patch | delete | foreign
+    scaledobject_body: dict[str, Any] | None = None
+    scale_replicas_to: int | None = None  # no ScaledObject: raise spec.replicas to the floor
+    events: list[Event] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+
+    def status_json(self) -> str:
+        return json.dumps(self.status, sort_keys=True, separators=(",", ":"))
+
+
+def _job_state(job: Obj) -> tuple[str, float | None]:
+    """('succeeded'|'failed'|'running', time of the terminal condition)."""
+    st = job.get("status") or {}
+    for c in st.get("conditions") or []:
+        if c.get("status") != "True":
+            continue
+        if c.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return "succeeded", parse_time(c.get("lastTransitionTime"))
+        if c.get("type") in ("Failed", "FailureTarget"):
+            return "failed", parse_time(c.get("lastTransitionTime"))
+    if (st.get("succeeded") or 0) > 0 and not (job.get("spec") or {}).get("completions", 1) > 1:
+        return "succeeded", None
+    return "running", None
+
+
+def prepull_state(pod: Obj) -> str:
+    """'pulled' when every container's image is local, 'failed' when the pod ended otherwise, else 'pulling'."""
+    st = pod.get("status") or {}
+    statuses = st.get("containerStatuses") or []
+    n = len((pod.get("spec") or {}).get("containers") or [])
+
+    def pulled(cs: Obj) -> bool:
+        state = cs.get("state") or {}
+        return bool(cs.get("imageID")) or "running" in state or "terminated" in state
+
+    if n and len(statuses) >= n and all(pulled(cs) for cs in statuses):
+        return "pulled"
+    if st.get("phase") in ("Failed", "Succeeded"):
+        return "failed"
+    return "pulling"
+
+
+def _finished_at(pod: Obj, now: float) -> float:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            t = parse_time(c.get("lastTransitionTime"))
+            if t is not None:
+                return t
+    return parse_time(_meta(pod).get("creationTimestamp")) or now
+
+
+def choose_stage_nodes(candidates: Sequence[Obj], n: int, label_key: str | None,
+                       has_job: set[str], has_replica: set[str]) -> list[str]:
+    """Deterministic, sticky choice: staged first, then in-progress, then nodes running a replica, then by name."""
+
+    def rank(node: Obj) -> tuple[int, str]:
+        name = _name(node)
+        if label_key and _labels(node).get(label_key) == "true":
+            return 0, name
+        if name in has_job:
+            return 1, name
+        if name in has_replica:
+            return 2, name
+        return 3, name
+
+    return [_name(x) for x in sorted(candidates, key=rank)[:n]]
+
+
+def scaledobject_action(existing: Obj | None, desired: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    """What to do with the workload's ScaledObject: never touch one the controller does not own."""
+    if existing is not None and not ob.is_managed(existing):
+        return "foreign", None
+    if desired is None:
+        return ("delete", None) if existing is not None else ("none", None)
+    if existing is None:
+        return "create", desired
+    want = {"spec": desired["spec"], "labels": desired["metadata"]["labels"]}
+    have = {"spec": {k: (existing.get("spec") or {}).get(k) for k in desired["spec"]},
+            "labels": {k: _labels(existing).get(k) for k in desired["metadata"]["labels"]}}
+    if want != have:
+        return "patch", {"metadata": {"labels": desired["metadata"]["labels"]}, "spec": desired["spec"]}
+    return "none", None
+
+
+def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Sequence[Obj],
+         scaledobject: Obj | None, now: datetime, *, scaler_address: str = "warmscale-scaler.warmscale:9090",
+         retry_cooldown_s: float = RETRY_COOLDOWN_S) -> Plan:
+    """The whole desired state for one workload. ``pods``/``jobs`` are those of its namespace."""
+    try:
+        cfg = parse_annotations(wl.annotations)
+    except AnnotationError as exc:
+        # Invalid input changes nothing: no creates, no deletes, no patches; only an Event.
+        return Plan(error=exc, events=[Event("Warning", "InvalidAnnotation", str(exc))])
+    p = Plan(config=cfg)
+    if not cfg.enabled:
+        return p
+    ts = now.timestamp()
+    mine = ob.labels(wl, "x")[ob.WORKLOAD]
+    spec = wl.pod_spec
+    cands = matching_nodes(spec, nodes)
+    p.matching = [_name(x) for x in cands]
+    node_by_name = {_name(x): x for x in nodes}
+
+    # --- workload replicas: where they run
+    selector = dict(wl.selector)
+    replicas = [q for q in pods if selector and all(_labels(q).get(k) == v for k, v in selector.items())
+                and not ob.is_managed(q)]
+    has_replica = {str((q.get("spec") or {}).get("nodeName")) for q in replicas if pod_is_active(q)}
+
+    # --- staging Jobs (weights) and the staged label
+    uri = cfg.model_uri
+    label_key = staged_label_key(uri) if uri else None
+    my_jobs = {_name(j): j for j in jobs if _labels(j).get(ob.WORKLOAD) == mine and _labels(j).get(ob.ROLE) == "stage"}
+    job_nodes = {str(_meta(j).get("annotations", {}).get(ob.NODE_ANN, "")) for j in my_jobs.values()}
+    p.stage_nodes = choose_stage_nodes(cands, cfg.prestage_nodes, label_key, job_nodes, has_replica)
+    wanted_jobs: set[str] = set()
+    if uri is not None and label_key is not None:
+        for node in p.stage_nodes:
+            jname = ob.stage_job_name(uri, node)
+            wanted_jobs.add(jname)
+            if _labels(node_by_name[node]).get(label_key) == "true":
+                p.staged_nodes.append(node)
+                continue
+            job = my_jobs.get(jname)
+            if job is None:
+                p.create_stage_jobs.append(node)
+                continue
+            state, at = _job_state(job)
+            if state == "succeeded":
+                p.label_nodes.append(node)
+                p.staged_nodes.append(node)
+            elif state == "failed":
+                p.events.append(Event("Warning", "StagingFailed", f"staging {uri} on node {node} failed (Job {jname})"))
+                if at is None or ts - at >= retry_cooldown_s:
+                    p.delete_stage_jobs.append(jname)
+    p.delete_stage_jobs += sorted(n for n in my_jobs if n not in wanted_jobs)
+
+    # --- image pre-pull pods
+    my_pulls = {_name(q): q for q in pods
+                if _labels(q).get(ob.WORKLOAD) == mine and _labels(q).get(ob.ROLE) == "prepull"}
+    wanted_pulls: set[str] = set()
+    for node in p.stage_nodes:
+        pname = ob.prepull_name(wl, node)
+        wanted_pulls.add(pname)
+        pod = my_pulls.get(pname)
+        if pod is None:
+            p.create_prepull.append(node)
+            continue
+        state = prepull_state(pod)
+        if state == "pulled":
+            p.prepulled_nodes.append(node)
+        elif state == "failed":
+            p.events.append(Event("Warning", "PrePullFailed", f"pulling images on node {node} failed (pod {pname})"))
+            if ts - _finished_at(pod, ts) >= retry_cooldown_s:
+                p.delete_prepull.append(pname)
+    p.delete_prepull += sorted(n for n in my_pulls
+                               if n not in wanted_pulls and not _meta(my_pulls[n]).get("deletionTimestamp"))
+
+    # --- placeholders: pinned to the warm nodes once there are any
+    warm = p.staged_nodes if uri is not None else p.prepulled_nodes
+    p.pinned = sorted(warm) if cfg.prestage_nodes > 0 and warm else None
+    pin = ob.pin_hash(p.pinned)
+    holders = [q for q in pods if _labels(q).get(ob.WORKLOAD) == mine and _labels(q).get(ob.ROLE) == "placeholder"]
+    by_name = {_name(q): q for q in holders}
+    for q in holders:
+        if _meta(q).get("deletionTimestamp"):
+            continue
+        name = _name(q)
+        idx = name.rsplit("-", 1)[-1]
+        node = str((q.get("spec") or {}).get("nodeName") or "")
+        phase = (q.get("status") or {}).get("phase")
+        stale = (
+            not idx.isdigit() or int(idx) >= cfg.standby
+            or phase in ("Failed", "Succeeded")
+            or (node and p.pinned is not None and node not in p.pinned)
+            or (not node and (_meta(q).get("annotations") or {}).get(ob.PIN_ANN) != pin)
+        )
+        if stale:
+            p.delete_placeholders.append(name)
+    for i in range(cfg.standby):
+        if ob.placeholder_name(wl, i) not in by_name:
+            p.create_placeholders.append(i)
+    p.placeholders_ready = sum(
+        1 for q in holders if not _meta(q).get("deletionTimestamp") and _name(q) not in p.delete_placeholders
+        and (q.get("status") or {}).get("phase") == "Running")
+
+    # --- warm floor and the ScaledObject
+    p.floor, p.floor_raised = cfg.floor_at(now)
+    if p.floor_raised:
+        p.events.append(Event("Normal", "ScaleToZeroRefused",
+                              "min-ready floor is 0 but scale-to-zero is not allowed now: keeping 1"))
+    desired = ob.scaled_object(wl, cfg, p.floor, scaler_address) if cfg.autoscale else None
+    p.scaledobject, p.scaledobject_body = scaledobject_action(scaledobject, desired)
+    if p.scaledobject == "foreign" and cfg.autoscale:
+        p.events.append(Event("Warning", "ScaledObjectNotOwned",
+                              f"ScaledObject {wl.name} exists and was not created by warmscale: left unchanged"))
+    if scaledobject is None and not cfg.autoscale and wl.replicas < p.floor:
+        p.scale_replicas_to = p.floor
+
+    p.status = {
+        "floor": p.floor,
+        "placeholders": f"{p.placeholders_ready}/{cfg.standby}",
+        "staged": f"{len(p.staged_nodes)}/{cfg.prestage_nodes if uri else 0}",
+        "prepulled": f"{len(p.prepulled_nodes)}/{cfg.prestage_nodes}",
+        "matchingNodes": len(p.matching),
+    }
+    if cfg.prestage_nodes > len(cands):
+        p.status["warning"] = f"only {len(cands)} nodes fit one replica"
+    return p
+
+
+# ---------------------------------------------------------------- time to ready
+
+
+def warm_state(node_staged: bool, took_placeholder: bool) -> str:
+    """Warm state a replica started from (one of WARM_STATES)."""
+    if took_placeholder and node_staged:
+        return "placeholder+staged"
+    if node_staged:
+        return "staged"
+    return "cold"
+
+
+def pod_time_to_ready(pod: Obj) -> float | None:
+    """Seconds from creation to the Ready condition turning True, or None if not Ready yet."""
+    created = parse_time(_meta(pod).get("creationTimestamp"))
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "True":
+            t = parse_time(c.get("lastTransitionTime"))
+            if created is not None and t is not None:
+                return max(0.0, t - created)
+    return None
+
+
+class TimeToReady:
+    """Rolling median of the last ``window`` measurements per warm state."""
+
+    def __init__(self, window: int = 20) -> None:
+        self._samples: dict[str, deque[float]] = {}
+        self._seen: set[str] = set()
+        self.window = window
+
+    def observe(self, uid: str, state: str, seconds: float) -> bool:
+        if uid in self._seen:
+            return False
+        self._seen.add(uid)
+        self._samples.setdefault(state, deque(maxlen=self.window)).append(seconds)
+        return True
+
+    def medians(self) -> dict[str, float]:
+        return {k: float(statistics.median(v)) for k, v in self._samples.items() if v}
+
+
+def stale_stage_labels(nodes: Iterable[Obj], active_keys: set[str]) -> dict[str, list[str]]:
+    """Per node, ``warmscale.io/staged-*`` labels of models no enabled workload uses any more."""
+    out: dict[str, list[str]] = {}
+    for n in nodes:
+        stale = [k for k in _labels(n) if k.startswith("warmscale.io/staged-") and k not in active_keys]
+        if stale:
+            out[_name(n)] = sorted(stale)
+    return out
