@@ -126,6 +126,10 @@ def parse_text(text: str, *, max_bytes: int | None = None) -> MetricIndex:
         raise PayloadError("payload is binary (contains NUL bytes), not Prometheus text")
     if not text.strip():
         raise PayloadError("empty payload")
+    if not text.endswith("\n"):
+        # The text format ends every line, the last one included, with a line feed; exporters
+        # (prometheus_client, prometheus-cpp, Go expfmt, metrics-exporter-prometheus) all do.
+        raise PayloadError("payload does not end with a line feed: truncated")
     declared = _declared_types(text)
     samples: dict[str, list[Series]] = {}
     try:

@@ -81,6 +81,7 @@ def build_sources(
                 ttft_window_seconds=cfg.ttft_window_seconds,
                 timeout=cfg.scrape_timeout_seconds,
                 replicas=not direct,
+                forget_after_seconds=cfg.staleness_seconds,
             )
         )
     if cfg.redis_address and cfg.redis_queue:

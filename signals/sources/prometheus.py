@@ -37,6 +37,7 @@ class PrometheusSource:
         ttft_window_seconds: float = 60.0,
         timeout: float = 2.0,
         replicas: bool = True,
+        forget_after_seconds: float = 30.0,
         client: PrometheusConnect | None = None,
         name: str = "prometheus",
     ) -> None:
@@ -49,7 +50,8 @@ class PrometheusSource:
         self.replica_query = promql.replica_query(engine, selector)
         self.ttft_query = promql.ttft_window_query(engine, ttft_window_seconds, selector)
         self._ttft_scale = promql.ttft_scale(engine)
-        self._last_replicas: tuple[str, ...] = ()
+        self._forget_after = forget_after_seconds
+        self._last_seen: dict[str, float] = {}
 
     def _query(self, query: str) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._client.custom_query(
@@ -78,10 +80,9 @@ class PrometheusSource:
             if isinstance(res, BaseException):
                 err = self._describe(res)
                 errors.append(err)
-                replicas = tuple(ReplicaReading(r, now, None, err) for r in self._last_replicas)
+                replicas = tuple(ReplicaReading(r, now, None, err) for r in self._remembered(now))
             else:
-                replicas = promql.decode_replicas(res, now)
-                self._last_replicas = tuple(r.replica for r in replicas)
+                replicas = self._with_vanished(promql.decode_replicas(res, now), now)
         if self.ttft_query is not None:
             res = results[i]
             if isinstance(res, BaseException):
@@ -90,6 +91,23 @@ class PrometheusSource:
             else:
                 ttft = promql.decode_ttft_window(res, self._ttft_scale)
         return SourceResult(replicas=replicas, ttft_window=ttft, errors=tuple(errors))
+
+    def _remembered(self, now: float) -> list[str]:
+        self._last_seen = {r: t for r, t in self._last_seen.items() if now - t <= self._forget_after}
+        return sorted(self._last_seen)
+
+    def _with_vanished(self, readings: tuple[ReplicaReading, ...], now: float) -> tuple[ReplicaReading, ...]:
+        """A replica that drops out of the results (target down: Prometheus marks its series stale) stays
+        *unknown* for ``forget_after_seconds`` instead of silently leaving the sum."""
+        present = {r.replica for r in readings}
+        for r in present:
+            self._last_seen[r] = now
+        vanished = tuple(
+            ReplicaReading(r, now, None, "absent from Prometheus (target down or series stale)")
+            for r in self._remembered(now)
+            if r not in present
+        )
+        return readings + vanished
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
