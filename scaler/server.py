@@ -59,6 +59,15 @@ class ExternalScalerService:
         self.manager = manager
         self.metrics = metrics
         self.shutting_down = False
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def wait_unary_done(self, within: float) -> bool:
+        """Wait until no unary RPC is in flight (or ``within`` seconds); True if none is left."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout=within)
+        return self.inflight == 0
 
     async def _tracker(self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> Tracker:
         try:
@@ -76,6 +85,8 @@ class ExternalScalerService:
                      body: Callable[[], Awaitable[Any]]) -> Any:
         t0 = time.perf_counter()
         code = "OK"
+        self.inflight += 1
+        self._idle.clear()
         try:
             return await body()
         except ConfigError:
@@ -89,6 +100,9 @@ class ExternalScalerService:
             code = c.name if isinstance(c, grpc.StatusCode) else "UNKNOWN"
             raise
         finally:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._idle.set()
             self.metrics.rpc_seconds.labels(method, code).observe(time.perf_counter() - t0)
 
     async def IsActive(self, request: pb.ScaledObjectRef,
@@ -247,7 +261,12 @@ class ScalerServer:
         self.manager.wake_all()
         await asyncio.sleep(0)
         if self._server is not None:
-            await self._server.stop(grace)
+            # stop(grace) refuses new RPCs at once; once the unary RPCs in flight are done (or the
+            # grace period is over), stop(0) cancels what is left (health Watch streams).
+            stopping = asyncio.create_task(self._server.stop(grace))
+            await self.service.wait_unary_done(grace)
+            await self._server.stop(0)
+            await stopping
         await self.manager.stop()
         if self._http is not None:
             await self._http.cleanup()

@@ -1,0 +1,344 @@
+"""The gRPC server against clients generated from KEDA's own protos (main and v2.20.2)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from aiohttp import ClientSession
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from scaler.hpa import hpa_replicas
+from tests.scaler.conftest import META, META_ZERO, ScriptedReader, eventually
+
+VERSIONS = ["main", "v2.20.2"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_unary_rpcs_land_the_hpa_on_the_decision(make_server: Any, clients: Any, version: str) -> None:
+    reader = ScriptedReader(load=100.0)  # 100 in flight / 32 per replica -> 4 replicas
+    server = await make_server(reader)
+    c = clients(server.grpc_port, version)
+    ref = c.ref()
+
+    spec = await c.stub.GetMetricSpec(ref)
+    assert len(spec.metricSpecs) == 1
+    ms = spec.metricSpecs[0]
+    assert ms.metricName == "warmscale-desired-replicas"
+    assert ms.targetSizeFloat == 1.0 and ms.targetSize == 1
+
+    value, ivalue, active = await c.poll(ref)
+    assert active is True
+    assert ivalue == math.ceil(value - 1e-9)
+    # KEDA uses metricValueFloat (> 0); the HPA (AverageValue) computes ceil(value / target).
+    assert hpa_replicas(value, ms.targetSizeFloat, current=0, tolerance=0.1) == 4
+
+    tracker = server.manager.trackers()[0]
+    assert tracker.decision is not None and tracker.decision.desired == 4
+
+
+async def test_decisions_are_computed_in_the_background_not_per_rpc(make_server: Any, clients: Any) -> None:
+    reader = ScriptedReader(load=64.0)
+    server = await make_server(reader)
+    c = clients(server.grpc_port)
+    ref = c.ref(metadata={**META, "scrapeIntervalSeconds": "1"})
+    await c.poll(ref)
+    calls = reader.calls
+    for _ in range(50):
+        await c.poll(ref)
+    assert reader.calls - calls <= 2  # at most one background tick happened meanwhile
+    # ... and the background loop keeps reading while nobody asks.
+    before = reader.calls
+    await asyncio.sleep(2.2)
+    assert reader.calls - before >= 2
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_metadata_change_is_a_new_tracker(make_server: Any, clients: Any, version: str) -> None:
+    server = await make_server(ScriptedReader(load=64.0))
+    c = clients(server.grpc_port, version)
+    v1, *_ = await c.poll(c.ref())
+    v2, *_ = await c.poll(c.ref(metadata={**META, "targetInflightPerReplica": "8"}))
+    assert (v1, v2) == (2.0, 8.0)
+    assert len(server.manager) == 2
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("metadata", "key"),
+    [
+        ({**META, "maxReplicas": "lots"}, "maxReplicas"),
+        ({**META, "engine": "llamacpp"}, "engine"),
+        ({**META, "bogusKey": "1"}, "bogusKey"),
+        ({**META, "scaleToZero": "maybe"}, "scaleToZero"),
+        ({"minReplicas": "1"}, "endpoints"),
+        ({**META, "ttftSloSeconds": "-1"}, "ttftSloSeconds"),
+    ],
+)
+async def test_invalid_metadata_is_invalid_argument_naming_the_key(
+    make_server: Any, clients: Any, version: str, metadata: dict[str, str], key: str
+) -> None:
+    server = await make_server(ScriptedReader(load=10.0))
+    c = clients(server.grpc_port, version)
+    bad = c.ref(metadata=metadata)
+    calls = [
+        c.stub.IsActive(bad),
+        c.stub.GetMetricSpec(bad),
+        c.stub.GetMetrics(c.pb.GetMetricsRequest(scaledObjectRef=bad, metricName="x")),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert key in (err.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in c.stub.StreamIsActive(bad):
+            pass
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and key in (err.value.details() or "")
+    # The server keeps serving valid ScaledObjects.
+    _, ivalue, active = await c.poll(c.ref())
+    assert active and ivalue == 1
+    assert len(server.manager) == 1
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_stream_is_active_sends_current_then_pushes_changes_within_1s(
+    make_server: Any, clients: Any, version: str
+) -> None:
+    reader = ScriptedReader(load=0.0)
+    server = await make_server(reader)
+    c = clients(server.grpc_port, version)
+    stream = c.stub.StreamIsActive(c.ref(metadata=META_ZERO))
+    first = await asyncio.wait_for(stream.read(), 3)
+    assert first.result is False  # idle and scaleToZero: inactive
+
+    await asyncio.sleep(0.3)
+    t0 = time.monotonic()
+    reader.set(5.0)
+    msg = await asyncio.wait_for(stream.read(), 2)
+    pushed = time.monotonic() - t0
+    assert msg.result is True
+    assert pushed <= 1.0, f"push took {pushed:.3f}s"
+
+    t0 = time.monotonic()
+    reader.set(0.0)
+    msg = await asyncio.wait_for(stream.read(), 2)
+    assert msg.result is False and time.monotonic() - t0 <= 1.0
+    stream.cancel()
+
+
+async def test_stream_does_not_repeat_unchanged_values(make_server: Any, clients: Any) -> None:
+    reader = ScriptedReader(load=10.0)
+    server = await make_server(reader)
+    c = clients(server.grpc_port)
+    stream = c.stub.StreamIsActive(c.ref())
+    assert (await asyncio.wait_for(stream.read(), 3)).result is True
+    reader.set(300.0)  # desired changes, activity does not
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(stream.read(), 0.6)
+    stream.cancel()
+
+
+async def test_stream_metric_spec_matches_get_metric_spec(make_server: Any, clients: Any) -> None:
+    server = await make_server(ScriptedReader(load=10.0))
+    c = clients(server.grpc_port, "main")
+    ref = c.ref(metadata={**META, "metricName": "llm-replicas"})
+    stream = c.stub.StreamMetricSpec(ref)
+    streamed = await asyncio.wait_for(stream.read(), 3)
+    polled = await c.stub.GetMetricSpec(ref)
+    assert streamed == polled
+    assert streamed.metricSpecs[0].metricName == "llm-replicas"
+    assert streamed.metricSpecs[0].targetSizeFloat == 1.0
+    stream.cancel()
+
+
+async def test_v2_client_has_no_stream_metric_spec_and_server_has_it(make_server: Any, clients: Any) -> None:
+    server = await make_server(ScriptedReader(load=10.0))
+    old = clients(server.grpc_port, "v2.20.2")
+    assert not hasattr(old.stub, "StreamMetricSpec")
+    new = clients(server.grpc_port, "main")
+    assert hasattr(new.stub, "StreamMetricSpec")
+
+
+async def test_first_rpc_holds_when_signals_fail(make_server: Any, clients: Any) -> None:
+    reader = ScriptedReader(load=500.0)
+    reader.fail = RuntimeError("engine unreachable")
+    server = await make_server(reader)
+    c = clients(server.grpc_port)
+    t0 = time.monotonic()
+    value, ivalue, active = await c.poll(c.ref(metadata={**META_ZERO, "minReplicas": "2"}))
+    assert time.monotonic() - t0 < 2.0  # bounded by the scrape timeout
+    assert active is True and value == 2.0 and ivalue == 2  # hold: never 0
+    assert server.manager.trackers()[0].decision is None
+
+    reader.fail = None  # signals come back: real decisions replace the hold
+    async def decided() -> bool:
+        v, _, _ = await c.poll(c.ref(metadata={**META_ZERO, "minReplicas": "2"}))
+        return v == 16.0
+
+    await eventually(decided)
+
+
+async def test_first_rpc_bounded_by_scrape_timeout_when_reader_hangs(make_server: Any, clients: Any) -> None:
+    reader = ScriptedReader(load=10.0)
+    reader.delay = 30.0
+    server = await make_server(reader)
+    c = clients(server.grpc_port)
+    t0 = time.monotonic()
+    _, ivalue, active = await c.poll(c.ref(metadata={**META, "scrapeTimeoutSeconds": "0.5"}))
+    assert time.monotonic() - t0 < 2.5
+    assert active and ivalue >= 1
+
+
+async def test_health_service(make_server: Any, clients: Any) -> None:
+    server = await make_server(ScriptedReader())
+    c = clients(server.grpc_port)
+    health = health_pb2_grpc.HealthStub(c.channel)
+    for service in ("", "externalscaler.ExternalScaler"):
+        resp = await health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await health.Check(health_pb2.HealthCheckRequest(service="nope"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_graceful_shutdown(make_server: Any, clients: Any) -> None:
+    reader = ScriptedReader(load=10.0)
+    server = await make_server(reader, grace_seconds=5.0)
+    c = clients(server.grpc_port)
+    health = health_pb2_grpc.HealthStub(c.channel)
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+    assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+    stream = c.stub.StreamIsActive(c.ref())
+    assert (await stream.read()).result is True
+
+    # An in-flight RPC: a new ScaledObject whose first snapshot takes 0.8 s.
+    reader.delay = 0.8
+    inflight = asyncio.ensure_future(c.stub.IsActive(c.ref(name="slow")))
+    await asyncio.sleep(0.2)
+    t0 = time.monotonic()
+    stopping = asyncio.ensure_future(server.stop())
+    assert (await asyncio.wait_for(watch.read(), 2)).status == health_pb2.HealthCheckResponse.NOT_SERVING
+    # Streams end cleanly (status OK: KEDA resets its reconnect back-off) ...
+    assert await asyncio.wait_for(stream.read(), 2) == grpc.aio.EOF
+    assert await stream.code() == grpc.StatusCode.OK
+    # ... the in-flight RPC completes ...
+    assert (await asyncio.wait_for(inflight, 3)).result is True
+    await asyncio.wait_for(stopping, 6)
+    assert time.monotonic() - t0 < 5.0
+    # ... and new RPCs are refused.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await c.stub.IsActive(c.ref(), timeout=1)
+    assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    watch.cancel()
+
+
+async def test_idle_trackers_are_dropped_but_not_while_streaming(make_server: Any, clients: Any) -> None:
+    server = await make_server(ScriptedReader(load=10.0), tracker_idle_seconds=0.5)
+    server.manager.options = type(server.manager.options)(idle_seconds=0.5, janitor_seconds=0.1)
+    await server.manager.stop()  # restart the janitor with the short period
+    server.manager.closing = False
+    await server.manager.start()
+    c = clients(server.grpc_port)
+    await c.poll(c.ref(name="polled"))
+    stream = c.stub.StreamIsActive(c.ref(name="streamed"))
+    await stream.read()
+    assert len(server.manager) == 2
+
+    async def only_streamed_left() -> bool:
+        return [t.name for t in server.manager.trackers()] == ["streamed"]
+
+    await eventually(only_streamed_left, within=3)
+    await asyncio.sleep(1.0)
+    assert [t.name for t in server.manager.trackers()] == ["streamed"]
+    stream.cancel()
+
+    async def none_left() -> bool:
+        return len(server.manager) == 0
+
+    await eventually(none_left, within=3)
+
+
+async def test_metrics_and_decision_log_endpoints(make_server: Any, clients: Any) -> None:
+    reader = ScriptedReader(load=100.0, replicas=2)
+    server = await make_server(reader)
+    c = clients(server.grpc_port)
+    await c.poll(c.ref(name="chat", namespace="llm"))
+    with pytest.raises(grpc.aio.AioRpcError):
+        await c.stub.IsActive(c.ref(metadata={"bogus": "1"}))
+    await asyncio.sleep(0.3)
+    async with ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{server.metrics_port}/metrics") as r:
+            assert r.status == 200
+            text = await r.text()
+        async with http.get(f"http://127.0.0.1:{server.metrics_port}/decisions?namespace=llm") as r:
+            body = orjson.loads(await r.read())
+        async with http.get(f"http://127.0.0.1:{server.metrics_port}/healthz") as r:
+            assert r.status == 200
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families and all(name.startswith("warmscale_") for name in families)
+
+    def value(name: str, **labels: str) -> float:
+        for s in families[name].samples:
+            if all(s.labels.get(k) == v for k, v in labels.items()) and s.name == name:
+                return float(s.value)
+        raise KeyError((name, labels))
+
+    so = {"namespace": "llm", "scaledobject": "chat"}
+    assert value("warmscale_desired_replicas", **so) == 4
+    assert value("warmscale_running_requests", **so) == 100
+    assert value("warmscale_waiting_requests", **so) == 0
+    assert value("warmscale_trackers") == 1
+    assert value("warmscale_active", **so) == 1
+    assert "warmscale_decisions" in families  # counter by reason
+    rpc = {(s.labels["method"], s.labels["code"]) for s in families["warmscale_rpc_duration_seconds"].samples
+           if s.name.endswith("_count")}
+    assert {("GetMetrics", "OK"), ("IsActive", "OK"), ("IsActive", "INVALID_ARGUMENT")} <= rpc
+    for name in ("warmscale_kv_cache_usage_ratio", "warmscale_ttft_quantile_seconds", "warmscale_signal_age_seconds",
+                 "warmscale_scrape_errors", "warmscale_store_errors"):
+        assert name in families
+    assert body["decisions"] and body["decisions"][-1]["desired"] == 4
+    assert body["decisions"][-1]["reason"] == "demand"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_tls(make_server: Any, clients: Any, pki: Any, version: str) -> None:
+    server = await make_server(ScriptedReader(load=10.0), tls_cert=str(pki.server_cert), tls_key=str(pki.server_key))
+    creds = grpc.ssl_channel_credentials(root_certificates=pki.read(pki.ca))
+    c = clients(server.grpc_port, version, credentials=creds)
+    _, ivalue, active = await c.poll(c.ref())
+    assert active and ivalue == 1
+    plain = clients(server.grpc_port, version)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await plain.stub.IsActive(plain.ref(), timeout=2)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_mutual_tls_requires_a_client_certificate_from_the_ca(
+    make_server: Any, clients: Any, pki: Any, version: str
+) -> None:
+    server = await make_server(ScriptedReader(load=10.0), tls_cert=str(pki.server_cert), tls_key=str(pki.server_key),
+                               tls_client_ca=str(pki.ca))
+    ca = pki.read(pki.ca)
+    # KEDA with caCert + tlsClientCert + tlsClientKey.
+    good = clients(server.grpc_port, version, credentials=grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=pki.read(pki.client_key), certificate_chain=pki.read(pki.client_cert)))
+    _, ivalue, active = await good.poll(good.ref())
+    assert active and ivalue == 1
+
+    no_cert = clients(server.grpc_port, version, credentials=grpc.ssl_channel_credentials(root_certificates=ca))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await no_cert.stub.IsActive(no_cert.ref(), timeout=2)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    rogue = clients(server.grpc_port, version, credentials=grpc.ssl_channel_credentials(
+        root_certificates=ca, private_key=pki.read(pki.rogue_key), certificate_chain=pki.read(pki.rogue_cert)))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await rogue.stub.IsActive(rogue.ref(), timeout=2)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
