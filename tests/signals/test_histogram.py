@@ -1,0 +1,99 @@
+"""Histogram deltas and quantiles against hand-computed values (PromQL histogram_quantile semantics)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from signals.engines import parse_payload
+from signals.histogram import Histogram, merge
+
+INF = math.inf
+
+
+def h(*buckets: tuple[float, float], s: float = 0.0) -> Histogram:
+    return Histogram.from_buckets(buckets, s)
+
+
+# 40 observations: 10 <= 0.1 s, 20 in (0.1, 0.5], 10 in (0.5, 1], none above.
+BASE = h((0.1, 10), (0.5, 30), (1.0, 40), (INF, 40), s=14.0)
+
+
+@pytest.mark.parametrize(
+    ("q", "expected"),
+    [
+        (0.25, 0.1),  # rank 10: top of the first bucket
+        (0.5, 0.3),  # rank 20: 0.1 + 0.4 * (20 - 10) / 20
+        (0.75, 0.5),  # rank 30: top of the second bucket
+        (0.95, 0.9),  # rank 38: 0.5 + 0.5 * (38 - 30) / 10
+        (0.1, 0.04),  # rank 4: 0 + 0.1 * 4 / 10
+    ],
+)
+def test_quantile_interpolates_like_histogram_quantile(q: float, expected: float) -> None:
+    assert BASE.quantile(q) == pytest.approx(expected)
+
+
+def test_quantile_in_inf_bucket_is_largest_finite_bound() -> None:
+    tail = h((0.1, 1), (1.0, 2), (INF, 10))
+    assert tail.quantile(0.99) == 1.0
+
+
+def test_quantile_without_observations_is_none() -> None:
+    assert h((0.1, 0), (INF, 0)).quantile(0.5) is None
+
+
+def test_delta_between_scrapes() -> None:
+    later = h((0.1, 12), (0.5, 32), (1.0, 50), (INF, 52), s=30.0)
+    d = later.delta(BASE)
+    assert d is not None
+    assert d.buckets == ((0.1, 2), (0.5, 2), (1.0, 10), (INF, 12))
+    assert (d.count, d.sum) == (12, 16.0)
+    # 12 new observations (2 <= 0.1, 8 in (0.5, 1], 2 above 1): the median (rank 6) is in (0.5, 1]:
+    # 0.5 + 0.5 * (6 - 2) / 8
+    assert d.quantile(0.5) == pytest.approx(0.75)
+    # p95: rank 11.4 lands in +Inf bucket -> largest finite bound
+    assert d.quantile(0.95) == 1.0
+    # share above 0.75 s: below = 2 + 8 * 0.5 = 6 of 12
+    assert d.fraction_above(0.75) == pytest.approx(0.5)
+
+
+def test_delta_after_restart_or_layout_change_is_none() -> None:
+    restarted = h((0.1, 1), (0.5, 2), (1.0, 2), (INF, 2))
+    assert restarted.delta(BASE) is None
+    relaid = h((0.2, 20), (1.0, 45), (INF, 45))
+    assert relaid.delta(BASE) is None
+
+
+def test_no_change_gives_empty_window() -> None:
+    d = BASE.delta(BASE)
+    assert d is not None and d.count == 0 and d.quantile(0.9) is None
+
+
+def test_merge_and_fraction_above() -> None:
+    m = merge([BASE, BASE])
+    assert m is not None and m.count == 80 and m.quantile(0.5) == pytest.approx(0.3)
+    assert BASE.fraction_above(0.5) == pytest.approx(0.25)
+    assert merge([]) is None
+
+
+def _vllm(ttft: dict[str, float], count: float, total: float) -> str:
+    lines = ["vllm:num_requests_running 0", "vllm:num_requests_waiting 0",
+             "# TYPE vllm:time_to_first_token_seconds histogram"]
+    for le, c in ttft.items():
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}"}} {c}')
+    lines += [f'vllm:time_to_first_token_seconds_count{{engine="0"}} {count}',
+              f'vllm:time_to_first_token_seconds_sum{{engine="0"}} {total}']
+    return "\n".join(lines) + "\n"
+
+
+def test_windowed_quantile_from_two_parsed_scrapes() -> None:
+    """Lifetime buckets say 'fast'; the last window (all new observations at 1-2.5 s) says 'slow'."""
+    first = parse_payload(_vllm({"0.25": 900, "1.0": 990, "2.5": 1000, "+Inf": 1000}, 1000, 200.0))
+    second = parse_payload(_vllm({"0.25": 900, "1.0": 990, "2.5": 1020, "+Inf": 1020}, 1020, 236.0))
+    assert first.ttft is not None and second.ttft is not None
+    assert second.ttft.quantile(0.95) == pytest.approx(0.25 + 0.75 * (969 - 900) / 90)
+    window = second.ttft.delta(first.ttft)
+    assert window is not None and window.count == 20
+    assert window.quantile(0.5) == pytest.approx(1.0 + 1.5 * 10 / 20)
+    assert window.sum == pytest.approx(36.0)
