@@ -36,7 +36,10 @@ def test_histogram_suffixes_and_prefix_traps() -> None:
 
 
 def test_label_order_does_not_matter() -> None:
-    a = 'vllm:num_requests_running{engine="0",model_name="m"} 3\nvllm:num_requests_waiting{model_name="m",engine="0"} 1\n'
+    a = (
+        'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+        'vllm:num_requests_waiting{model_name="m",engine="0"} 1\n'
+    )
     sig = parse_payload(a)
     assert (sig.running, sig.waiting) == (3, 1)
 
@@ -107,7 +110,9 @@ def test_truncated_at_a_line_end_before_the_gauges_is_missing_metrics() -> None:
 
 
 @pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-1", "-0.5"])
-@pytest.mark.parametrize("metric", ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"])
+@pytest.mark.parametrize(
+    "metric", ["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
+)
 def test_invalid_gauge_values_are_payload_errors(metric: str, bad: str) -> None:
     text = re.sub(rf"^({re.escape(metric)}\{{engine=\"1\"[^}}]*\}}) \S+$", rf"\1 {bad}", V1, count=1, flags=re.M)
     assert text != V1
