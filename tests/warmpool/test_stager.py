@@ -1,0 +1,186 @@
+import argparse
+import hashlib
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from warmpool import stager as stager_cli
+from warmpool.model_uri import ModelURI, cache_dir, parse_model_uri
+from warmpool.stager import (
+    READY,
+    BudgetError,
+    StageError,
+    VerifyError,
+    _safe_join,
+    entries,
+    is_ready,
+    stage,
+    tree_digest,
+)
+
+
+def make_model(d: Path, n: int = 3, size: int = 1000) -> Path:
+    d.mkdir(parents=True)
+    for i in range(n):
+        (d / f"shard-{i}.safetensors").write_bytes(bytes([i]) * size)
+    (d / "sub").mkdir()
+    (d / "sub" / "config.json").write_text('{"a": 1}')
+    return d
+
+
+def test_stage_directory_and_idempotent(tmp_path: Path) -> None:
+    src = make_model(tmp_path / "src")
+    uri = parse_model_uri(f"file://{src}")
+    size, digest = tree_digest(src)
+    root = tmp_path / "cache"
+    r = stage(uri, root, size=size, sha256=digest)
+    assert not r.already and r.size == size and r.sha256 == digest
+    assert (r.path / "sub" / "config.json").read_text() == '{"a": 1}'
+    assert is_ready(root, uri) and Path(cache_dir(str(root), uri)).parent == root.resolve()
+    again = stage(uri, root, size=size, sha256=digest)
+    assert again.already
+    assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_single_file_checksum_is_file_sha(tmp_path: Path) -> None:
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"x" * 5000)
+    r = stage(parse_model_uri(f"file://{f}"), tmp_path / "c", sha256=hashlib.sha256(b"x" * 5000).hexdigest())
+    assert (r.path / "model.gguf").stat().st_size == 5000
+
+
+@pytest.mark.parametrize(("size", "sha"), [(1, None), (None, "0" * 64)])
+def test_verification_failure_leaves_nothing(tmp_path: Path, size: int | None, sha: str | None) -> None:
+    src = make_model(tmp_path / "src")
+    uri = parse_model_uri(f"file://{src}")
+    root = tmp_path / "cache"
+    with pytest.raises(VerifyError):
+        stage(uri, root, size=size, sha256=sha)
+    assert not is_ready(root, uri)
+    assert [p.name for p in root.iterdir()] == [".lock"]
+
+
+def test_source_error_and_partial_copy(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    uri = parse_model_uri("file:///does/not/exist")
+    with pytest.raises(StageError):
+        stage(uri, root)
+
+    def partial(u: ModelURI, dest: Path, _pvc: Path) -> None:
+        (dest / "half").write_bytes(b"x" * 10)
+        raise StageError("network reset")
+
+    with pytest.raises(StageError):
+        stage(parse_model_uri("hf://a/b@r"), root, fetcher=partial)
+    assert entries(root) == [] and not is_ready(root, parse_model_uri("hf://a/b@r"))
+
+
+def _crashing_stage(root: str) -> None:
+    def fetcher(u: ModelURI, dest: Path, _pvc: Path) -> None:
+        (dest / "shard-0").write_bytes(b"y" * 100)
+        os.kill(os.getpid(), signal.SIGKILL)  # crash mid-copy
+
+    stage(parse_model_uri("hf://org/crash@r1"), Path(root), fetcher=fetcher)
+
+
+def test_crash_mid_copy_never_ready_and_recovers(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    proc = multiprocessing.get_context("fork").Process(target=_crashing_stage, args=(str(root),))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+    uri = parse_model_uri("hf://org/crash@r1")
+    assert not is_ready(root, uri)
+    assert any(p.name.startswith(".tmp-") for p in root.iterdir())  # the leftover work dir
+    assert not list(root.rglob(READY))
+
+    def ok(u: ModelURI, dest: Path, _pvc: Path) -> None:
+        (dest / "shard-0").write_bytes(b"z" * 100)
+
+    r = stage(uri, root, fetcher=ok)
+    assert r.size == 100 and is_ready(root, uri)
+    assert not any(p.name.startswith(".tmp-") for p in root.iterdir())
+
+
+def test_crash_after_rename_before_marker_is_cleaned(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    uri = parse_model_uri("hf://org/m@r")
+    final = Path(cache_dir(str(root), uri))
+    (final / "data").mkdir(parents=True)
+    (final / "data" / "x").write_bytes(b"partial")
+    assert not is_ready(root, uri)
+
+    def ok(u: ModelURI, dest: Path, _pvc: Path) -> None:
+        (dest / "x").write_bytes(b"complete")
+
+    assert stage(uri, root, fetcher=ok).size == len(b"complete")
+    assert (final / "data" / "x").read_bytes() == b"complete"
+
+
+def test_lru_eviction_under_budget(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    clock = [1000.0]
+
+    def writer(n: int):
+        def f(u: ModelURI, dest: Path, _pvc: Path) -> None:
+            (dest / "w").write_bytes(b"a" * n)
+
+        return f
+
+    a, b, c = (parse_model_uri(f"hf://org/{x}@r") for x in "abc")
+    stage(a, root, fetcher=writer(400), budget=1000, clock=lambda: clock[0])
+    os.utime(Path(cache_dir(str(root), a)) / READY, (1000, 1000))
+    stage(b, root, fetcher=writer(400), budget=1000)
+    os.utime(Path(cache_dir(str(root), b)) / READY, (2000, 2000))
+    clock[0] = 3000.0
+    stage(a, root, fetcher=writer(400), budget=1000, clock=lambda: clock[0])  # touch: a is now the newest
+    stage(c, root, fetcher=writer(400), budget=1000, size=400)
+    assert is_ready(root, a) and is_ready(root, c) and not is_ready(root, b)
+    with pytest.raises(BudgetError):
+        stage(parse_model_uri("hf://org/huge@r"), root, fetcher=writer(5000), budget=1000)
+    assert is_ready(root, a) is False or True  # may have been evicted trying; never a partial entry
+    assert all(e.ready for e in entries(root))
+
+
+def test_pvc_source(tmp_path: Path) -> None:
+    make_model(tmp_path / "pvcs" / "weights" / "llama")
+    r = stage(parse_model_uri("pvc://weights/llama"), tmp_path / "cache", pvc_root=tmp_path / "pvcs")
+    assert (r.path / "shard-0.safetensors").exists()
+
+
+@pytest.mark.parametrize("rel", ["../x", "/etc/passwd", "a/../../b", "", "."])
+def test_remote_listing_cannot_escape(tmp_path: Path, rel: str) -> None:
+    with pytest.raises(StageError):
+        _safe_join(tmp_path, rel)
+    assert _safe_join(tmp_path, "a/./b") == tmp_path / "a" / "b"
+
+
+def test_symlinks_in_source_are_not_followed(tmp_path: Path) -> None:
+    src = make_model(tmp_path / "src")
+    secret = tmp_path / "secret"
+    secret.write_text("nope")
+    (src / "link").symlink_to(secret)
+    r = stage(parse_model_uri(f"file://{src}"), tmp_path / "cache")
+    assert not (r.path / "link").exists()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd")
+    stager_cli.configure(sub.add_parser("stage"))
+    args = parser.parse_args([a for a in argv if a not in ("--log-format", "text")])
+    return stager_cli.run(args)
+
+
+def test_cli(tmp_path: Path) -> None:
+    src = make_model(tmp_path / "src")
+    size, digest = tree_digest(src)
+    root = tmp_path / "cache"
+    base = ["--log-format", "text", "stage", "--uri", f"file://{src}", "--cache-root", str(root)]
+    assert main([*base, "--size", str(size), "--sha256", digest, "--budget", "1Mi"]) == 0
+    assert main([*base, "--sha256", "1" * 64]) == 4
+    assert main(["stage", "--uri", "ftp://x", "--cache-root", str(root)]) == 2
+    assert main(["stage", "--uri", f"file://{src}", "--cache-root", str(tmp_path / "c2"), "--budget", "10"]) == 3
