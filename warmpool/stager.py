@@ -80,8 +80,8 @@ def tree_digest(path: Path) -> tuple[int, str]:
     """(total bytes, checksum) of a file or a directory tree (see the module docstring)."""
     if path.is_file():
         h = hashlib.sha256()
-        with path.open("rb") as f:
-            while chunk := f.read(CHUNK):
+        with path.open("rb") as fh:
+            while chunk := fh.read(CHUNK):
                 h.update(chunk)
         return path.stat().st_size, h.hexdigest()
     lines, total = [], 0
@@ -180,7 +180,7 @@ def _fetch_hf(uri: ModelURI, dest: Path) -> None:
 def _fetch_s3(uri: ModelURI, dest: Path) -> None:
     """S3 (or compatible, AWS_ENDPOINT_URL): every object under the prefix, via boto3."""
     try:
-        import boto3  # type: ignore[import-not-found]
+        import boto3
     except ImportError as exc:
         raise StageError("s3:// needs boto3 in the stager image") from exc
     s3 = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
