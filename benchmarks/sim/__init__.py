@@ -1,0 +1,1 @@
+"""Trace-replay simulator: engines, cluster, actuation and policies (see docs/benchmarks.md)."""

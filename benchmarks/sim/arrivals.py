@@ -1,0 +1,141 @@
+"""Arrivals from trace files: per-request CSVs as they are, rate curves as Poisson cohorts.
+
+- Per-request: header ``timestamp_s,input_tokens,output_tokens`` (extra columns are ignored); any
+  such CSV works. Rows are sorted by time; one :class:`~benchmarks.sim.engine.Request` per row.
+- Rate curve: header ``bucket_start_s,bucket_end_s,requests`` or ``...,rate_rps[,...]``. The
+  expected count of each tick is the curve's integral over the tick; the count is Poisson around
+  it; the tick's requests form one cohort (n identical requests at the tick's middle) whose token
+  sizes are the mean of n draws from a per-request trace (exact draws up to 64 requests, the
+  normal approximation of the mean above).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class Workload:
+    name: str
+    kind: str  # "requests" | "rate"
+    t: np.ndarray  # arrival time (s)
+    n: np.ndarray  # requests per entry
+    inp: np.ndarray  # input tokens (per member)
+    out: np.ndarray  # output tokens (per member)
+    span_s: float
+    tokens_from: str | None = None
+
+    @property
+    def requests(self) -> int:
+        return int(self.n.sum())
+
+
+def _header(path: Path) -> list[str]:
+    with path.open(newline="") as f:
+        row = next(csv.reader(f))
+    return [c.strip().lower() for c in row]
+
+
+def detect_kind(path: Path) -> str:
+    h = _header(path)
+    if {"timestamp_s", "input_tokens", "output_tokens"} <= set(h):
+        return "requests"
+    if {"bucket_start_s", "bucket_end_s"} <= set(h) and ("requests" in h or "rate_rps" in h):
+        return "rate"
+    raise ValueError(f"{path}: unknown trace format (header {h}); expected timestamp_s,input_tokens,output_tokens "
+                     "or bucket_start_s,bucket_end_s,requests|rate_rps")
+
+
+def _columns(path: Path, names: list[str]) -> list[np.ndarray]:
+    h = _header(path)
+    idx = [h.index(n) for n in names]
+    data = np.loadtxt(path, delimiter=",", skiprows=1, usecols=idx, ndmin=2, dtype=np.float64)
+    return [data[:, i] for i in range(len(names))]
+
+
+def load_requests(path: Path) -> Workload:
+    t, inp, out = _columns(path, ["timestamp_s", "input_tokens", "output_tokens"])
+    order = np.argsort(t, kind="stable")
+    t, inp, out = t[order], inp[order], out[order]
+    if len(t):
+        t = t - t[0]
+    span = float(t[-1]) if len(t) else 0.0
+    return Workload(name=path.name, kind="requests", t=t, n=np.ones(len(t), dtype=np.int64),
+                    inp=np.maximum(inp, 1.0), out=np.maximum(out, 1.0), span_s=span)
+
+
+def load_rate(path: Path, tokens: Workload, *, dt: float, seed: int, scale: float = 1.0) -> Workload:
+    h = _header(path)
+    if "requests" in h:
+        start, end, count = _columns(path, ["bucket_start_s", "bucket_end_s", "requests"])
+    else:
+        start, end, rate = _columns(path, ["bucket_start_s", "bucket_end_s", "rate_rps"])
+        count = rate * (end - start)
+    count = np.maximum(count, 0.0) * scale
+    origin = float(start.min())
+    start, end = start - origin, end - origin
+    span = float(end.max())
+    # Cumulative expected arrivals at each bucket edge; linear within a bucket.
+    order = np.argsort(start)
+    start, end, count = start[order], end[order], count[order]
+    edges = np.concatenate([[start[0]], end])
+    cum = np.concatenate([[0.0], np.cumsum(count)])
+    ticks = np.arange(0.0, span + dt, dt)
+    expected = np.diff(np.interp(ticks, edges, cum))
+    rng = np.random.default_rng(seed)
+    n = rng.poisson(np.maximum(expected, 0.0))
+    keep = n > 0
+    t = ticks[:-1][keep] + dt / 2.0
+    n = n[keep].astype(np.int64)
+    pool_in, pool_out = tokens.inp, tokens.out
+    mean_in = np.empty(len(n))
+    mean_out = np.empty(len(n))
+    small = n <= 64
+    if small.any():
+        ns = n[small]
+        total = int(ns.sum())
+        idx = rng.integers(0, len(pool_in), total)
+        starts = np.concatenate([[0], np.cumsum(ns)[:-1]])
+        mean_in[small] = np.add.reduceat(pool_in[idx], starts) / ns
+        mean_out[small] = np.add.reduceat(pool_out[idx], starts) / ns
+    big = ~small
+    if big.any():
+        nb = n[big].astype(np.float64)
+        mean_in[big] = pool_in.mean() + rng.standard_normal(len(nb)) * pool_in.std() / np.sqrt(nb)
+        mean_out[big] = pool_out.mean() + rng.standard_normal(len(nb)) * pool_out.std() / np.sqrt(nb)
+    return Workload(name=path.name, kind="rate", t=t, n=n, inp=np.maximum(mean_in, 1.0),
+                    out=np.maximum(mean_out, 1.0), span_s=span, tokens_from=tokens.name)
+
+
+def default_tokens_for(rate_path: Path) -> Path:
+    """The per-request trace whose token sizes pair best with a rate curve (same service kind)."""
+    name = rate_path.name.lower()
+    pick = "azure_llm_2023_code.csv" if "code" in name else "azure_llm_2023_conv.csv"
+    return rate_path.parent / pick
+
+
+def load_trace(path: str | Path, *, dt: float, seed: int, tokens_from: str | Path | None = None,
+               rate_scale: float = 1.0) -> Workload:
+    p = Path(path)
+    kind = detect_kind(p)
+    if kind == "requests":
+        return load_requests(p)
+    tok = Path(tokens_from) if tokens_from else default_tokens_for(p)
+    if not tok.exists():
+        raise FileNotFoundError(f"{tok}: a per-request trace is needed for the token sizes (--tokens-from)")
+    return load_rate(p, load_requests(tok), dt=dt, seed=seed, scale=rate_scale)
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    if len(values) == 0:
+        return math.nan
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cw = np.cumsum(w)
+    k = int(np.searchsorted(cw, q * cw[-1], side="left"))
+    return float(v[min(k, len(v) - 1)])

@@ -1,0 +1,341 @@
+"""Run one policy over a workload, and all of them (with the oracle's sizing) on the same arrivals."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from benchmarks.sim.actuation import HpaBehavior, KedaConfig, KpaConfig
+from benchmarks.sim.arrivals import Workload, weighted_quantile
+from benchmarks.sim.cluster import Cluster
+from benchmarks.sim.engine import EngineProfile, Request
+from benchmarks.sim.policies import (
+    KpaPolicy,
+    Policy,
+    PromHpaPolicy,
+    SchedulePolicy,
+    WarmscalePolicy,
+    default_max_replicas,
+    warmscale_metadata,
+)
+from warmpool.startup_model import COLD, StartupProfile, time_to_ready
+
+POLICY_NAMES = ("warmscale", "keda-prometheus-queue", "keda-prometheus-kv", "hpa-gpu-util", "kpa-concurrency",
+                "static-peak", "oracle", "oracle-instant")
+
+
+@dataclass
+class PolicyResult:
+    name: str
+    slo_attainment: float
+    gpu_hours: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    cold_starts: int
+    max_replicas: int
+    requests: int
+    served: int
+    wall_s: float
+    starts: dict[str, int]
+    timeline: dict[str, list[float]]
+    params: dict[str, Any] = field(default_factory=dict)
+    misses: list[tuple[float, float]] = field(default_factory=list)  # (arrival, ttft) of SLO misses
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "slo_attainment": self.slo_attainment,
+            "gpu_hours": self.gpu_hours,
+            "ttft_p50_s": self.ttft_p50_s,
+            "ttft_p99_s": self.ttft_p99_s,
+            "cold_starts": self.cold_starts,
+            "max_replicas": self.max_replicas,
+        }
+
+
+@dataclass
+class SimSettings:
+    dt: float = 1.0
+    slo_ttft: float = 2.0
+    drain_max_s: float = 1800.0
+    sample_s: float = 10.0
+    node_idle_s: float = 600.0
+    progress: Callable[[str, float], None] | None = None
+
+
+def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: StartupProfile, initial: int,
+             s: SimSettings, *, keep_misses: bool = False) -> PolicyResult:
+    wall0 = time.perf_counter()
+    cluster = Cluster(engine, startup, standby=policy.standby, node_idle_s=s.node_idle_s, instant=policy.instant)
+    cluster.start_ready(initial, 0.0)
+    policy.start(cluster, 0.0)
+    T, N, IN, OUT = work.t.tolist(), work.n.tolist(), work.inp.tolist(), work.out.tolist()
+    total_n = work.requests
+    m = len(T)
+    ptr = 0
+    dt = s.dt
+    t = 0.0
+    span = work.span_s
+    end_limit = span + s.drain_max_s
+    tl_t: list[float] = []
+    tl_spec: list[float] = []
+    tl_ready: list[float] = []
+    tl_wait: list[float] = []
+    tl_hold: list[float] = []
+    next_sample = 0.0
+    next_progress = span / 20 if span > 0 else math.inf
+    while True:
+        cluster.advance(t)
+        t_next = t + dt
+        while ptr < m and T[ptr] < t_next:
+            cluster.dispatch(Request(T[ptr], IN[ptr], OUT[ptr], N[ptr]))
+            ptr += 1
+        cluster.step_engines(t, dt)
+        if t < span:
+            cluster.account(t, min(dt, span - t))
+        t = t_next
+        policy.control(cluster, t, dt)
+        if t >= next_sample and t <= span + dt:
+            next_sample = t + s.sample_s
+            tl_t.append(round(t, 3))
+            tl_spec.append(cluster.spec)
+            tl_ready.append(cluster.n_ready())
+            tl_wait.append(cluster.waiting_total())
+            tl_hold.append(len(cluster.placeholders) + len(cluster.idle_nodes))
+        if s.progress is not None and t >= next_progress:
+            next_progress = t + span / 20
+            s.progress(policy.name, min(1.0, t / span))
+        if t >= span and ptr >= m:
+            busy = cluster.gateway_n > 0 or any(not p.engine.idle for p in cluster.pods) or cluster.draining
+            if not busy or t >= end_limit:
+                break
+    # Metrics.
+    sink = cluster.ttft_sink
+    arr = np.array([x[0] for x in sink], dtype=np.float64)
+    ttft = np.array([x[1] for x in sink], dtype=np.float64)
+    w = np.array([x[2] for x in sink], dtype=np.float64)
+    served = int(w.sum())
+    unserved = total_n - served
+    if unserved > 0:  # never got a first token before the drain limit: a lower bound on their TTFT
+        ttft = np.concatenate([ttft, [max(s.drain_max_s, 0.0)]])
+        w = np.concatenate([w, [float(unserved)]])
+        arr = np.concatenate([arr, [span]])
+    ok = float(w[ttft <= s.slo_ttft].sum())
+    attain = ok / total_n if total_n else 1.0
+    misses: list[tuple[float, float]] = []
+    if keep_misses:
+        bad = ttft > s.slo_ttft
+        misses = list(zip(arr[bad].tolist(), ttft[bad].tolist(), strict=True))
+    return PolicyResult(
+        name=policy.name,
+        slo_attainment=attain,
+        gpu_hours=cluster.gpu_seconds / 3600.0,
+        ttft_p50_s=weighted_quantile(ttft, w, 0.5) if len(w) else 0.0,
+        ttft_p99_s=weighted_quantile(ttft, w, 0.99) if len(w) else 0.0,
+        cold_starts=cluster.cold_starts,
+        max_replicas=cluster.max_replicas,
+        requests=total_n,
+        served=served,
+        wall_s=time.perf_counter() - wall0,
+        starts=dict(cluster.starts),
+        timeline={"t": tl_t, "spec": tl_spec, "ready": tl_ready, "waiting": tl_wait, "held": tl_hold},
+        params=policy.params(),
+        misses=misses,
+    )
+
+
+# ---- oracle sizing --------------------------------------------------------------------------------
+
+@dataclass
+class NeedCurve:
+    grid_s: float
+    need: np.ndarray  # replicas needed in each grid cell
+
+    def at(self, t: float) -> int:
+        i = min(len(self.need) - 1, max(0, int(t // self.grid_s)))
+        return int(self.need[i])
+
+
+def need_curve(work: Workload, engine: EngineProfile, slo: float, grid_s: float) -> NeedCurve:
+    """Replicas needed per grid cell, from the future arrivals: prefill work within the cell,
+    and the KV tokens and sequences in flight (each request held for its estimated decode time)."""
+    cells = int(math.ceil((work.span_s + 1.0) / grid_s)) + 1
+    idx = np.minimum((work.t // grid_s).astype(np.int64), cells - 1)
+    prefill_tokens = np.bincount(idx, weights=work.inp * work.n, minlength=cells)
+    rate = engine.prefill_rate(engine.max_num_seqs / 8, engine.kv_capacity_tokens / 4)
+    need_prefill = prefill_tokens / grid_s / (0.7 * rate)
+    tpot = engine.decode_step_s(engine.max_num_seqs / 4, engine.kv_capacity_tokens / 2)
+    dur = work.inp / rate + work.out * tpot
+    end_idx = np.minimum(((work.t + dur) // grid_s).astype(np.int64) + 1, cells - 1)
+    kv = np.zeros(cells + 1)
+    seqs = np.zeros(cells + 1)
+    np.add.at(kv, idx, (work.inp + work.out) * work.n)
+    np.add.at(kv, end_idx, -(work.inp + work.out) * work.n)
+    np.add.at(seqs, idx, work.n.astype(np.float64))
+    np.add.at(seqs, end_idx, -work.n.astype(np.float64))
+    kv_in_flight = np.cumsum(kv)[:cells]
+    seqs_in_flight = np.cumsum(seqs)[:cells]
+    need = np.maximum.reduce([
+        need_prefill,
+        kv_in_flight / (0.8 * engine.kv_capacity_tokens),
+        seqs_in_flight / (0.8 * engine.max_num_seqs),
+        np.ones(cells),
+    ])
+    return NeedCurve(grid_s=grid_s, need=np.ceil(need - 1e-9).astype(np.int64))
+
+
+def _intervals(mask: np.ndarray) -> list[tuple[int, int]]:
+    out = []
+    i, n = 0, len(mask)
+    while i < n:
+        if mask[i]:
+            j = i
+            while j < n and mask[j]:
+                j += 1
+            out.append((i, j))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def schedule_from_need(curve: NeedCurve, *, lead_s: float, breakeven_s: float) -> tuple[list[float], list[int]]:
+    """Per level k: cells where need >= k, gaps shorter than ``breakeven_s`` kept on (ski rental:
+    a restart costs more than holding), each interval started ``lead_s`` early. Returns a step function."""
+    g = curve.grid_s
+    need = curve.need
+    cells = len(need)
+    events = np.zeros(cells + 1, dtype=np.int64)
+    lead = int(math.ceil(lead_s / g))
+    gap_cells = breakeven_s / g
+    for k in range(1, int(need.max()) + 1):
+        ivs = _intervals(need >= k)
+        merged: list[list[int]] = []
+        for a, b in ivs:
+            if merged and a - merged[-1][1] < gap_cells:
+                merged[-1][1] = b
+            else:
+                merged.append([a, b])
+        for a, b in merged:
+            events[max(0, a - lead)] += 1
+            events[b] -= 1
+    counts = np.cumsum(events)[:cells]
+    times, vals = [], []
+    for i, c in enumerate(counts.tolist()):
+        if not vals or c != vals[-1]:
+            times.append(i * g)
+            vals.append(max(1, int(c)))
+    return times, vals
+
+
+def refine_need(work: Workload, curve: NeedCurve, engine: EngineProfile, startup: StartupProfile,
+                s: SimSettings, iterations: int, log: Callable[[str], None]) -> tuple[NeedCurve, PolicyResult | None]:
+    """Simulate the instant oracle and add a replica around every fixable SLO miss, a few times."""
+    rate_alone = engine.prefill_rate(0, 0)
+    last: PolicyResult | None = None
+    for it in range(iterations + 1):
+        times, vals = schedule_from_need(curve, lead_s=0.0, breakeven_s=0.0)
+        pol = SchedulePolicy("oracle-instant", times, vals, instant=True)
+        res = simulate(work, pol, engine, startup, curve.at(0), s, keep_misses=True)
+        last = res
+        fixable = [a for a, ttft in res.misses if ttft > s.slo_ttft]
+        # A prompt whose prefill alone exceeds the SLO cannot be helped by more replicas.
+        fixable = [a for a in fixable if _prefill_alone(work, a) / rate_alone <= 0.9 * s.slo_ttft]
+        log(f"oracle sizing pass {it}: attainment {res.slo_attainment:.4f}, gpu-h {res.gpu_hours:.1f}, "
+            f"fixable misses {len(fixable)}")
+        if it == iterations or not fixable or len(fixable) <= 0.0005 * work.requests:
+            break
+        need = curve.need.copy()
+        g = curve.grid_s
+        bump = np.zeros(len(need), dtype=bool)
+        for a in fixable:
+            lo = max(0, int((a - 60.0) // g))
+            hi = min(len(need), int((a + 10.0) // g) + 1)
+            bump[lo:hi] = True
+        need[bump] += 1
+        curve = NeedCurve(grid_s=g, need=need)
+    return curve, last
+
+
+def _prefill_alone(work: Workload, arrival: float) -> float:
+    i = int(np.searchsorted(work.t, arrival))
+    i = min(i, len(work.t) - 1)
+    return float(work.inp[i])
+
+
+# ---- all policies ---------------------------------------------------------------------------------
+
+@dataclass
+class BenchConfig:
+    slo_ttft: float = 2.0
+    standby: int = 1
+    warmscale_overrides: dict[str, str] = field(default_factory=dict)
+    oracle_iterations: int = 3
+    policies: tuple[str, ...] = POLICY_NAMES
+
+
+def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: EngineProfile,
+                   startup: StartupProfile, s: SimSettings, bc: BenchConfig) -> list[Policy]:
+    max_r = default_max_replicas(peak)
+    ttr_cold = time_to_ready(startup, COLD)
+    out: list[Policy] = []
+    for name in names:
+        if name == "warmscale":
+            md = warmscale_metadata(max_r, s.slo_ttft, bc.warmscale_overrides)
+            beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
+            out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r)))
+        elif name == "keda-prometheus-queue":
+            out.append(PromHpaPolicy(name, "waiting", 5.0, max_r))
+        elif name == "keda-prometheus-kv":
+            out.append(PromHpaPolicy(name, "kv", 0.8, max_r))
+        elif name == "hpa-gpu-util":
+            out.append(PromHpaPolicy(name, "util", 0.8, max_r, use_keda=False))
+        elif name == "kpa-concurrency":
+            out.append(KpaPolicy(KpaConfig(max_replicas=max_r)))
+        elif name == "static-peak":
+            out.append(SchedulePolicy(name, [0.0], [peak], info={"replicas": peak}))
+        elif name == "oracle":
+            breakeven = ttr_cold + s.node_idle_s
+            times, vals = schedule_from_need(curve, lead_s=ttr_cold, breakeven_s=breakeven)
+            out.append(SchedulePolicy(name, times, vals, info={"lead_s": ttr_cold, "hold_gaps_below_s": breakeven,
+                                                               "grid_s": curve.grid_s}))
+        elif name == "oracle-instant":
+            times, vals = schedule_from_need(curve, lead_s=0.0, breakeven_s=0.0)
+            out.append(SchedulePolicy(name, times, vals, instant=True, info={"grid_s": curve.grid_s}))
+        else:
+            raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+    return out
+
+
+def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings, bc: BenchConfig,
+            log: Callable[[str], None] | None = None) -> tuple[dict[str, PolicyResult], dict[str, Any]]:
+    say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    grid = max(10.0, s.dt)
+    curve = need_curve(work, engine, s.slo_ttft, grid)
+    curve, _ = refine_need(work, curve, engine, startup, s, bc.oracle_iterations, say)
+    peak = int(curve.need.max())
+    head = int(curve.need[: max(1, int(120 // grid))].max())
+    policies = build_policies(bc.policies, curve, peak, engine, startup, s, bc)
+    results: dict[str, PolicyResult] = {}
+    for pol in policies:
+        initial = peak if pol.name == "static-peak" else (curve.at(0) if pol.name.startswith("oracle") else head)
+        if pol.name == "oracle":
+            initial = max(initial, _sched_at(pol, 0.0))
+        res = simulate(work, pol, engine, startup, initial, s)
+        results[pol.name] = res
+        say(f"{pol.name:24s} attainment {res.slo_attainment:.4f}  gpu-h {res.gpu_hours:8.2f}  "
+            f"p99 {res.ttft_p99_s:7.2f}s  max {res.max_replicas:3d}  ({res.wall_s:.1f}s)")
+    meta = {"peak_need": peak, "initial_replicas": head, "max_replicas_bound": default_max_replicas(peak),
+            "need_grid_s": grid}
+    return results, meta
+
+
+def _sched_at(pol: Policy, t: float) -> int:
+    if isinstance(pol, SchedulePolicy):
+        return pol.counts[0]
+    return 1
