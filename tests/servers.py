@@ -299,6 +299,7 @@ class FakeEngine:
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"fake-engine-{self.port}", daemon=True)
         self._thread.start()
         self._runner: web.AppRunner | None = None
+        self._release: asyncio.Event | None = None
         self._call(self._listen())
 
     @property
@@ -316,7 +317,7 @@ class FakeEngine:
         self.hits += 1
         mode = self._mode
         if mode == "hang":
-            await asyncio.sleep(3600)
+            await self._released().wait()
         if mode == "status":
             return web.Response(status=self._status, text="engine error\n")
         if mode == "huge":
@@ -333,6 +334,11 @@ class FakeEngine:
         return web.Response(text=self._payload, content_type="text/plain", charset="utf-8",
                             headers={"X-Mode": mode})
 
+    def _released(self) -> asyncio.Event:
+        if self._release is None:
+            self._release = asyncio.Event()
+        return self._release
+
     async def _listen(self) -> None:
         app = web.Application()
         app.router.add_get(self.path, self._handle)
@@ -342,19 +348,29 @@ class FakeEngine:
         await site.start()
 
     async def _unlisten(self) -> None:
+        self._released().set()
+        self._release = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    async def _arm(self) -> None:
+        self._release = asyncio.Event()
+
+    async def _unhang(self) -> None:
+        self._released().set()
 
     def serve(self, payload: str | None = None) -> FakeEngine:
         if payload is not None:
             self._payload = payload
         self._mode = "ok"
+        self._call(self._unhang())
         if self._runner is None:
             self._call(self._listen())
         return self
 
     def hang(self) -> FakeEngine:
+        self._call(self._arm())
         self._mode = "hang"
         return self
 
@@ -377,9 +393,18 @@ class FakeEngine:
         self._call(self._unlisten())
         return self
 
+    async def _shutdown(self) -> None:
+        self._released().set()
+        await self._unlisten()
+        me = asyncio.current_task()
+        pending = [t for t in asyncio.all_tasks() if t is not me]
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._call(self._unlisten())
+            self._call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         self._loop.close()
