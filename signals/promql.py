@@ -238,9 +238,13 @@ def replica_query(engine: str, extra: str = "") -> str:
                 continue
             expr = " or ".join(_alt_expr(a, agg, extra) for a in alts)
             parts.append(_tag(f"({expr})", signal, spec.engine))
-        first = spec.waiting[0]
+        # timestamp() drops the metric name, so apply it to one name at a time (no label-set clashes).
+        first = spec.running[0]
         assert isinstance(first, Term)
-        parts.append(_tag(f"max by ({_by()}) (timestamp({selector(first, extra)}))", "timestamp", spec.engine))
+        stamps = " or ".join(
+            f"max by ({_by()}) (timestamp({selector(Term((n,), first.matchers), extra)}))" for n in first.names
+        )
+        parts.append(_tag(f"({stamps})", "timestamp", spec.engine))
     return "\n or ".join(parts)
 
 
