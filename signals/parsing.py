@@ -116,8 +116,36 @@ def _declared_types(text: str) -> dict[str, str]:
     return out
 
 
-def parse_text(text: str, *, max_bytes: int | None = None) -> MetricIndex:
-    """Parse one exposition payload. Raises :class:`PayloadError` on anything unparseable."""
+def _sample_name(line: str) -> str:
+    end = len(line)
+    for ch in "{ \t":
+        i = line.find(ch)
+        if 0 <= i < end:
+            end = i
+    return line[:end]
+
+
+def _prune(text: str, keep_buckets: Callable[[str], bool]) -> str:
+    """Drop ``_created`` samples and the ``_bucket`` samples of histograms nobody reads. Engines expose
+    dozens of histograms; skipping their buckets makes parsing several times faster."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip()
+        if stripped and not stripped.startswith("#"):
+            name = _sample_name(stripped)
+            if name.endswith("_created") or (name.endswith("_bucket") and not keep_buckets(name[: -len("_bucket")])):
+                continue
+        out.append(line)
+    return "".join(out)
+
+
+def parse_text(
+    text: str, *, max_bytes: int | None = None, keep_buckets: Callable[[str], bool] | None = None
+) -> MetricIndex:
+    """Parse one exposition payload. Raises :class:`PayloadError` on anything unparseable.
+
+    With ``keep_buckets``, only histograms whose base name it accepts keep their buckets, and
+    ``*_created`` samples are skipped (their ``_sum``/``_count`` stay)."""
     if max_bytes is not None:
         size = len(text.encode("utf-8", "replace"))
         if size > max_bytes:
@@ -130,6 +158,8 @@ def parse_text(text: str, *, max_bytes: int | None = None) -> MetricIndex:
         # The text format ends every line, the last one included, with a line feed; exporters
         # (prometheus_client, prometheus-cpp, Go expfmt, metrics-exporter-prometheus) all do.
         raise PayloadError("payload does not end with a line feed: truncated")
+    if keep_buckets is not None:
+        text = _prune(text, keep_buckets)
     declared = _declared_types(text)
     samples: dict[str, list[Series]] = {}
     try:

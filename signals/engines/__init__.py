@@ -15,7 +15,7 @@ from signals.engines import dcgm, ray, sglang, tgi, triton, trtllm, vllm
 from signals.model import ReplicaSignal
 from signals.parsing import MetricIndex, PayloadError, parse_text
 
-__all__ = ["DETECTORS", "PARSERS", "PayloadError", "detect_engine", "parse_index", "parse_payload"]
+__all__ = ["DETECTORS", "PARSERS", "PayloadError", "detect_engine", "is_ttft_histogram", "parse_index", "parse_payload"]
 
 PARSERS: dict[str, Callable[[MetricIndex], ReplicaSignal]] = {
     "vllm": vllm.parse,
@@ -68,6 +68,11 @@ def parse_index(idx: MetricIndex, engine: str = "auto") -> ReplicaSignal:
     return parser(idx)
 
 
+def is_ttft_histogram(base: str) -> bool:
+    """The histograms whose buckets the engine parsers read (TTFT, and Triton's first-response)."""
+    return base.endswith("time_to_first_token_seconds") or base == "nv_inference_first_response_histogram_ms"
+
+
 def parse_payload(text: str, engine: str = "auto", *, max_bytes: int | None = None) -> ReplicaSignal:
     """Parse one exposition payload into a :class:`ReplicaSignal`; raises :class:`PayloadError`."""
-    return parse_index(parse_text(text, max_bytes=max_bytes), engine)
+    return parse_index(parse_text(text, max_bytes=max_bytes, keep_buckets=is_ttft_histogram), engine)

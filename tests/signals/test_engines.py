@@ -171,3 +171,11 @@ def test_dcgm_falls_back_to_gpu_util_percent_and_lowercase_hostname() -> None:
     assert dcgm.parse(text) == {("ns", "p"): pytest.approx(0.5), ("ns", "q"): pytest.approx(0.7)}
     sig = parse_payload(_v1())
     assert dcgm.with_gpu_utilization(sig, 0.5).gpu_utilization == 0.5
+
+
+@pytest.mark.parametrize("exp", ENGINE_SAMPLES, ids=IDS)
+def test_pruned_parse_equals_full_parse(exp: Expected) -> None:
+    """parse_payload skips unused histogram buckets for speed; the signal must not change."""
+    from signals.engines import parse_index
+
+    assert parse_payload(exp.text()) == parse_index(parse_text(exp.text()))
