@@ -148,7 +148,7 @@ async def create_nodes(api: client.ApiClient, pools: Iterable[NodePool], concurr
                     raise
 
     await asyncio.gather(*(create(m) for m in manifests))
-    log.info("created nodes", extra={"created": created, "requested": len(manifests)})
+    log.info("created nodes", extra={"nodes_created": created, "requested": len(manifests)})
     return created
 
 
@@ -159,11 +159,18 @@ async def wait_nodes_ready(api: client.ApiClient, expected: int, timeout: float 
     ready = 0
     while True:
         nodes = await core.list_node(label_selector=f"{KWOK_LABEL}={KWOK_LABEL_VALUE}")
-        ready = sum(1 for n in nodes.items if node_ready(n))
+        not_ready = [n for n in nodes.items if not node_ready(n)]
+        ready = len(nodes.items) - len(not_ready)
         if ready >= expected:
             return
         if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"only {ready}/{expected} kwok nodes Ready after {timeout:.0f}s")
+            detail = ""
+            if not_ready:
+                n = not_ready[0]
+                conditions = [(c.type, c.status) for c in (n.status.conditions or [])]
+                taints = [t.key for t in (n.spec.taints or [])]
+                detail = f"; e.g. {n.metadata.name}: conditions={conditions} taints={taints}"
+            raise TimeoutError(f"only {ready}/{expected} kwok nodes Ready after {timeout:.0f}s{detail}")
         await asyncio.sleep(0.5)
 
 

@@ -397,6 +397,9 @@ class _Starter:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             f"--secure-port={ports.controller_manager}",
+            # Each controller acts as its own ServiceAccount (system:controller:*), as in
+            # kubeadm clusters; the KCM identity alone may not update nodes.
+            "--use-service-account-credentials=true",
             f"--root-ca-file={p.ca.cert}",
             f"--service-account-private-key-file={p.sa_private_key}",
             f"--cluster-signing-cert-file={p.ca.cert}",

@@ -76,7 +76,7 @@ class ProcessHandle:
         """SIGTERM, then SIGKILL after ``timeout`` seconds."""
         if not self.alive():
             return
-        log.info("stopping process", extra={"process": self.name, "pid": self.pid})
+        log.info("stopping process", extra={"component": self.name, "pid": self.pid})
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -112,7 +112,7 @@ def start(name: str, argv: Sequence[str], log_dir: Path, *, die_with_parent: boo
             env={**os.environ, **(env or {})},
             close_fds=True,
         )
-    log.info("started process", extra={"process": name, "pid": proc.pid, "log": str(log_path)})
+    log.info("started process", extra={"component": name, "pid": proc.pid, "log": str(log_path)})
     # The Popen object is dropped on purpose: the pid is the handle, so `down` can stop it
     # from another Python process. Silence the "still running" ResourceWarning.
     proc.returncode = 0
