@@ -124,6 +124,10 @@ async def k8s_sa_client(k8s_cluster: Cluster, k8s_admin: client.ApiClient,
                 subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=k8s_namespace)],
             ),
         )
+        if rules:
+            # The RBAC authorizer works from an informer cache: wait until the binding is seen.
+            await wait_for(lambda: _allowed(k8s_admin, k8s_namespace, name, rules[0]), timeout=10,
+                           what=f"RoleBinding {name} effective", interval=0.1)
         token = await k8s_cluster.mint_token(k8s_namespace, name, expiration_seconds=3600)
         api = k8s_cluster.token_client(token)
         opened.append(api)
@@ -170,6 +174,21 @@ async def wait_for(predicate: Callable[[], Awaitable[Any]], *, timeout: float, w
         if loop.time() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
         await asyncio.sleep(interval)
+
+
+async def _allowed(api: client.ApiClient, namespace: str, sa: str, rule: client.V1PolicyRule) -> bool:
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=f"system:serviceaccount:{namespace}:{sa}",
+            groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                namespace=namespace, verb=rule.verbs[0],
+                group=(rule.api_groups or [""])[0], resource=(rule.resources or [""])[0],
+            ),
+        )
+    )
+    result = await client.AuthorizationV1Api(api).create_subject_access_review(review)
+    return bool(result.status.allowed)
 
 
 async def _sa_exists(core: client.CoreV1Api, namespace: str, name: str) -> bool:

@@ -212,8 +212,8 @@ class Cluster:
         configuration = client.Configuration()
         configuration.host = self.server
         configuration.ssl_ca_cert = str(self._ca_file())
-        configuration.api_key = {"authorization": token}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
         return client.ApiClient(configuration)
 
     async def mint_token(self, namespace: str, service_account: str, *,
