@@ -68,8 +68,9 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         return _finish(desired, True, "signals-unknown", rules, obs, state, cfg, now, ready, starting, ttr)
 
     # 1. Demand: in-flight requests (running + waiting + gateway queue), looking ahead by the
-    #    time a new replica needs to become ready.
-    lookahead = obs.load + max(0.0, obs.load_slope) * ttr
+    #    time a new replica needs to become ready. The slope is fitted over trendWindowSeconds and is
+    #    not extrapolated further than that: over a cold start (minutes) it would multiply noise.
+    lookahead = obs.load + max(0.0, obs.load_slope) * min(ttr, cfg.trend_window_seconds)
     rules["demand"] = _ceil(max(obs.load, lookahead) / cfg.target_inflight_per_replica)
 
     # 2. Queue: requests wait although engines are full below the in-flight target (KV or

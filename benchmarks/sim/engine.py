@@ -255,7 +255,7 @@ class Engine:
         batch = 0
         for r in self.decoding:
             batch += r.n
-        s_d = p.decode_step_s(batch, self.kv_used)
+        s_d = max(p.decode_step_s(batch, self.kv_used), 1e-6)
         n_old = len(self.decoding)
         pending = 0.0
         for r in self.prefilling:

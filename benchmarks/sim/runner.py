@@ -243,12 +243,12 @@ def refine_need(work: Workload, curve: NeedCurve, engine: EngineProfile, startup
         pol = SchedulePolicy("oracle-instant", times, vals, instant=True)
         res = simulate(work, pol, engine, startup, curve.at(0), s, keep_misses=True)
         last = res
-        fixable = [a for a, ttft in res.misses if ttft > s.slo_ttft]
         # A prompt whose prefill alone exceeds the SLO cannot be helped by more replicas.
-        fixable = [a for a in fixable if _prefill_alone(work, a) / rate_alone <= 0.9 * s.slo_ttft]
+        fixable = [a for a, ttft in res.misses
+                   if ttft > s.slo_ttft and _prefill_alone(work, a) / rate_alone <= 0.9 * s.slo_ttft]
         log(f"oracle sizing pass {it}: attainment {res.slo_attainment:.4f}, gpu-h {res.gpu_hours:.1f}, "
             f"fixable misses {len(fixable)}")
-        if it == iterations or not fixable or len(fixable) <= 0.0005 * work.requests:
+        if it == iterations or not fixable or res.slo_attainment >= 0.998:
             break
         need = curve.need.copy()
         g = curve.grid_s

@@ -1,0 +1,50 @@
+"""`warmscale bench <benchmark>` (also `python -m benchmarks.cli <benchmark> ...`).
+
+Each benchmark module provides ``configure(parser)`` and ``run(args) -> int``; a module that is not
+there (yet) is listed as unavailable instead of breaking the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "trace": ("benchmarks.trace_replay", "replay a trace: SLO attainment vs GPU-hours for every policy"),
+    "coldwarm": ("benchmarks.cold_warm", "cold vs warm start on the local cluster (issue 4)"),
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            if exc.name != module_name:
+                raise
+            sub.add_parser(name, help=f"{help_text} (unavailable: {exc})")
+            continue
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.configure(p)
+        p.set_defaults(_bench=module)
+
+
+def run(args: argparse.Namespace) -> int:
+    module = getattr(args, "_bench", None)
+    if module is None:
+        print(f"benchmark {args.benchmark!r} is not available", file=sys.stderr)
+        return 2
+    return int(module.run(args) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cli", description=__doc__)
+    configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

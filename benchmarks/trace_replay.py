@@ -1,0 +1,195 @@
+"""`warmscale bench trace`: replay a trace through every policy on the same arrivals.
+
+Prints a table, writes the JSON the evaluation reads (shape in issue 5 / docs/benchmarks.md) and,
+with ``--plot``, a PNG: replicas and queue over time per policy, and SLO attainment vs GPU-hours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.sim.arrivals import load_trace
+from benchmarks.sim.engine import ENGINE_PROFILES
+from benchmarks.sim.runner import POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
+from warmpool.startup_model import PROFILES, time_to_ready_table
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", required=True, help="per-request CSV or rate-curve CSV")
+    parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES),
+                        help="engine + startup profile (default 8b-h100)")
+    parser.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT SLO in seconds (default 2)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the rate-curve arrivals (default 1)")
+    parser.add_argument("--json", required=True, dest="json_out", help="where to write the results JSON")
+    parser.add_argument("--plot", default=None, help="where to write the PNG plot")
+    parser.add_argument("--tick", type=float, default=None,
+                        help="simulation tick in seconds (default 1 for per-request traces, 5 for rate curves)")
+    parser.add_argument("--tokens-from", default=None,
+                        help="per-request trace whose token sizes a rate curve draws from (default: by name)")
+    parser.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate curve's rate")
+    parser.add_argument("--hours", type=float, default=None, help="replay only the first HOURS of the trace")
+    parser.add_argument("--standby", type=int, default=1, help="warmscale warm pool: placeholders held (default 1)")
+    parser.add_argument("--oracle-iterations", type=int, default=3, help="oracle sizing refinement passes")
+    parser.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset of policies")
+    parser.add_argument("--warmscale-meta", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a warmscale trigger metadata key (repeatable)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _progress(quiet: bool) -> Any:
+    if quiet:
+        return None
+    state = {"last": 0.0}
+
+    def show(policy: str, frac: float) -> None:
+        now = time.perf_counter()
+        if now - state["last"] >= 2.0 or frac >= 1.0:
+            state["last"] = now
+            print(f"  {policy}: {frac * 100:5.1f}%", file=sys.stderr, flush=True)
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    wall0 = time.perf_counter()
+    path = Path(args.trace)
+    kind_tick = args.tick
+    from benchmarks.sim.arrivals import detect_kind
+
+    kind = detect_kind(path)
+    dt = kind_tick if kind_tick is not None else (1.0 if kind == "requests" else 5.0)
+    work = load_trace(path, dt=dt, seed=args.seed, tokens_from=args.tokens_from, rate_scale=args.rate_scale)
+    if args.hours is not None:
+        work = _truncate(work, args.hours * 3600.0)
+    engine = ENGINE_PROFILES[args.profile]
+    startup = PROFILES[args.profile]
+    overrides = dict(kv.split("=", 1) for kv in args.warmscale_meta)
+    names = tuple(n.strip() for n in args.policies.split(",") if n.strip())
+    long_run = work.span_s > 6 * 3600
+    settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
+                           progress=_progress(args.quiet))
+    if long_run and "scrapeIntervalSeconds" not in overrides:
+        overrides["scrapeIntervalSeconds"] = "15"
+    bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
+                     oracle_iterations=args.oracle_iterations, policies=names)
+    say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    say(f"{work.name}: {work.requests} requests over {work.span_s / 3600:.2f} h, profile {args.profile}, "
+        f"tick {dt:g}s, SLO TTFT {args.slo_ttft:g}s")
+    results, meta = run_all(work, engine, startup, settings, bc, say)
+    wall = time.perf_counter() - wall0
+    doc = build_json(work, args, results, meta, engine, startup, settings, wall)
+    Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json_out).write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    print(format_table(doc))
+    print(f"simulated in {wall:.1f} s")
+    if args.plot:
+        plot(results, doc, args.plot)
+    return 0
+
+
+def _truncate(work: Any, seconds: float) -> Any:
+    keep = work.t < seconds
+    work.t, work.n, work.inp, work.out = work.t[keep], work.n[keep], work.inp[keep], work.out[keep]
+    work.span_s = min(work.span_s, seconds)
+    return work
+
+
+def _clean(x: float) -> float:
+    return round(x, 6) if math.isfinite(x) else 0.0
+
+
+def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyResult], meta: dict[str, Any],
+               engine: Any, startup: Any, settings: SimSettings, wall: float) -> dict[str, Any]:
+    policies = {name: {k: (_clean(v) if isinstance(v, float) else v) for k, v in r.summary().items()}
+                for name, r in results.items()}
+    return {
+        "trace": work.name,
+        "profile": args.profile,
+        "slo_ttft_s": float(args.slo_ttft),
+        "requests": int(work.requests),
+        "policies": policies,
+        # Everything below is context; the keys above are the contract.
+        "details": {
+            "kind": work.kind,
+            "span_s": work.span_s,
+            "seed": args.seed,
+            "tick_s": settings.dt,
+            "tokens_from": work.tokens_from,
+            "rate_scale": args.rate_scale if work.kind == "rate" else None,
+            "wall_s": round(wall, 2),
+            "gpu_hours_vs_oracle": {n: _clean(r.gpu_hours / results["oracle"].gpu_hours)
+                                    for n, r in results.items()} if "oracle" in results else None,
+            "per_policy": {n: {"starts_by_warm_state": r.starts, "served": r.served, "wall_s": round(r.wall_s, 2),
+                               "params": r.params} for n, r in results.items()},
+            "engine_profile": {k: v for k, v in engine.__dict__.items() if k != "sources"},
+            "engine_sources": dict(engine.sources),
+            "startup_profile": {k: v for k, v in startup.__dict__.items() if k != "sources"},
+            "startup_sources": dict(startup.sources),
+            "time_to_ready_s": time_to_ready_table(startup),
+            "cluster": {"node_idle_s (cluster-autoscaler scale-down-unneeded-time)": settings.node_idle_s},
+            "oracle": meta,
+        },
+    }
+
+
+def format_table(doc: dict[str, Any]) -> str:
+    rows = [f"{doc['trace']}  profile={doc['profile']}  SLO TTFT={doc['slo_ttft_s']:g}s  requests={doc['requests']}",
+            f"{'policy':24s} {'SLO att.':>9s} {'GPU-h':>9s} {'x oracle':>9s} {'TTFT p50':>9s} {'TTFT p99':>9s} "
+            f"{'cold':>5s} {'max':>4s}"]
+    oracle = doc["policies"].get("oracle", {}).get("gpu_hours")
+    for name, p in doc["policies"].items():
+        rel = f"{p['gpu_hours'] / oracle:9.2f}" if oracle else f"{'-':>9s}"
+        rows.append(f"{name:24s} {p['slo_attainment'] * 100:8.2f}% {p['gpu_hours']:9.2f} {rel} "
+                    f"{p['ttft_p50_s']:9.3f} {p['ttft_p99_s']:9.2f} {p['cold_starts']:5d} {p['max_replicas']:4d}")
+    return "\n".join(rows)
+
+
+def plot(results: dict[str, PolicyResult], doc: dict[str, Any], out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(13, 9))
+    gs = fig.add_gridspec(3, 2, width_ratios=(2.2, 1))
+    ax_r = fig.add_subplot(gs[0, 0])
+    ax_q = fig.add_subplot(gs[1, 0], sharex=ax_r)
+    ax_t = fig.add_subplot(gs[:, 1])
+    scale = 3600.0 if doc["details"]["span_s"] > 6 * 3600 else 60.0
+    unit = "h" if scale == 3600.0 else "min"
+    for name, r in results.items():
+        t = [x / scale for x in r.timeline["t"]]
+        ax_r.step(t, r.timeline["spec"], where="post", label=name, lw=1)
+        ax_q.plot(t, r.timeline["waiting"], label=name, lw=0.8)
+    ax_r.set_ylabel("replicas (spec)")
+    ax_r.legend(fontsize=7, ncol=2)
+    ax_q.set_ylabel("requests waiting")
+    ax_q.set_yscale("symlog", linthresh=10)
+    ax_q.set_xlabel(f"time ({unit})")
+    ax_w = fig.add_subplot(gs[2, 0], sharex=ax_r)
+    ws = results.get("warmscale")
+    if ws is not None:
+        t = [x / scale for x in ws.timeline["t"]]
+        ax_w.step(t, ws.timeline["spec"], where="post", label="warmscale spec")
+        ax_w.step(t, ws.timeline["ready"], where="post", label="warmscale ready")
+        ax_w.step(t, ws.timeline["held"], where="post", label="placeholders + idle nodes")
+        ax_w.legend(fontsize=7)
+        ax_w.set_ylabel("warmscale")
+    for name, p in doc["policies"].items():
+        ax_t.scatter(p["gpu_hours"], p["slo_attainment"] * 100, s=30)
+        ax_t.annotate(name, (p["gpu_hours"], p["slo_attainment"] * 100), fontsize=7,
+                      xytext=(3, 3), textcoords="offset points")
+    ax_t.axhline(99.0, color="grey", ls="--", lw=0.8)
+    ax_t.set_xlabel("GPU-hours (held capacity included)")
+    ax_t.set_ylabel(f"TTFT <= {doc['slo_ttft_s']:g}s (% of requests)")
+    ax_t.set_title("SLO vs GPU-hours", fontsize=9)
+    fig.suptitle(f"{doc['trace']} - {doc['profile']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=70)
+    plt.close(fig)

@@ -1,0 +1,83 @@
+"""End to end on small synthetic traces: JSON shape, determinism, the real policy code path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import cli
+from benchmarks.sim.arrivals import load_trace
+from benchmarks.sim.runner import POLICY_NAMES
+
+KEYS = {"slo_attainment", "gpu_hours", "ttft_p50_s", "ttft_p99_s", "cold_starts", "max_replicas"}
+
+
+def _requests_csv(path: Path, seed: int = 3) -> Path:
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0, 1200, 2400))
+    t[1200:1500] = np.sort(rng.uniform(600, 630, 300))  # a burst
+    t.sort()
+    rows = ["timestamp_s,input_tokens,output_tokens,extra"]
+    rows += [f"{x:.3f},{int(rng.integers(100, 3000))},{int(rng.integers(5, 300))},z" for x in t]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _run(tmp_path: Path, trace: Path, name: str, *extra: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    rc = cli.main(["trace", "--trace", str(trace), "--json", str(out), "--quiet", "--oracle-iterations", "1", *extra])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def test_json_shape_and_determinism(tmp_path: Path) -> None:
+    trace = _requests_csv(tmp_path / "t.csv")
+    a = _run(tmp_path, trace, "a", "--plot", str(tmp_path / "p.png"))
+    assert set(a) >= {"trace", "profile", "slo_ttft_s", "requests", "policies"}
+    assert a["requests"] == 2400 and a["profile"] == "8b-h100" and a["slo_ttft_s"] == 2.0
+    assert set(a["policies"]) == set(POLICY_NAMES)
+    for p in a["policies"].values():
+        assert set(p) == KEYS
+        assert 0.0 <= p["slo_attainment"] <= 1.0 and p["gpu_hours"] > 0
+    pol = a["policies"]
+    assert pol["oracle-instant"]["gpu_hours"] <= pol["oracle"]["gpu_hours"] + 1e-9
+    assert pol["static-peak"]["cold_starts"] == 0
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    b = _run(tmp_path, trace, "b")
+    assert a["policies"] == b["policies"]
+
+
+def test_rate_curve_arrivals_are_seeded_poisson(tmp_path: Path) -> None:
+    tokens = _requests_csv(tmp_path / "tok.csv")
+    curve = tmp_path / "curve.csv"
+    curve.write_text("bucket_start_s,bucket_end_s,rate_rps,active_clients\n0,600,2.0,3\n600,1200,10.0,3\n")
+    w1 = load_trace(curve, dt=5.0, seed=7, tokens_from=tokens)
+    w2 = load_trace(curve, dt=5.0, seed=7, tokens_from=tokens)
+    w3 = load_trace(curve, dt=5.0, seed=8, tokens_from=tokens)
+    assert np.array_equal(w1.n, w2.n) and np.array_equal(w1.inp, w2.inp)
+    assert not np.array_equal(w1.n, w3.n)
+    first = w1.n[w1.t < 600].sum()
+    second = w1.n[w1.t >= 600].sum()
+    assert abs(first - 1200) < 200 and abs(second - 6000) < 400
+    counts = tmp_path / "counts.csv"
+    counts.write_text("bucket_start_s,bucket_end_s,requests\n0,5,10\n5,15,20\n")
+    assert abs(load_trace(counts, dt=5.0, seed=1, tokens_from=tokens).requests - 30) < 20
+
+
+def test_warmscale_runs_the_production_policy(tmp_path: Path, monkeypatch) -> None:
+    import scaler.policy
+
+    calls = {"n": 0}
+    real = scaler.policy.decide
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("benchmarks.sim.policies.decide", counting)
+    trace = _requests_csv(tmp_path / "t.csv")
+    doc = _run(tmp_path, trace, "w", "--policies", "warmscale,oracle,oracle-instant")
+    assert calls["n"] > 100
+    assert set(doc["policies"]) == {"warmscale", "oracle", "oracle-instant"}
