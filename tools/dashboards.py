@@ -104,7 +104,8 @@ def _stat(title: str, description: str, q: Q, *, unit: str = "short", width: int
 def _variables(d: db.Dashboard, source_metric: str, name_label: str) -> db.Dashboard:
     return (d.with_variable(db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
             .with_variable(db.QueryVariable("namespace").label("Namespace").datasource(DS)
-                           .query(f"label_values({source_metric}, namespace)").refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+                           .query(f"label_values({source_metric}, namespace)")
+                           .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
                            .multi(True).include_all(True).all_value(".*").sort(dm.VariableSort.ALPHABETICAL_ASC))
             .with_variable(db.QueryVariable("scaledobject").label("ScaledObject / workload").datasource(DS)
                            .query(f'label_values({source_metric}{{namespace=~"$namespace"}}, {name_label})')
