@@ -373,7 +373,7 @@ class TrackerManager:
         cfg = parse_metadata(metadata)
         tracker = Tracker(self, namespace, name, metadata, cfg)
         tracker.start()
-        log.info("tracking scaledobject", extra={"tracker": tracker.id, "namespace": namespace, "name": name})
+        log.info("tracking scaledobject", extra={"tracker": tracker.id, "namespace": namespace, "scaledobject": name})
         return tracker
 
     async def start(self) -> None:
