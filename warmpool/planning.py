@@ -18,7 +18,7 @@ from typing import Any
 
 from warmpool import objects as ob
 from warmpool.annotations import AnnotationError, WarmConfig, parse_annotations
-from warmpool.matching import matching_nodes, pod_is_active
+from warmpool.matching import free_fit, matching_nodes
 from warmpool.model_uri import staged_label_key
 
 Obj = Mapping[str, Any]
@@ -122,8 +122,9 @@ def _finished_at(pod: Obj, now: float) -> float:
 
 
 def choose_stage_nodes(candidates: Sequence[Obj], n: int, label_key: str | None,
-                       has_job: set[str], has_replica: set[str]) -> list[str]:
-    """Deterministic, sticky choice: staged first, then in-progress, then nodes running a replica, then by name."""
+                       has_job: set[str], has_room: set[str]) -> list[str]:
+    """Deterministic, sticky choice: staged first, then in-progress, then nodes with room for one more
+    replica (where a placeholder can hold capacity), then by name."""
 
     def rank(node: Obj) -> tuple[int, str]:
         name = _name(node)
@@ -131,7 +132,7 @@ def choose_stage_nodes(candidates: Sequence[Obj], n: int, label_key: str | None,
             return 0, name
         if name in has_job:
             return 1, name
-        if name in has_replica:
+        if name in has_room:
             return 2, name
         return 3, name
 
@@ -173,18 +174,16 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     p.matching = [_name(x) for x in cands]
     node_by_name = {_name(x): x for x in nodes}
 
-    # --- workload replicas: where they run
-    selector = dict(wl.selector)
-    replicas = [q for q in pods if selector and all(_labels(q).get(k) == v for k, v in selector.items())
-                and not ob.is_managed(q)]
-    has_replica = {str((q.get("spec") or {}).get("nodeName")) for q in replicas if pod_is_active(q)}
+    # --- where one more replica fits, not counting our own placeholders (they yield)
+    others = [q for q in pods if not (ob.is_managed(q) and _labels(q).get(ob.ROLE) == "placeholder")]
+    has_room = {_name(x) for x in cands if free_fit(spec, x, others)}
 
     # --- staging Jobs (weights) and the staged label
     uri = cfg.model_uri
     label_key = staged_label_key(uri) if uri else None
     my_jobs = {_name(j): j for j in jobs if _labels(j).get(ob.WORKLOAD) == mine and _labels(j).get(ob.ROLE) == "stage"}
     job_nodes = {str(_meta(j).get("annotations", {}).get(ob.NODE_ANN, "")) for j in my_jobs.values()}
-    p.stage_nodes = choose_stage_nodes(cands, cfg.prestage_nodes, label_key, job_nodes, has_replica)
+    p.stage_nodes = choose_stage_nodes(cands, cfg.prestage_nodes, label_key, job_nodes, has_room)
     wanted_jobs: set[str] = set()
     if uri is not None and label_key is not None:
         for node in p.stage_nodes:

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.warmpool.helpers import node, workload
+from tests.warmpool.helpers import node, pod_spec, workload
 from warmpool import objects as ob
 from warmpool.model_uri import parse_model_uri, staged_label_key
 from warmpool.planning import (
@@ -99,12 +99,12 @@ def test_fresh_workload_creates_everything_on_matching_nodes() -> None:
     assert p.status["staged"] == "0/2"
 
 
-def test_sticky_choice_prefers_staged_then_replica_nodes() -> None:
-    wl = workload(BASE)
+def test_sticky_choice_prefers_staged_then_nodes_with_room() -> None:
+    wl = workload(BASE, spec=pod_spec(gpus=8))
     nodes = [node("h1"), node("h2"), labelled(node("h3"))]
     replica = {
         "metadata": {"name": "llm-abc", "labels": {"app": "llm"}},
-        "spec": {"nodeName": "h2"},
+        "spec": {**pod_spec(gpus=8), "nodeName": "h1"},
         "status": {"phase": "Running"},
     }
     p = plan(wl, nodes, [replica], [], None, NOW)

@@ -1,0 +1,306 @@
+"""The warm-pool controller against the real local control plane (KWOK GPU nodes)."""
+
+# ruff: noqa: F811  (fixtures imported from tests.cluster.fixtures are used by name)
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.cluster import workloads as w
+from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
+    NodePoolFactory,
+    k8s_admin,
+    k8s_cluster,
+    k8s_namespace,
+    k8s_node_pool,
+    wait_for,
+)
+from tests.cluster.fleet import H100
+from warmpool import objects as ob
+from warmpool.controller import Controller, Options
+from warmpool.kube import LeaderElector
+from warmpool.model_uri import parse_model_uri, staged_label_key
+
+pytestmark = pytest.mark.cluster
+P = "warmscale.io/"
+URI = "hf://org/model@rev1"
+LABEL = staged_label_key(parse_model_uri(URI))
+MANAGED = f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}"
+
+Starter = Callable[[], Awaitable[Controller]]
+
+
+@pytest.fixture
+async def controller(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
+    """Factory starting an in-process controller scoped to the test namespace; returns (controller, task)."""
+    running: list[asyncio.Task[None]] = []
+
+    async def start() -> tuple[Controller, asyncio.Task[None]]:
+        ctl = Controller(k8s_admin, Options(namespace=k8s_namespace, resync_s=2.0, stager_image="warmscale:test",
+                                            scaler_address="scaler.test:9090"))
+        task = asyncio.create_task(ctl.run())
+        running.append(task)
+        return ctl, task
+
+    yield start
+    for t in running:
+        t.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+
+
+def gpu_deployment(ns: str, name: str, replicas: int, annotations: dict[str, str], gpus: int = 8) -> dict[str, Any]:
+    d = w.deployment(name, replicas, gpus=gpus, cpu="4", memory="32Gi", node_selector={"warmscale.io/test": ns})
+    d["metadata"]["annotations"] = annotations
+    return d
+
+
+async def managed_pods(core: client.CoreV1Api, ns: str, role: str) -> list[client.V1Pod]:
+    pods = await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}={role}")
+    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
+
+
+async def events(core: client.CoreV1Api, ns: str, reason: str) -> list[client.CoreV1Event]:
+    return [e for e in (await core.list_namespaced_event(ns)).items if e.reason == reason]
+
+
+async def test_invalid_annotation_is_an_event_and_changes_nothing(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, controller: Any
+) -> None:
+    ns = k8s_namespace
+    await k8s_node_pool(replace(H100, count=1))
+    core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
+    ann = {P + "enabled": "true", P + "standby": "lots", P + "prestage-nodes": "1", P + "model-uri": URI}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "bad", 1, ann))
+    await controller()
+
+    async def invalid_event() -> list[client.CoreV1Event]:
+        return await events(core, ns, "InvalidAnnotation")
+
+    [ev] = await wait_for(invalid_event, timeout=30, what="InvalidAnnotation event")
+    assert "warmscale.io/standby" in ev.message and ev.involved_object.name == "bad"
+    await asyncio.sleep(3)  # a couple of resyncs
+    assert not (await core.list_namespaced_pod(ns, label_selector=MANAGED)).items
+    assert not (await client.BatchV1Api(k8s_admin).list_namespaced_job(ns)).items
+    dep = await apps.read_namespaced_deployment("bad", ns)
+    assert ob.MANAGED_BY not in (dep.metadata.annotations or {}) and P + "status" not in dep.metadata.annotations
+    assert dep.spec.replicas == 1
+
+
+async def test_placeholders_staging_preemption_and_replenishment(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, controller: Any
+) -> None:
+    ns = k8s_namespace
+    nodes = await k8s_node_pool(replace(H100, count=3))
+    core, apps, batch = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.BatchV1Api(k8s_admin)
+    ann = {P + "enabled": "true", P + "standby": "2", P + "prestage-nodes": "2", P + "model-uri": URI,
+           P + "stage-pod-annotations": json.dumps({"sim.warmscale.io/job-duration": "3s"})}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "llm", 1, ann))
+
+    async def one_ready() -> list[client.V1Pod]:
+        pods = (await core.list_namespaced_pod(ns, label_selector="app=llm")).items
+        return [p for p in pods if w.is_ready(p)]
+
+    [first] = await wait_for(one_ready, timeout=30, what="first replica Ready")
+    ctl, _ = await controller()
+
+    async def jobs() -> list[client.V1Job]:
+        return (await batch.list_namespaced_job(ns, label_selector=MANAGED)).items
+
+    created = await wait_for(jobs, timeout=30, what="staging Jobs")
+    job_nodes = {j.metadata.annotations[ob.NODE_ANN] for j in created}
+    assert first.spec.node_name not in job_nodes and len(job_nodes) == 2  # staged where a replica fits
+    # the label never precedes the Job's success
+    for n in job_nodes:
+        node = await core.read_node(n)
+        job = next(j for j in created if j.metadata.annotations[ob.NODE_ANN] == n)
+        if LABEL in (node.metadata.labels or {}):
+            assert (await batch.read_namespaced_job(job.metadata.name, ns)).status.succeeded
+
+    async def staged() -> bool:
+        labelled = [n for n in nodes if (await core.read_node(n)).metadata.labels.get(LABEL) == "true"]
+        return sorted(labelled) == sorted(job_nodes)
+
+    await wait_for(staged, timeout=60, what="nodes labelled staged")
+    for j in await jobs():
+        assert j.status.succeeded == 1
+
+    async def holders_on_staged() -> bool:
+        hs = await managed_pods(core, ns, "placeholder")
+        return len(hs) == 2 and all(w.is_ready(h) and h.spec.node_name in job_nodes for h in hs)
+
+    await wait_for(holders_on_staged, timeout=60, what="2 placeholders Ready on the staged nodes")
+    holders = await managed_pods(core, ns, "placeholder")
+    assert all(h.spec.priority == ob.PRIORITY_VALUE and h.spec.preemption_policy == "Never" for h in holders)
+    assert all(h.metadata.owner_references[0].name == "llm" for h in holders)
+    old_uids = {h.metadata.uid for h in holders}
+
+    # scale up: no free GPU node is left, so the new replicas preempt the placeholders and land there
+    await apps.patch_namespaced_deployment_scale("llm", ns, {"spec": {"replicas": 3}})
+
+    async def three_ready() -> list[client.V1Pod]:
+        pods = await one_ready()
+        return pods if len(pods) == 3 else []
+
+    pods = await wait_for(three_ready, timeout=90, what="3 replicas Ready")
+    new_nodes = {p.spec.node_name for p in pods} - {first.spec.node_name}
+    assert new_nodes == job_nodes
+
+    async def replenished() -> bool:
+        hs = await managed_pods(core, ns, "placeholder")
+        return len(hs) == 2 and not ({h.metadata.uid for h in hs} & old_uids)
+
+    await wait_for(replenished, timeout=30, what="placeholders replenished")
+
+    async def measured() -> dict[str, float]:
+        t = ctl.ttr.get(f"Deployment/{ns}/llm")
+        return t.medians() if t else {}
+
+    m = await wait_for(lambda: _poll(measured, lambda v: "placeholder+staged" in v), timeout=30,
+                       what="time-to-ready measured for placeholder+staged")
+    assert m["placeholder+staged"] >= 0
+    dep = await apps.read_namespaced_deployment("llm", ns)
+    status = json.loads(dep.metadata.annotations[P + "status"])
+    assert status["staged"] == "2/2"
+
+
+async def _poll(get: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool]) -> Any:
+    v = await get()
+    return v if ok(v) else None
+
+
+async def test_staging_jobs_never_duplicated_across_restart(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, controller: Any
+) -> None:
+    ns = k8s_namespace
+    nodes = await k8s_node_pool(replace(H100, count=2))
+    core, apps, batch = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.BatchV1Api(k8s_admin)
+    ann = {P + "enabled": "true", P + "prestage-nodes": "2", P + "model-uri": URI,
+           P + "stage-pod-annotations": json.dumps({"sim.warmscale.io/job-duration": "6s"})}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "llm", 1, ann))
+    _, task = await controller()
+
+    async def two_jobs() -> list[client.V1Job]:
+        js = (await batch.list_namespaced_job(ns, label_selector=MANAGED)).items
+        return js if len(js) == 2 else []
+
+    before = {j.metadata.name: j.metadata.uid for j in await wait_for(two_jobs, timeout=30, what="2 Jobs")}
+    task.cancel()  # "kill" the controller mid-staging
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    for n in nodes:  # nothing is marked staged while the Jobs run
+        assert LABEL not in ((await core.read_node(n)).metadata.labels or {})
+    await controller()
+
+    async def labelled() -> bool:
+        return all((await core.read_node(n)).metadata.labels.get(LABEL) == "true" for n in nodes)
+
+    await wait_for(labelled, timeout=60, what="nodes labelled after restart")
+    after = {j.metadata.name: j.metadata.uid for j in (await batch.list_namespaced_job(ns)).items}
+    assert after == before  # same Jobs, none recreated or duplicated
+
+
+async def test_leader_election_takeover_within_lease(k8s_admin: client.ApiClient, k8s_namespace: str) -> None:
+    coord = client.CoordinationV1Api(k8s_admin)
+    lease_s = 4.0
+    leading: dict[str, float] = {}
+    stop_a, stop_b = asyncio.Event(), asyncio.Event()
+
+    def make(identity: str) -> tuple[LeaderElector, Callable[[], Awaitable[None]]]:
+        el = LeaderElector(coord, k8s_namespace, "warmpool-test", identity, lease_duration=lease_s,
+                           renew_period=1.0, retry_period=0.5)
+
+        async def lead() -> None:
+            leading[identity] = time.monotonic()
+            await asyncio.Event().wait()
+
+        return el, lead
+
+    a, lead_a = make("a")
+    b, lead_b = make("b")
+    task_a = asyncio.create_task(a.run(lead_a, stop_a))
+    await wait_for(lambda: _poll(lambda: _val(leading), lambda v: "a" in v), timeout=10, what="a leads")
+    task_b = asyncio.create_task(b.run(lead_b, stop_b))
+    await asyncio.sleep(2 * lease_s)
+    assert "b" not in leading and a.is_leader and not b.is_leader  # one leader while a renews
+    # kill a without releasing the lease (a crash): b takes over once the lease expires
+    a.release = _noop  # type: ignore[method-assign]
+    killed = time.monotonic()
+    task_a.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task_a
+    await wait_for(lambda: _poll(lambda: _val(leading), lambda v: "b" in v), timeout=3 * lease_s, what="b leads")
+    took = leading["b"] - killed
+    assert took <= lease_s + 2.0, took
+    lease = await coord.read_namespaced_lease("warmpool-test", k8s_namespace)
+    assert lease.spec.holder_identity == "b" and lease.spec.lease_transitions >= 1
+    stop_b.set()  # graceful: releases the lease
+    await task_b
+    lease = await coord.read_namespaced_lease("warmpool-test", k8s_namespace)
+    assert not lease.spec.holder_identity
+
+
+async def _val(v: Any) -> Any:
+    return v
+
+
+async def _noop() -> None:
+    return None
+
+
+async def test_scaledobject_created_and_floor_kept(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, controller: Any
+) -> None:
+    ns = k8s_namespace
+    await k8s_node_pool(replace(H100, count=1))
+    core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
+    custom = client.CustomObjectsApi(k8s_admin)
+    ann = {P + "enabled": "true", P + "autoscale": "true", P + "min-ready": "2", P + "max-replicas": "6"}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "llm", 1, ann, gpus=1))
+    user_so = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "mine"},
+               "spec": {"scaleTargetRef": {"name": "mine"}, "minReplicaCount": 0,
+                        "triggers": [{"type": "external", "metadata": {"scalerAddress": "x:1"}}]}}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "mine", 1, {P + "enabled": "true",
+                                                                                 P + "autoscale": "true"}, gpus=1))
+    await custom.create_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", user_so)
+    await controller()
+
+    async def get_so(name: str = "llm") -> dict[str, Any] | None:
+        try:
+            return dict(await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    so = await wait_for(get_so, timeout=30, what="ScaledObject created")
+    assert so["spec"]["minReplicaCount"] == 2 and so["spec"]["maxReplicaCount"] == 6
+    assert so["spec"]["triggers"][0]["type"] == "external-push"
+    assert so["spec"]["triggers"][0]["metadata"]["scalerAddress"] == "scaler.test:9090"
+    assert so["metadata"]["labels"][ob.MANAGED_BY] == "warmscale"
+    assert so["metadata"]["ownerReferences"][0]["name"] == "llm"
+    # someone lowers the floor: the controller puts it back
+    await custom.patch_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm",
+                                                {"spec": {"minReplicaCount": 0}},
+                                                _content_type="application/merge-patch+json")
+    await wait_for(lambda: _poll(get_so, lambda v: v["spec"]["minReplicaCount"] == 2), timeout=30,
+                   what="floor restored")
+    # floor 0 where scale-to-zero is not allowed: raised to 1, with an Event
+    await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "min-ready": "0"}}})
+    await wait_for(lambda: _poll(get_so, lambda v: v["spec"]["minReplicaCount"] == 1), timeout=30,
+                   what="floor 0 raised to 1")
+    assert await events(core, ns, "ScaleToZeroRefused")
+    # the user's own ScaledObject is never overwritten
+    await wait_for(lambda: events(core, ns, "ScaledObjectNotOwned"), timeout=30, what="not-owned event")
+    mine = await get_so("mine")
+    assert mine is not None and mine["spec"]["minReplicaCount"] == 0 and ob.MANAGED_BY not in (
+        mine["metadata"].get("labels") or {})

@@ -1,0 +1,101 @@
+"""``warmscale warmpool``: run the warm-pool controller (leader-elected, graceful shutdown)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import uuid
+from typing import Any
+
+log = logging.getLogger("warmscale.warmpool")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    parser.add_argument("--namespace", help="watch only this namespace (default: all)")
+    parser.add_argument("--metrics-port", type=int, default=9102, help="Prometheus metrics port (0: off)")
+    parser.add_argument("--metrics-address", default="0.0.0.0")
+    parser.add_argument("--scaler-address", default="warmscale-scaler.warmscale.svc:9090",
+                        help="host:port of the scaler for owned ScaledObjects' external-push trigger")
+    parser.add_argument("--stager-image",
+                        default=os.environ.get("WARMSCALE_IMAGE", "ghcr.io/warmscale/warmscale:latest"),
+                        help="image of the staging Jobs (runs `warmscale stage`)")
+    parser.add_argument("--redis-address", help="publish WarmStatus to this Redis (redis://host:port); "
+                        "default: log only")
+    parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "warmscale"))
+    parser.add_argument("--lease-name", default="warmscale-warmpool")
+    parser.add_argument("--lease-duration", type=float, default=15.0)
+    parser.add_argument("--renew-period", type=float, default=5.0)
+    parser.add_argument("--identity", default=None, help="leader-election identity (default: host-pid-random)")
+    parser.add_argument("--resync", type=float, default=30.0, help="seconds between full reconciles")
+
+
+async def make_api_client(kubeconfig: str | None) -> Any:
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            await config.load_kube_config(client_configuration=cfg)
+    return client.ApiClient(configuration=cfg)
+
+
+def make_sink(redis_address: str | None) -> Any:
+    if not redis_address:
+        return None
+    from scaler.store import RedisStore
+
+    return RedisStore(redis_address)
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
+    from kubernetes_asyncio import client
+    from prometheus_client import start_http_server
+
+    from warmpool.controller import Controller, Metrics, Options
+    from warmpool.kube import LeaderElector
+
+    metrics = Metrics()
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_address, registry=metrics.registry)
+    api = await make_api_client(args.kubeconfig)
+    sink = make_sink(args.redis_address)
+    identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    opts = Options(namespace=args.namespace, scaler_address=args.scaler_address, stager_image=args.stager_image,
+                   resync_s=args.resync)
+    elector = LeaderElector(client.CoordinationV1Api(api), args.lease_namespace, args.lease_name, identity,
+                            lease_duration=args.lease_duration, renew_period=args.renew_period)
+
+    async def lead() -> None:
+        metrics.leader.set(1)
+        try:
+            await Controller(api, opts, sink=sink, metrics=metrics).run()
+        finally:
+            metrics.leader.set(0)
+
+    try:
+        await elector.run(lead, stop)
+    finally:
+        if sink is not None and hasattr(sink, "close"):
+            await sink.close()
+        await api.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        return await serve(args, stop)
+
+    return asyncio.run(main())

@@ -1,0 +1,319 @@
+"""The warm-pool controller: caches -> pure plan (:mod:`warmpool.planning`) -> idempotent apply.
+
+Level-triggered: any change in a cache (or the resync timer) marks the world dirty and the next
+reconcile recomputes every annotated workload's plan from the caches. Creates are idempotent
+(deterministic names; 409 AlreadyExists is success), deletes ignore 404, patches are merge patches
+(no resourceVersion, so no conflicts) and updates retry conflicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from scaler.warm_status import WarmStatus
+from warmpool import objects as ob
+from warmpool.annotations import STATUS_KEY, is_enabled, parse_annotations
+from warmpool.kube import Cache, EventRecorder, ignore_status, with_retries
+from warmpool.model_uri import staged_label_key
+from warmpool.planning import Plan, TimeToReady, parse_time, plan, pod_time_to_ready, warm_state
+
+log = logging.getLogger("warmscale.warmpool")
+KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
+MERGE = "application/merge-patch+json"
+PLACEHOLDER_WINDOW_S = 120.0  # a replica bound to a node this soon after a placeholder left it took its place
+
+
+class WarmStatusSink(Protocol):
+    async def put_warm_status(self, namespace: str, name: str, status: WarmStatus) -> None: ...
+
+
+class LogSink:
+    """Fallback when no store is configured: log what would be published."""
+
+    async def put_warm_status(self, namespace: str, name: str, status: WarmStatus) -> None:
+        log.debug("warm status", extra={"workload": f"{namespace}/{name}", **status.to_dict()})
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        lab = ["namespace", "workload"]
+        self.warm_capacity = Gauge("warmscale_warm_capacity_replicas", "Replicas' worth of capacity held by ready "
+                                   "placeholder pods", lab, registry=self.registry)
+        self.staged_nodes = Gauge("warmscale_staged_nodes", "Chosen nodes with the model staged", lab,
+                                  registry=self.registry)
+        self.prepull_nodes = Gauge("warmscale_prepull_nodes", "Chosen nodes with every image pulled", lab,
+                                   registry=self.registry)
+        self.prepull_progress = Gauge("warmscale_prepull_progress_ratio", "Pre-pulled / chosen nodes", lab,
+                                      registry=self.registry)
+        self.floor = Gauge("warmscale_min_ready_floor", "Current warm floor (minReplicaCount)", lab,
+                           registry=self.registry)
+        self.startup = Histogram("warmscale_startup_seconds", "Replica creation to Ready, by warm state",
+                                 ["namespace", "workload", "warm_state"], registry=self.registry,
+                                 buckets=(1, 2, 5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 900, 1800, 3600))
+        self.reconciles = Counter("warmscale_reconcile_total", "Reconciles by result", ["result"],
+                                  registry=self.registry)
+        self.leader = Gauge("warmscale_leader", "1 while this replica leads", registry=self.registry)
+
+
+@dataclass
+class Options:
+    namespace: str | None = None  # None: all namespaces
+    scaler_address: str = "warmscale-scaler.warmscale.svc:9090"
+    stager_image: str = "ghcr.io/warmscale/warmscale:latest"
+    resync_s: float = 30.0
+    debounce_s: float = 0.2
+
+
+def workload_from(kind: str, o: Mapping[str, Any]) -> ob.Workload:
+    m, spec = o.get("metadata") or {}, o.get("spec") or {}
+    return ob.Workload(
+        kind=kind, namespace=m.get("namespace", ""), name=m.get("name", ""), uid=m.get("uid", ""),
+        replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
+        template=spec.get("template") or {}, annotations=m.get("annotations") or {},
+        selector=(spec.get("selector") or {}).get("matchLabels") or {},
+    )
+
+
+class Controller:
+    def __init__(self, api: client.ApiClient, opts: Options, sink: WarmStatusSink | None = None,
+                 metrics: Metrics | None = None) -> None:
+        self.api = api
+        self.opts = opts
+        self.sink = sink or LogSink()
+        self.metrics = metrics or Metrics()
+        self.core: Any = client.CoreV1Api(api)
+        self.apps: Any = client.AppsV1Api(api)
+        self.batch: Any = client.BatchV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.events = EventRecorder(self.core)
+        self._dirty = asyncio.Event()
+        self.ttr: dict[str, TimeToReady] = {}
+        self.placeholder_left: dict[str, float] = {}  # node -> when a placeholder left it
+        self.preemptors: set[str] = set()  # pod uids the scheduler nominated (they preempted)
+        self.reconcile_count = 0
+        ns = opts.namespace
+
+        def lister(namespaced: Any, cluster_wide: Any) -> Any:
+            return functools.partial(namespaced, ns) if ns else cluster_wide
+
+        self.deployments = Cache("deployments", lister(self.apps.list_namespaced_deployment,
+                                                       self.apps.list_deployment_for_all_namespaces), self._changed)
+        self.statefulsets = Cache("statefulsets", lister(self.apps.list_namespaced_stateful_set,
+                                                         self.apps.list_stateful_set_for_all_namespaces), self._changed)
+        self.nodes = Cache("nodes", self.core.list_node, self._changed)
+        self.pods = Cache("pods", lister(self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
+                          self._pod_changed)
+        self.jobs = Cache("jobs", lister(self.batch.list_namespaced_job, self.batch.list_job_for_all_namespaces),
+                          self._changed, label_selector=f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}")
+        self.caches = [self.deployments, self.statefulsets, self.nodes, self.pods, self.jobs]
+
+    # ------------------------------------------------------------ events from caches
+
+    def _changed(self, _typ: str, _obj: dict[str, Any]) -> None:
+        self._dirty.set()
+
+    def _pod_changed(self, typ: str, pod: dict[str, Any]) -> None:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        if labels.get(ob.ROLE) == "placeholder" and spec.get("nodeName") and (
+                typ == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp")):
+            self.placeholder_left[spec["nodeName"]] = time.time()
+        if status.get("nominatedNodeName"):
+            self.preemptors.add(str((pod.get("metadata") or {}).get("uid")))
+        self._dirty.set()
+
+    # ------------------------------------------------------------ main loop
+
+    async def run(self) -> None:
+        await self.ensure_priority_class()
+        tasks = [asyncio.create_task(c.run(), name=f"cache-{c.name}") for c in self.caches]
+        try:
+            await asyncio.gather(*(c.synced.wait() for c in self.caches))
+            log.info("caches synced")
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._dirty.wait(), self.opts.resync_s)
+                await asyncio.sleep(self.opts.debounce_s)
+                self._dirty.clear()
+                await self.reconcile_all()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def ensure_priority_class(self) -> None:
+        sched: Any = client.SchedulingV1Api(self.api)
+        await ignore_status(sched.create_priority_class(ob.priority_class()), 409)
+
+    def workloads(self) -> list[ob.Workload]:
+        out = []
+        for kind, cache in (("Deployment", self.deployments), ("StatefulSet", self.statefulsets)):
+            for o in cache.items.values():
+                if is_enabled((o.get("metadata") or {}).get("annotations")):
+                    out.append(workload_from(kind, o))
+        return out
+
+    async def reconcile_all(self) -> None:
+        self.reconcile_count += 1
+        for wl in self.workloads():
+            try:
+                await self.reconcile(wl)
+                self.metrics.reconciles.labels("ok").inc()
+            except Exception:
+                self.metrics.reconciles.labels("error").inc()
+                log.exception("reconcile failed", extra={"workload": wl.key})
+                self._dirty.set()
+
+    async def _get_scaledobject(self, wl: ob.Workload) -> dict[str, Any] | None:
+        try:
+            return dict(await self.custom.get_namespaced_custom_object(KEDA[0], KEDA[1], wl.namespace, KEDA[2],
+                                                                       wl.name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _involved(self, wl: ob.Workload) -> dict[str, Any]:
+        return {"apiVersion": wl.api_version, "kind": wl.kind, "name": wl.name, "namespace": wl.namespace,
+                "uid": wl.uid}
+
+    async def reconcile(self, wl: ob.Workload, now: datetime | None = None) -> Plan:
+        now = now or datetime.now(UTC)
+        nodes = list(self.nodes.items.values())
+        pods = [p for p in self.pods.items.values() if (p.get("metadata") or {}).get("namespace") == wl.namespace]
+        jobs = [j for j in self.jobs.items.values() if (j.get("metadata") or {}).get("namespace") == wl.namespace]
+        so = await self._get_scaledobject(wl) if wl.name else None
+        p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address)
+        inv = self._involved(wl)
+        for ev in p.events:
+            await self.events.emit(inv, ev.type, ev.reason, ev.message)
+        if p.error is not None or p.config is None or not p.config.enabled:
+            return p  # invalid annotations change nothing
+        cfg = p.config
+        ns = wl.namespace
+
+        for node in p.label_nodes:  # only after the staging Job succeeded
+            assert cfg.model_uri is not None
+            body = {"metadata": {"labels": {staged_label_key(cfg.model_uri): "true"}}}
+            await with_retries("label node", functools.partial(self.core.patch_node, node, body,
+                                                                     _content_type=MERGE))
+            await self.events.emit(inv, "Normal", "Staged", f"{cfg.model_uri} staged on node {node}")
+        for node in p.create_stage_jobs:
+            job = ob.stage_job(wl, cfg, node, self.opts.stager_image)
+            await ignore_status(self.batch.create_namespaced_job(ns, job), 409)
+        for name in p.delete_stage_jobs:
+            await ignore_status(self.batch.delete_namespaced_job(name, ns, propagation_policy="Background"), 404)
+        for node in p.create_prepull:
+            await ignore_status(self.core.create_namespaced_pod(ns, ob.prepull_pod(wl, node)), 409)
+        for name in p.delete_prepull:
+            await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
+        for name in p.delete_placeholders:
+            await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
+        for i in p.create_placeholders:
+            await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)), 409)
+
+        if p.scaledobject == "create" and p.scaledobject_body is not None:
+            await ignore_status(self.custom.create_namespaced_custom_object(
+                KEDA[0], KEDA[1], ns, KEDA[2], p.scaledobject_body), 409)
+            await self.events.emit(inv, "Normal", "ScaledObjectCreated", f"created ScaledObject {wl.name}")
+        elif p.scaledobject == "patch" and p.scaledobject_body is not None:
+            body = p.scaledobject_body
+            await with_retries("patch scaledobject", lambda: self.custom.patch_namespaced_custom_object(
+                KEDA[0], KEDA[1], ns, KEDA[2], wl.name, body, _content_type=MERGE))
+        elif p.scaledobject == "delete":
+            await ignore_status(
+                self.custom.delete_namespaced_custom_object(KEDA[0], KEDA[1], ns, KEDA[2], wl.name), 404)
+        if p.scale_replicas_to is not None:
+            scale = {"spec": {"replicas": p.scale_replicas_to}}
+            patch = self.apps.patch_namespaced_deployment if wl.kind == "Deployment" \
+                else self.apps.patch_namespaced_stateful_set
+            await with_retries("raise replicas to floor", lambda: patch(wl.name, ns, scale, _content_type=MERGE))
+
+        await self._write_status(wl, p)
+        await self._measure_and_publish(wl, p, pods, now)
+        return p
+
+    async def _write_status(self, wl: ob.Workload, p: Plan) -> None:
+        text = p.status_json()
+        if wl.annotations.get(STATUS_KEY) == text:
+            return
+        body = {"metadata": {"annotations": {STATUS_KEY: text}}}
+        patch = self.apps.patch_namespaced_deployment if wl.kind == "Deployment" \
+            else self.apps.patch_namespaced_stateful_set
+        await ignore_status(patch(wl.name, wl.namespace, body, _content_type=MERGE), 404)
+
+    async def _measure_and_publish(self, wl: ob.Workload, p: Plan, pods: list[dict[str, Any]], now: datetime) -> None:
+        cfg = p.config
+        assert cfg is not None
+        nodes = self.nodes.items
+        label = staged_label_key(cfg.model_uri) if cfg.model_uri else None
+        prepulled = set(p.prepulled_nodes)
+        ttr = self.ttr.setdefault(wl.key, TimeToReady())
+        ready = starting = 0
+        for pod in pods:
+            m = pod.get("metadata") or {}
+            labels = m.get("labels") or {}
+            if ob.is_managed(pod) or not wl.selector or any(labels.get(k) != v for k, v in wl.selector.items()):
+                continue
+            if m.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            secs = pod_time_to_ready(pod)
+            if secs is None:
+                starting += 1
+                continue
+            ready += 1
+            node = str((pod.get("spec") or {}).get("nodeName") or "")
+            node_labels = ((nodes.get(f"/{node}") or {}).get("metadata") or {}).get("labels") or {}
+            staged = node_labels.get(label) == "true" if label else node in prepulled
+            created = parse_time(m.get("creationTimestamp")) or 0.0
+            left = self.placeholder_left.get(node)
+            took = str(m.get("uid")) in self.preemptors or (
+                left is not None and created - 5.0 <= left <= created + PLACEHOLDER_WINDOW_S)
+            state = warm_state(staged, took)
+            if ttr.observe(str(m.get("uid")), state, secs):
+                self.metrics.startup.labels(wl.namespace, wl.name, state).observe(secs)
+        lab = (wl.namespace, wl.name)
+        self.metrics.warm_capacity.labels(*lab).set(p.placeholders_ready)
+        self.metrics.staged_nodes.labels(*lab).set(len(p.staged_nodes))
+        self.metrics.prepull_nodes.labels(*lab).set(len(p.prepulled_nodes))
+        self.metrics.prepull_progress.labels(*lab).set(
+            len(p.prepulled_nodes) / len(p.stage_nodes) if p.stage_nodes else 0.0)
+        self.metrics.floor.labels(*lab).set(p.floor)
+        status = WarmStatus(
+            namespace=wl.namespace, name=wl.name, updated_at=now.timestamp(),
+            placeholders_ready=p.placeholders_ready,
+            staged_nodes=len(p.staged_nodes) if label else len(p.prepulled_nodes),
+            ready_replicas=ready, starting_replicas=starting, spec_replicas=wl.replicas,
+            min_ready_floor=p.floor, time_to_ready_s=ttr.medians(),
+        )
+        try:
+            await self.sink.put_warm_status(wl.namespace, wl.name, status)
+        except Exception as exc:
+            log.warning("publishing warm status failed", extra={"workload": wl.key, "error": str(exc)[:200]})
+
+
+def validate_only(annotations: Mapping[str, str]) -> str | None:
+    """The error a workload's annotations would produce (for `kubectl`-less checks in tests/docs)."""
+    try:
+        parse_annotations(annotations)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def dumps(o: Any) -> str:
+    return json.dumps(o, sort_keys=True)

@@ -1,0 +1,257 @@
+"""Thin Kubernetes plumbing: list+watch caches of raw JSON objects, retries, Events, leader election."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from kubernetes_asyncio import watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger("warmscale.warmpool")
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+
+def now_rfc3339(micro: bool = False) -> str:
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
+    return datetime.now(UTC).strftime(fmt)
+
+
+async def with_retries(what: str, call: Callable[[], Awaitable[T]], attempts: int = 5) -> T:
+    """Retry conflicts (409 on update), throttling (429) and server errors with jittered back-off."""
+    delay = 0.2
+    for attempt in range(1, attempts + 1):
+        try:
+            return await call()
+        except ApiException as exc:
+            retriable = exc.status in (429, 500, 502, 503, 504) or (exc.status == 409 and "Conflict" in str(exc.reason))
+            if not retriable or attempt == attempts:
+                raise
+            log.info("retrying API call", extra={"what": what, "status": exc.status, "attempt": attempt})
+        except (TimeoutError, OSError):
+            if attempt == attempts:
+                raise
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 5.0)
+    raise AssertionError("unreachable")
+
+
+async def read_raw(call: Callable[..., Awaitable[Any]], *args: Any) -> Obj:
+    """GET returning raw JSON; non-2xx raises ApiException (``_preload_content=False`` does not)."""
+    resp = await call(*args, _preload_content=False)
+    body = await resp.read()
+    if not 200 <= resp.status < 300:
+        raise ApiException(status=resp.status, reason=body.decode(errors="replace")[:300])
+    return dict(json.loads(body))
+
+
+async def ignore_status(coro: Awaitable[Any], *statuses: int) -> Any:
+    try:
+        return await coro
+    except ApiException as exc:
+        if exc.status in statuses:
+            return None
+        raise
+
+
+class Cache:
+    """A list+watch cache of one resource (raw API JSON, keyed by namespace/name)."""
+
+    def __init__(self, name: str, list_fn: Callable[..., Awaitable[Any]], on_change: Callable[[str, Obj], None],
+                 **list_kwargs: Any) -> None:
+        self.name = name
+        self.list_fn = list_fn
+        self.list_kwargs = list_kwargs
+        self.on_change = on_change
+        self.items: dict[str, Obj] = {}
+        self.synced = asyncio.Event()
+
+    @staticmethod
+    def key(o: Obj) -> str:
+        m = o.get("metadata") or {}
+        return f"{m.get('namespace', '')}/{m.get('name', '')}"
+
+    async def _list(self) -> str:
+        data = await read_raw(functools.partial(self.list_fn, **self.list_kwargs))
+        self.items = {self.key(o): o for o in data.get("items") or []}
+        self.synced.set()
+        self.on_change("SYNC", {})
+        return str((data.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def run(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                rv = await self._list()
+                backoff = 0.5
+                while True:
+                    w = watch.Watch()
+                    async with w:
+                        async for ev in w.stream(self.list_fn, resource_version=rv, timeout_seconds=300,
+                                                 allow_watch_bookmarks=True, **self.list_kwargs):
+                            typ, raw = ev["type"], ev.get("raw_object") or {}
+                            if typ == "ERROR":
+                                raise ApiException(status=int(raw.get("code", 500)), reason=raw.get("reason"))
+                            rv = str((raw.get("metadata") or {}).get("resourceVersion", rv))
+                            if typ == "BOOKMARK":
+                                continue
+                            k = self.key(raw)
+                            if typ == "DELETED":
+                                self.items.pop(k, None)
+                            else:
+                                self.items[k] = raw
+                            self.on_change(typ, raw)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("cache relist", extra={"cache": self.name, "error": str(exc)[:200]})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+
+class EventRecorder:
+    """core/v1 Events on workloads, de-duplicated (same reason+message at most every ``every_s``)."""
+
+    def __init__(self, core: Any, component: str = "warmscale-warmpool", every_s: float = 600.0) -> None:
+        self.core = core
+        self.component = component
+        self.every_s = every_s
+        self._sent: dict[tuple[str, str, str], float] = {}
+
+    async def emit(self, involved: Obj, type_: str, reason: str, message: str) -> bool:
+        key = (str(involved.get("uid")), reason, message)
+        now = time.monotonic()
+        if now - self._sent.get(key, -1e18) < self.every_s:
+            return False
+        self._sent[key] = now
+        ts = now_rfc3339()
+        body = {
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
+            "involvedObject": involved, "reason": reason, "message": message[:1000], "type": type_,
+            "source": {"component": self.component}, "reportingComponent": self.component,
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        }
+        try:
+            await self.core.create_namespaced_event(involved["namespace"], body)
+        except ApiException as exc:
+            log.warning("event not recorded", extra={"reason": reason, "status": exc.status})
+        return True
+
+
+class LeaderElector:
+    """Leader election on a coordination.k8s.io Lease (the client-go algorithm, simplified).
+
+    A candidate takes the lease when it is free or its record has not changed for
+    ``lease_duration`` seconds of the candidate's own (monotonic) clock, so clock skew between
+    replicas does not matter. The leader renews every ``renew_period``; if it cannot renew for
+    ``lease_duration`` it stops leading. On a clean shutdown it releases the lease.
+    """
+
+    def __init__(self, coord: Any, namespace: str, name: str, identity: str,
+                 lease_duration: float = 15.0, renew_period: float = 5.0, retry_period: float = 2.0) -> None:
+        self.coord, self.namespace, self.name, self.identity = coord, namespace, name, identity
+        self.lease_duration, self.renew_period, self.retry_period = lease_duration, renew_period, retry_period
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self.is_leader = False
+
+    def _spec(self, acquire_time: str | None, transitions: int) -> Obj:
+        now = now_rfc3339(micro=True)
+        return {"holderIdentity": self.identity, "leaseDurationSeconds": max(1, int(self.lease_duration)),
+                "acquireTime": acquire_time or now, "renewTime": now, "leaseTransitions": transitions}
+
+    async def try_acquire_or_renew(self) -> bool:
+        try:
+            lease = await read_raw(self.coord.read_namespaced_lease, self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec(None, 0)}
+            try:
+                await self.coord.create_namespaced_lease(self.namespace, body)
+            except ApiException as exc2:
+                if exc2.status == 409:
+                    return False
+                raise
+            return True
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, spec.get("renewTime"), spec.get("leaseTransitions"))
+        mono = time.monotonic()
+        if record != self._observed:
+            self._observed, self._observed_at = record, mono
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        if holder and holder != self.identity and mono - self._observed_at < duration:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0)
+        mine = holder == self.identity
+        lease["spec"] = self._spec(spec.get("acquireTime") if mine else None, transitions if mine else transitions + 1)
+        try:  # replace carries metadata.resourceVersion: a concurrent writer makes this a 409
+            await self.coord.replace_namespaced_lease(self.name, self.namespace, lease)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        self._observed, self._observed_at = None, mono
+        return True
+
+    async def release(self) -> None:
+        with contextlib.suppress(Exception):
+            lease = await read_raw(self.coord.read_namespaced_lease, self.name, self.namespace)
+            if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = ""
+                lease["spec"]["leaseDurationSeconds"] = 1
+                await self.coord.replace_namespaced_lease(self.name, self.namespace, lease)
+
+    async def run(self, lead: Callable[[], Coroutine[Any, Any, None]], stop: asyncio.Event) -> None:
+        """Campaign until ``stop``; while leading, run ``lead()`` (cancelled when leadership is lost)."""
+        try:
+            while not stop.is_set():
+                try:
+                    got = await self.try_acquire_or_renew()
+                except Exception as exc:
+                    log.warning("lease check failed", extra={"error": str(exc)[:200]})
+                    got = False
+                if not got:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self.retry_period)
+                    continue
+                log.info("became leader", extra={"identity": self.identity, "lease": self.name})
+                self.is_leader = True
+                task = asyncio.create_task(lead())
+                last_renew = time.monotonic()
+                try:
+                    while not stop.is_set() and not task.done():
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), self.renew_period)
+                        if stop.is_set():
+                            break
+                        try:
+                            if await self.try_acquire_or_renew():
+                                last_renew = time.monotonic()
+                            else:
+                                break  # someone else holds it now
+                        except Exception as exc:
+                            log.warning("lease renew failed", extra={"error": str(exc)[:200]})
+                        if time.monotonic() - last_renew > self.lease_duration:
+                            break
+                finally:
+                    self.is_leader = False
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                    log.info("stopped leading", extra={"identity": self.identity})
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    log.error("controller crashed", extra={"error": str(task.exception())})
+        finally:
+            await self.release()
