@@ -108,16 +108,17 @@ def pin_hash(nodes: Sequence[str] | None) -> str:
 
 
 def _pin_affinity(pod_spec: Mapping[str, Any], nodes: Sequence[str] | None) -> dict[str, Any] | None:
-    """The workload's affinity with its required node terms ANDed with ``metadata.name In nodes``."""
+    """The workload's affinity with its required node terms ANDed with ``kubernetes.io/hostname In nodes``."""
     aff = dict(pod_spec.get("affinity") or {})
     if not nodes:
         return aff or None
     na = dict(aff.get("nodeAffinity") or {})
     req = dict(na.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    pin = {"key": "metadata.name", "operator": "In", "values": sorted(nodes)}
+    # matchFields on metadata.name takes a single value, so pin through the hostname label
+    pin = {"key": "kubernetes.io/hostname", "operator": "In", "values": sorted(nodes)}
     terms = [dict(t) for t in (req.get("nodeSelectorTerms") or [])] or [{}]
     for t in terms:
-        t["matchFields"] = [*(t.get("matchFields") or []), pin]
+        t["matchExpressions"] = [*(t.get("matchExpressions") or []), pin]
     req["nodeSelectorTerms"] = terms
     na["requiredDuringSchedulingIgnoredDuringExecution"] = req
     aff["nodeAffinity"] = na

@@ -202,7 +202,8 @@ async def test_staging_jobs_never_duplicated_across_restart(
     await controller()
 
     async def labelled() -> bool:
-        return all((await core.read_node(n)).metadata.labels.get(LABEL) == "true" for n in nodes)
+        labels = [(await core.read_node(n)).metadata.labels or {} for n in nodes]
+        return all(lab.get(LABEL) == "true" for lab in labels)
 
     await wait_for(labelled, timeout=60, what="nodes labelled after restart")
     after = {j.metadata.name: j.metadata.uid for j in (await batch.list_namespaced_job(ns)).items}

@@ -264,7 +264,7 @@ def test_manifests() -> None:
     assert res["limits"] == {"nvidia.com/gpu": "1"}
     assert ph["spec"]["priorityClassName"] == ob.PRIORITY_CLASS and ph["spec"]["tolerations"]
     term = ph["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["h1", "h2"]}]}]
+    assert term == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["h1", "h2"]}]}]
     pc = ob.priority_class()
     assert -10 < pc["value"] < 0 and pc["preemptionPolicy"] == "Never"
     job_ = ob.stage_job(wl, cfg, "h1", "warmscale:dev")
