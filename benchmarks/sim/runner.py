@@ -164,7 +164,7 @@ class NeedCurve:
 def need_curve(work: Workload, engine: EngineProfile, slo: float, grid_s: float) -> NeedCurve:
     """Replicas needed per grid cell, from the future arrivals: prefill work within the cell,
     and the KV tokens and sequences in flight (each request held for its estimated decode time)."""
-    cells = int(math.ceil((work.span_s + 1.0) / grid_s)) + 1
+    cells = math.ceil((work.span_s + 1.0) / grid_s) + 1
     idx = np.minimum((work.t // grid_s).astype(np.int64), cells - 1)
     prefill_tokens = np.bincount(idx, weights=work.inp * work.n, minlength=cells)
     rate = engine.prefill_rate(engine.max_num_seqs / 8, engine.kv_capacity_tokens / 4)
@@ -211,7 +211,7 @@ def schedule_from_need(curve: NeedCurve, *, lead_s: float, breakeven_s: float) -
     need = curve.need
     cells = len(need)
     events = np.zeros(cells + 1, dtype=np.int64)
-    lead = int(math.ceil(lead_s / g))
+    lead = math.ceil(lead_s / g)
     gap_cells = breakeven_s / g
     for k in range(1, int(need.max()) + 1):
         ivs = _intervals(need >= k)
