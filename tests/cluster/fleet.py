@@ -56,6 +56,9 @@ class NodePool:
             "kubernetes.io/hostname": node_name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
+            # Set up front, so the node lifecycle controller has no labels to reconcile.
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": "amd64",
             "node.kubernetes.io/instance-type": self.instance_type,
             "topology.kubernetes.io/zone": self.zone,
         }
