@@ -38,13 +38,17 @@ def _up(args: argparse.Namespace) -> int:
         existing.stop()
     pools = default_fleet(args.nodes, _pool_overrides(args.pool))
     try:
-        cluster = Cluster.start(ClusterConfig(pools=pools, state_dir=state_dir,
-                                              build_missing=args.build, startup_timeout=args.timeout))
+        cluster = Cluster.start(
+            ClusterConfig(pools=pools, state_dir=state_dir, build_missing=args.build, startup_timeout=args.timeout)
+        )
     except (BinariesMissing, ClusterStartError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"started in {cluster.info['startup_seconds']}s: {sum(p.count for p in pools)} nodes, "
-          f"logs in {state_dir / 'logs'}", file=sys.stderr)
+    print(
+        f"started in {cluster.info['startup_seconds']}s: {sum(p.count for p in pools)} nodes, "
+        f"logs in {state_dir / 'logs'}",
+        file=sys.stderr,
+    )
     print(cluster.kubeconfig)
     return 0
 
@@ -69,8 +73,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _token(args: argparse.Namespace) -> int:
     cluster = Cluster.attach(args.state_dir)
-    print(asyncio.run(cluster.mint_token(args.namespace, args.service_account,
-                                         expiration_seconds=args.expiration)))
+    print(asyncio.run(cluster.mint_token(args.namespace, args.service_account, expiration_seconds=args.expiration)))
     return 0
 
 
@@ -92,15 +95,21 @@ def _setup_logging(level: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
-    parser.add_argument("--state-dir", type=Path, default=default_state_dir(),
-                        help="cluster state directory (default: %(default)s)")
+    parser.add_argument(
+        "--state-dir", type=Path, default=default_state_dir(), help="cluster state directory (default: %(default)s)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
     up = sub.add_parser("up", help="start a cluster in the background; prints the kubeconfig path last")
     up.add_argument("--nodes", type=int, default=2, help="nodes per pool (default 2)")
-    up.add_argument("--pool", action="append", default=[], metavar="NAME=COUNT",
-                    help=f"size of one pool ({', '.join(p.name for p in DEFAULT_POOLS)}); 0 drops it")
+    up.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="NAME=COUNT",
+        help=f"size of one pool ({', '.join(p.name for p in DEFAULT_POOLS)}); 0 drops it",
+    )
     up.add_argument("--build", action="store_true", help="build missing binaries first")
     up.add_argument("--timeout", type=float, default=180.0, help="startup timeout in seconds")
     up.set_defaults(func=_up)

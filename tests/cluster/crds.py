@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from kubernetes_asyncio import client
@@ -33,32 +33,33 @@ def load_crds(directory: Path) -> list[dict[str, Any]]:
     return crds
 
 
-async def install(api: client.ApiClient, crds: list[dict[str, Any]], timeout: float = 60.0) -> list[str]:
+async def install(api: client.ApiClient, crds: list[dict[str, Any]], within: float = 60.0) -> list[str]:
     """Create (or replace) the CRDs and wait until they are Established; return their names."""
     ext = client.ApiextensionsV1Api(api)
     names: list[str] = []
     for crd in crds:
         name = crd["metadata"]["name"]
         try:
-            await ext.create_custom_resource_definition(crd)
+            await ext.create_custom_resource_definition(cast(Any, crd))
         except ApiException as exc:
             if exc.status != 409:
                 raise
             current = await ext.read_custom_resource_definition(name)
             crd = {**crd, "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version}}
-            await ext.replace_custom_resource_definition(name, crd)
+            await ext.replace_custom_resource_definition(name, cast(Any, crd))
         names.append(name)
-    deadline = asyncio.get_running_loop().time() + timeout
     pending = set(names)
-    while pending:
-        for name in sorted(pending):
-            obj = await ext.read_custom_resource_definition(name)
-            conditions = (obj.status.conditions if obj.status else None) or []
-            if any(c.type == "Established" and c.status == "True" for c in conditions):
-                pending.discard(name)
-        if pending and asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"CRDs not established after {timeout:.0f}s: {sorted(pending)}")
-        if pending:
-            await asyncio.sleep(0.2)
+    try:
+        async with asyncio.timeout(within):
+            while pending:
+                for name in sorted(pending):
+                    obj = await ext.read_custom_resource_definition(name)
+                    conditions = (obj.status.conditions if obj.status else None) or []
+                    if any(c.type == "Established" and c.status == "True" for c in conditions):
+                        pending.discard(name)
+                if pending:
+                    await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise TimeoutError(f"CRDs not established after {within:.0f}s: {sorted(pending)}") from None
     log.info("installed CRDs", extra={"crds": names})
     return names

@@ -75,8 +75,11 @@ def k8s_cluster() -> Iterator[Cluster]:
     if missing is not None:
         if _skip_allowed():
             pytest.skip(str(missing))
-        pytest.fail(f"{missing}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip cluster tests outside CI "
-                    "(never skipped when CI=true).", pytrace=False)
+        pytest.fail(
+            f"{missing}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip cluster tests outside CI "
+            "(never skipped when CI=true).",
+            pytrace=False,
+        )
     log.info("session cluster started", extra={"seconds": cluster.info.get("startup_seconds")})
     try:
         yield cluster
@@ -97,7 +100,7 @@ async def k8s_namespace(k8s_admin: client.ApiClient) -> AsyncIterator[str]:
     await core.create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"warmscale.io/test": "true"}))
     )
-    await wait_for(lambda: _sa_exists(core, name, "default"), timeout=30, what=f"default SA in {name}")
+    await wait_for(lambda: _sa_exists(core, name, "default"), within=30, what=f"default SA in {name}")
     try:
         yield name
     finally:
@@ -109,8 +112,9 @@ async def k8s_namespace(k8s_admin: client.ApiClient) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def k8s_sa_client(k8s_cluster: Cluster, k8s_admin: client.ApiClient,
-                        k8s_namespace: str) -> AsyncIterator[SaClientFactory]:
+async def k8s_sa_client(
+    k8s_cluster: Cluster, k8s_admin: client.ApiClient, k8s_namespace: str
+) -> AsyncIterator[SaClientFactory]:
     core = client.CoreV1Api(k8s_admin)
     rbac = client.RbacAuthorizationV1Api(k8s_admin)
     opened: list[client.ApiClient] = []
@@ -129,8 +133,12 @@ async def k8s_sa_client(k8s_cluster: Cluster, k8s_admin: client.ApiClient,
         )
         if rules:
             # The RBAC authorizer works from an informer cache: wait until the binding is seen.
-            await wait_for(lambda: _allowed(k8s_admin, k8s_namespace, name, rules[0]), timeout=10,
-                           what=f"RoleBinding {name} effective", interval=0.1)
+            await wait_for(
+                lambda: _allowed(k8s_admin, k8s_namespace, name, rules[0]),
+                within=10,
+                what=f"RoleBinding {name} effective",
+                interval=0.1,
+            )
         token = await k8s_cluster.mint_token(k8s_namespace, name, expiration_seconds=3600)
         api = k8s_cluster.token_client(token)
         opened.append(api)
@@ -153,7 +161,7 @@ async def k8s_node_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> Asyn
         names = [unique.node_name(i) for i in range(unique.count)]
         await fleet.create_nodes(k8s_admin, [unique])
         created.extend(names)
-        await wait_for(lambda: _nodes_ready(core, names), timeout=60, what=f"nodes {names} Ready")
+        await wait_for(lambda: _nodes_ready(core, names), within=60, what=f"nodes {names} Ready")
         return names
 
     yield make
@@ -165,18 +173,17 @@ async def k8s_node_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> Asyn
                 raise
 
 
-async def wait_for(predicate: Callable[[], Awaitable[Any]], *, timeout: float, what: str,
-                   interval: float = 0.25) -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
-        await asyncio.sleep(interval)
+async def wait_for(predicate: Callable[[], Awaitable[Any]], *, within: float, what: str, interval: float = 0.25) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``within`` seconds."""
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                value = await predicate()
+                if value:
+                    return value
+                await asyncio.sleep(interval)
+    except TimeoutError:
+        pytest.fail(f"timed out after {within:.0f}s waiting for {what}", pytrace=False)
 
 
 async def _allowed(api: client.ApiClient, namespace: str, sa: str, rule: client.V1PolicyRule) -> bool:
@@ -185,8 +192,10 @@ async def _allowed(api: client.ApiClient, namespace: str, sa: str, rule: client.
             user=f"system:serviceaccount:{namespace}:{sa}",
             groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
             resource_attributes=client.V1ResourceAttributes(
-                namespace=namespace, verb=rule.verbs[0],
-                group=(rule.api_groups or [""])[0], resource=(rule.resources or [""])[0],
+                namespace=namespace,
+                verb=rule.verbs[0],
+                group=(rule.api_groups or [""])[0],
+                resource=(rule.resources or [""])[0],
             ),
         )
     )

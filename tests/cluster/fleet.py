@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -102,16 +102,37 @@ class NodePool:
 
 
 H100 = NodePool(
-    name="h100", count=2, instance_type="p5.48xlarge", cpu="192", memory="2048Gi",
-    gpu_product="NVIDIA-H100-80GB-HBM3", gpu_count=8, gpu_memory_mib=81559, gpu_family="hopper",
+    name="h100",
+    count=2,
+    instance_type="p5.48xlarge",
+    cpu="192",
+    memory="2048Gi",
+    gpu_product="NVIDIA-H100-80GB-HBM3",
+    gpu_count=8,
+    gpu_memory_mib=81559,
+    gpu_family="hopper",
 )
 A100 = NodePool(
-    name="a100", count=2, instance_type="p4d.24xlarge", cpu="96", memory="1152Gi",
-    gpu_product="NVIDIA-A100-SXM4-40GB", gpu_count=8, gpu_memory_mib=40960, gpu_family="ampere",
+    name="a100",
+    count=2,
+    instance_type="p4d.24xlarge",
+    cpu="96",
+    memory="1152Gi",
+    gpu_product="NVIDIA-A100-SXM4-40GB",
+    gpu_count=8,
+    gpu_memory_mib=40960,
+    gpu_family="ampere",
 )
 L4 = NodePool(
-    name="l4", count=2, instance_type="g6.12xlarge", cpu="48", memory="192Gi",
-    gpu_product="NVIDIA-L4", gpu_count=4, gpu_memory_mib=23034, gpu_family="ada-lovelace",
+    name="l4",
+    count=2,
+    instance_type="g6.12xlarge",
+    cpu="48",
+    memory="192Gi",
+    gpu_product="NVIDIA-L4",
+    gpu_count=4,
+    gpu_memory_mib=23034,
+    gpu_family="ada-lovelace",
 )
 CPU = NodePool(name="cpu", count=2, instance_type="m7i.4xlarge", cpu="16", memory="64Gi")
 
@@ -144,7 +165,7 @@ async def create_nodes(api: client.ApiClient, pools: Iterable[NodePool], concurr
         nonlocal created
         async with semaphore:
             try:
-                await core.create_node(body)
+                await core.create_node(cast(Any, body))
                 created += 1
             except ApiException as exc:
                 if exc.status != 409:
@@ -155,26 +176,28 @@ async def create_nodes(api: client.ApiClient, pools: Iterable[NodePool], concurr
     return created
 
 
-async def wait_nodes_ready(api: client.ApiClient, expected: int, timeout: float = 120.0) -> None:
-    """Wait until ``expected`` kwok nodes report Ready=True and have no not-ready taint."""
+async def wait_nodes_ready(api: client.ApiClient, expected: int, within: float = 120.0) -> None:
+    """Wait until ``expected`` kwok nodes report Ready=True and carry no ``node.kubernetes.io/*`` taint."""
     core = client.CoreV1Api(api)
-    deadline = asyncio.get_running_loop().time() + timeout
+    not_ready: list[client.V1Node] = []
     ready = 0
-    while True:
-        nodes = await core.list_node(label_selector=f"{KWOK_LABEL}={KWOK_LABEL_VALUE}")
-        not_ready = [n for n in nodes.items if not node_ready(n)]
-        ready = len(nodes.items) - len(not_ready)
-        if ready >= expected:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            detail = ""
-            if not_ready:
-                n = not_ready[0]
-                conditions = [(c.type, c.status) for c in (n.status.conditions or [])]
-                taints = [t.key for t in (n.spec.taints or [])]
-                detail = f"; e.g. {n.metadata.name}: conditions={conditions} taints={taints}"
-            raise TimeoutError(f"only {ready}/{expected} kwok nodes Ready after {timeout:.0f}s{detail}")
-        await asyncio.sleep(0.5)
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                nodes = await core.list_node(label_selector=f"{KWOK_LABEL}={KWOK_LABEL_VALUE}")
+                not_ready = [n for n in nodes.items if not node_ready(n)]
+                ready = len(nodes.items) - len(not_ready)
+                if ready >= expected:
+                    return
+                await asyncio.sleep(0.5)
+    except TimeoutError:
+        detail = ""
+        if not_ready:
+            n = not_ready[0]
+            conditions = [(c.type, c.status) for c in (n.status.conditions or [])]
+            taints = [t.key for t in (n.spec.taints or [])]
+            detail = f"; e.g. {n.metadata.name}: conditions={conditions} taints={taints}"
+        raise TimeoutError(f"only {ready}/{expected} kwok nodes Ready after {within:.0f}s{detail}") from None
 
 
 def node_ready(node: client.V1Node) -> bool:

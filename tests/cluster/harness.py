@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kubernetes_asyncio import client, config as kube_config
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
 
 from . import crds, fleet, kubeconfig, pki, processes
 from .binaries import Binaries, cache_root, locate
@@ -112,9 +113,14 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 class Cluster:
     """A running control plane (owned: started here; attached: started elsewhere)."""
 
-    def __init__(self, state_dir: Path | None, kubeconfig_path: Path, server: str,
-                 handles: list[processes.ProcessHandle] | None = None,
-                 info: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path | None,
+        kubeconfig_path: Path,
+        server: str,
+        handles: list[processes.ProcessHandle] | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
         self.state_dir = state_dir
         self.kubeconfig = kubeconfig_path
         self.server = server
@@ -136,8 +142,7 @@ class Cluster:
         cluster = _Starter(binaries, cfg, state_dir).run()
         cluster.info["startup_seconds"] = round(time.monotonic() - t0, 2)
         cluster._write_state()
-        log.info("cluster ready", extra={"state_dir": str(state_dir),
-                                          "seconds": cluster.info["startup_seconds"]})
+        log.info("cluster ready", extra={"state_dir": str(state_dir), "seconds": cluster.info["startup_seconds"]})
         return cluster
 
     @classmethod
@@ -216,8 +221,14 @@ class Cluster:
         configuration.api_key_prefix = {"BearerToken": "Bearer"}
         return client.ApiClient(configuration)
 
-    async def mint_token(self, namespace: str, service_account: str, *,
-                         expiration_seconds: int = 3600, audiences: list[str] | None = None) -> str:
+    async def mint_token(
+        self,
+        namespace: str,
+        service_account: str,
+        *,
+        expiration_seconds: int = 3600,
+        audiences: list[str] | None = None,
+    ) -> str:
         """A TokenRequest token for an existing ServiceAccount."""
         async with self.admin_client() as api:
             spec = client.V1TokenRequestSpec(audiences=audiences or [], expiration_seconds=expiration_seconds)
@@ -263,10 +274,16 @@ class _Starter:
         ports = Ports.allocate()
         server = f"https://127.0.0.1:{ports.apiserver}"
         admin_kc = kubeconfig.write(self.dir / "admin.kubeconfig", server, p.ca.cert, "admin", client=p.admin)
-        kcm_kc = kubeconfig.write(self.dir / "controller-manager.kubeconfig", server, p.ca.cert,
-                                  "system:kube-controller-manager", client=p.controller_manager)
-        sched_kc = kubeconfig.write(self.dir / "scheduler.kubeconfig", server, p.ca.cert,
-                                    "system:kube-scheduler", client=p.scheduler)
+        kcm_kc = kubeconfig.write(
+            self.dir / "controller-manager.kubeconfig",
+            server,
+            p.ca.cert,
+            "system:kube-controller-manager",
+            client=p.controller_manager,
+        )
+        sched_kc = kubeconfig.write(
+            self.dir / "scheduler.kubeconfig", server, p.ca.cert, "system:kube-scheduler", client=p.scheduler
+        )
         marks: dict[str, float] = {}
         t0 = self.t0 = time.monotonic()
 
@@ -284,10 +301,17 @@ class _Starter:
         sched = self._spawn("kube-scheduler", self._scheduler_args(ports, sched_kc))
         kwok = self._spawn("kwok", self._kwok_args(admin_kc))
 
-        cluster = Cluster(self.dir, admin_kc, server, self.handles,
-                          {"ports": dataclasses.asdict(ports),
-                           "nodes": sum(pool.count for pool in self.cfg.pools),
-                           "pools": {pool.name: pool.count for pool in self.cfg.pools}})
+        cluster = Cluster(
+            self.dir,
+            admin_kc,
+            server,
+            self.handles,
+            {
+                "ports": dataclasses.asdict(ports),
+                "nodes": sum(pool.count for pool in self.cfg.pools),
+                "pools": {pool.name: pool.count for pool in self.cfg.pools},
+            },
+        )
         # Record pids now, so `down` can clean up even if the bootstrap below fails.
         cluster._write_state()
 
@@ -304,21 +328,20 @@ class _Starter:
         cluster.info.setdefault("startup_marks", {}).update({k: round(v, 2) for k, v in marks.items()})
         return cluster
 
-    async def _bootstrap(self, cluster: Cluster, timeout: float,
-                         watched: list[processes.ProcessHandle]) -> None:
+    async def _bootstrap(self, cluster: Cluster, within: float, watched: list[processes.ProcessHandle]) -> None:
         async with cluster.admin_client() as api:
             core = client.CoreV1Api(api)
             await _ensure_namespace(core, "keda")
             steps: list[Awaitable[Any]] = [
                 fleet.create_nodes(api, self.cfg.pools),
-                _wait_default_service_account(core, timeout),
+                _wait_default_service_account(core, within),
             ]
             if self.cfg.install_keda_crds:
-                steps.append(crds.install(api, crds.load_crds(crds.keda_crd_dir()), timeout))
+                steps.append(crds.install(api, crds.load_crds(crds.keda_crd_dir()), within))
             await asyncio.gather(*steps)
             cluster.info.setdefault("startup_marks", {})["objects_created"] = round(time.monotonic() - self.t0, 2)
             expected = sum(pool.count for pool in self.cfg.pools)
-            wait = asyncio.ensure_future(fleet.wait_nodes_ready(api, expected, timeout))
+            wait = asyncio.ensure_future(fleet.wait_nodes_ready(api, expected, within))
             while not wait.done():
                 for handle in watched:
                     if not handle.alive():
@@ -456,18 +479,19 @@ async def _ensure_namespace(core: client.CoreV1Api, name: str) -> None:
             raise
 
 
-async def _wait_default_service_account(core: client.CoreV1Api, timeout: float) -> None:
+async def _wait_default_service_account(core: client.CoreV1Api, within: float) -> None:
     """The controller-manager creates each namespace's ``default`` SA; wait for it."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            await core.read_namespaced_service_account("default", "default")
-            return
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("controller-manager did not create the default ServiceAccount")
-        await asyncio.sleep(0.3)
+    try:
+        async with asyncio.timeout(within):
+            while True:
+                try:
+                    await core.read_namespaced_service_account("default", "default")
+                    return
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                await asyncio.sleep(0.3)
+    except TimeoutError:
+        raise TimeoutError("controller-manager did not create the default ServiceAccount") from None

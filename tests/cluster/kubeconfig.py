@@ -10,8 +10,9 @@ import yaml
 from .pki import CertPair
 
 
-def write(path: Path, server: str, ca_file: Path, user: str, *, client: CertPair | None = None,
-          token: str | None = None) -> Path:
+def write(
+    path: Path, server: str, ca_file: Path, user: str, *, client: CertPair | None = None, token: str | None = None
+) -> Path:
     """Write a single-context kubeconfig (client certificate or bearer token) and return ``path``."""
     credentials: dict[str, Any] = {}
     if client is not None:

@@ -88,9 +88,15 @@ def _make_ca(directory: Path) -> tuple[CertPair, ec.EllipticCurvePrivateKey, x50
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -118,21 +124,23 @@ def _issue(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
-                content_commitment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
         .add_extension(
-            x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
-            ),
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]),
             critical=False,
         )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     if server:
         builder = builder.add_extension(
@@ -157,9 +165,7 @@ def _make_sa_keys(directory: Path) -> tuple[Path, Path]:
     private, public = directory / "sa.key", directory / "sa.pub"
     _write_key(private, key)
     public.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return private, public
 
@@ -169,15 +175,15 @@ def generate(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     ca, ca_key, ca_cert = _make_ca(directory)
     serving = _issue(directory, "apiserver", ca_key, ca_cert, _name("kube-apiserver"), server=True)
-    admin = _issue(
-        directory, "admin", ca_key, ca_cert, _name("warmscale-admin", "system:masters"), server=False
-    )
+    admin = _issue(directory, "admin", ca_key, ca_cert, _name("warmscale-admin", "system:masters"), server=False)
     kcm = _issue(
-        directory, "controller-manager", ca_key, ca_cert,
-        _name("system:kube-controller-manager"), server=False,
+        directory,
+        "controller-manager",
+        ca_key,
+        ca_cert,
+        _name("system:kube-controller-manager"),
+        server=False,
     )
-    scheduler = _issue(
-        directory, "scheduler", ca_key, ca_cert, _name("system:kube-scheduler"), server=False
-    )
+    scheduler = _issue(directory, "scheduler", ca_key, ca_cert, _name("system:kube-scheduler"), server=False)
     sa_private, sa_public = _make_sa_keys(directory)
     return Pki(ca, serving, admin, kcm, scheduler, sa_private, sa_public)

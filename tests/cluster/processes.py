@@ -95,8 +95,9 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def start(name: str, argv: Sequence[str], log_dir: Path, *, die_with_parent: bool = False,
-          env: dict[str, str] | None = None) -> ProcessHandle:
+def start(
+    name: str, argv: Sequence[str], log_dir: Path, *, die_with_parent: bool = False, env: dict[str, str] | None = None
+) -> ProcessHandle:
     """Start ``argv`` detached, logging to ``log_dir/<name>.log``."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"

@@ -11,8 +11,11 @@ pytestmark = pytest.mark.cluster
 
 
 async def test_default_fleet_nodes(k8s_admin: client.ApiClient) -> None:
-    nodes = (await client.CoreV1Api(k8s_admin).list_node(
-        label_selector=f"{KWOK_LABEL}={KWOK_LABEL_VALUE},!warmscale.io/test")).items
+    nodes = (
+        await client.CoreV1Api(k8s_admin).list_node(
+            label_selector=f"{KWOK_LABEL}={KWOK_LABEL_VALUE},!warmscale.io/test"
+        )
+    ).items
     gpu = [n for n in nodes if n.metadata.labels.get("nvidia.com/gpu.present") == "true"]
     cpu = [n for n in nodes if n.metadata.labels.get(POOL_LABEL) == "cpu"]
     assert gpu and cpu, "default fleet has GPU and CPU-only pools"
@@ -25,8 +28,9 @@ async def test_default_fleet_nodes(k8s_admin: client.ApiClient) -> None:
         assert node.status.allocatable[GPU_RESOURCE] == labels["nvidia.com/gpu.count"]
         assert int(labels["nvidia.com/gpu.memory"]) > 0
         assert labels["node.kubernetes.io/instance-type"]
-        assert any(t.key == GPU_RESOURCE and t.value == "present" and t.effect == "NoSchedule"
-                   for t in node.spec.taints or [])
+        assert any(
+            t.key == GPU_RESOURCE and t.value == "present" and t.effect == "NoSchedule" for t in node.spec.taints or []
+        )
     for node in cpu:
         assert node_ready(node)
         assert GPU_RESOURCE not in node.status.capacity

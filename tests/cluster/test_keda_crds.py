@@ -30,8 +30,12 @@ VALID_SPEC: dict[str, Any] = {
 async def test_keda_crds_installed(k8s_admin: client.ApiClient) -> None:
     crds = await client.ApiextensionsV1Api(k8s_admin).list_custom_resource_definition()
     names = {c.metadata.name for c in crds.items}
-    assert {"scaledobjects.keda.sh", "scaledjobs.keda.sh", "triggerauthentications.keda.sh",
-            "clustertriggerauthentications.keda.sh"} <= names
+    assert {
+        "scaledobjects.keda.sh",
+        "scaledjobs.keda.sh",
+        "triggerauthentications.keda.sh",
+        "clustertriggerauthentications.keda.sh",
+    } <= names
 
 
 async def test_valid_scaled_object_accepted(k8s_admin: client.ApiClient, k8s_namespace: str) -> None:

@@ -25,7 +25,9 @@ async def test_placeholder_is_preempted_by_normal_pod(
     await scheduling.create_priority_class(
         client.V1PriorityClass(
             metadata=client.V1ObjectMeta(name=priority_class),
-            value=-5, preemption_policy="Never", global_default=False,
+            value=-5,
+            preemption_policy="Never",
+            global_default=False,
             description="warm-pool placeholder: yields its GPUs to any normal pod",
         )
     )
@@ -33,18 +35,18 @@ async def test_placeholder_is_preempted_by_normal_pod(
     try:
         await core.create_namespaced_pod(
             k8s_namespace,
-            w.pod("placeholder", gpus=8, node_selector=selector, priority_class=priority_class),
+            w.body(w.pod("placeholder", gpus=8, node_selector=selector, priority_class=priority_class)),
         )
 
         async def placeholder_ready() -> bool:
             return w.is_ready(await core.read_namespaced_pod("placeholder", k8s_namespace))
 
-        await wait_for(placeholder_ready, timeout=30, what="placeholder Ready")
+        await wait_for(placeholder_ready, within=30, what="placeholder Ready")
         placeholder = await core.read_namespaced_pod("placeholder", k8s_namespace)
         assert placeholder.spec.node_name == node
         assert placeholder.spec.priority == -5
 
-        await core.create_namespaced_pod(k8s_namespace, w.pod("model", gpus=8, node_selector=selector))
+        await core.create_namespaced_pod(k8s_namespace, w.body(w.pod("model", gpus=8, node_selector=selector)))
 
         async def placeholder_gone() -> bool:
             try:
@@ -55,13 +57,13 @@ async def test_placeholder_is_preempted_by_normal_pod(
                     return True
                 raise
 
-        await wait_for(placeholder_gone, timeout=60, what="placeholder preempted and deleted")
+        await wait_for(placeholder_gone, within=60, what="placeholder preempted and deleted")
 
         async def model_ready() -> client.V1Pod | None:
             pod = await core.read_namespaced_pod("model", k8s_namespace)
             return pod if w.is_ready(pod) else None
 
-        model = await wait_for(model_ready, timeout=60, what="normal pod Ready")
+        model = await wait_for(model_ready, within=60, what="normal pod Ready")
         assert model.spec.node_name == node
         events = await core.list_namespaced_event(k8s_namespace, field_selector="reason=Preempted")
         assert any(e.involved_object.name == "placeholder" for e in events.items)

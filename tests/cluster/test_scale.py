@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,11 @@ NODES = 1000
 
 
 @pytest.mark.timeout(1200)
-async def test_thousand_gpu_nodes(tmp_path: Path, record_property: pytest.RecordProperty) -> None:
+async def test_thousand_gpu_nodes(tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
     t0 = time.monotonic()
-    cluster = Cluster.start(ClusterConfig(pools=gpu_fleet(NODES), state_dir=tmp_path / "cluster",
-                                          die_with_parent=True, startup_timeout=900))
+    cluster = Cluster.start(
+        ClusterConfig(pools=gpu_fleet(NODES), state_dir=tmp_path / "cluster", die_with_parent=True, startup_timeout=900)
+    )
     try:
         startup = time.monotonic() - t0
         async with cluster.admin_client() as api:
@@ -35,15 +37,15 @@ async def test_thousand_gpu_nodes(tmp_path: Path, record_property: pytest.Record
             assert len(nodes.items) == NODES
             # The scheduler works at this size: 50 one-GPU replicas become Ready.
             await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="scale")))
-            await wait_for(lambda: _has_default_sa(core), timeout=60, what="default SA")
+            await wait_for(lambda: _has_default_sa(core), within=60, what="default SA")
             t1 = time.monotonic()
-            await apps.create_namespaced_deployment("scale", w.deployment("llm", 50, gpus=1))
+            await apps.create_namespaced_deployment("scale", w.body(w.deployment("llm", 50, gpus=1)))
 
             async def ready() -> bool:
                 d = await apps.read_namespaced_deployment_status("llm", "scale")
                 return d.status.ready_replicas == 50
 
-            await wait_for(ready, timeout=300, what="50 replicas Ready")
+            await wait_for(ready, within=300, what="50 replicas Ready")
             rollout = time.monotonic() - t1
         memory = {k: round(v / 2**20) for k, v in cluster.memory_bytes().items()}
         report = {

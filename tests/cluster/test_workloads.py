@@ -27,19 +27,21 @@ async def test_gpu_deployment_ready_on_matching_nodes_with_start_delay(
     apps, core = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin)
     start_delay, ready_delay = 4, 2
     body = w.deployment(
-        "llm", 3, gpus=4,
+        "llm",
+        3,
+        gpus=4,
         node_selector={"nvidia.com/gpu.product": H100_PRODUCT, "warmscale.io/test": k8s_namespace},
         annotations=w.sim_annotations(start_delay=f"{start_delay}s", ready_delay=f"{ready_delay}s"),
     )
     created_at = time.monotonic()
-    await apps.create_namespaced_deployment(k8s_namespace, body)
+    await apps.create_namespaced_deployment(k8s_namespace, w.body(body))
 
     async def all_ready() -> list[client.V1Pod] | None:
         pods = (await core.list_namespaced_pod(k8s_namespace, label_selector="app=llm")).items
         ready = [p for p in pods if w.is_ready(p) and p.metadata.deletion_timestamp is None]
         return ready if len(ready) == 3 else None
 
-    pods = await wait_for(all_ready, timeout=60, what="3 Ready replicas")
+    pods = await wait_for(all_ready, within=60, what="3 Ready replicas")
     elapsed = time.monotonic() - created_at
     assert elapsed >= start_delay + ready_delay - 1, f"ready after {elapsed:.1f}s, delays not respected"
     for pod in pods:
@@ -62,10 +64,11 @@ async def test_daemonset_lands_only_on_selected_nodes(
     selected = set(await k8s_node_pool(replace(L4, count=2, extra_labels={"warmscale.io/agent": "yes"})))
     await k8s_node_pool(replace(CPU, count=1))
     apps, core = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin)
-    body = w.daemon_set("agent", gpus=0, node_selector={"warmscale.io/agent": "yes",
-                                                        "warmscale.io/test": k8s_namespace})
+    body = w.daemon_set(
+        "agent", gpus=0, node_selector={"warmscale.io/agent": "yes", "warmscale.io/test": k8s_namespace}
+    )
     body["spec"]["template"]["spec"]["tolerations"] = [w.gpu_toleration()]
-    await apps.create_namespaced_daemon_set(k8s_namespace, body)
+    await apps.create_namespaced_daemon_set(k8s_namespace, w.body(body))
 
     async def settled() -> client.V1DaemonSet | None:
         ds = await apps.read_namespaced_daemon_set_status("agent", k8s_namespace)
@@ -73,7 +76,7 @@ async def test_daemonset_lands_only_on_selected_nodes(
         ok = st.desired_number_scheduled == 2 and st.number_ready == 2
         return ds if ok else None
 
-    await wait_for(settled, timeout=60, what="DaemonSet ready on 2 nodes")
+    await wait_for(settled, within=60, what="DaemonSet ready on 2 nodes")
     pods = (await core.list_namespaced_pod(k8s_namespace, label_selector="app=agent")).items
     assert {p.spec.node_name for p in pods} == selected
     assert len(pods) == 2
@@ -85,10 +88,14 @@ async def test_job_completes_after_annotated_duration(
     await k8s_node_pool(replace(CPU, count=1))
     batch = client.BatchV1Api(k8s_admin)
     duration = 3
-    body = w.job("warmup", 2, node_selector={"warmscale.io/test": k8s_namespace},
-                 annotations=w.sim_annotations(job_duration=f"{duration}s"))
+    body = w.job(
+        "warmup",
+        2,
+        node_selector={"warmscale.io/test": k8s_namespace},
+        annotations=w.sim_annotations(job_duration=f"{duration}s"),
+    )
     started = time.monotonic()
-    await batch.create_namespaced_job(k8s_namespace, body)
+    await batch.create_namespaced_job(k8s_namespace, w.body(body))
 
     async def complete() -> bool:
         job = await batch.read_namespaced_job_status("warmup", k8s_namespace)
@@ -97,7 +104,7 @@ async def test_job_completes_after_annotated_duration(
             pytest.fail(f"job failed: {conditions}")
         return any(c.type == "Complete" and c.status == "True" for c in conditions)
 
-    await wait_for(complete, timeout=60, what="Job Complete")
+    await wait_for(complete, within=60, what="Job Complete")
     assert time.monotonic() - started >= duration - 1
     job = await batch.read_namespaced_job_status("warmup", k8s_namespace)
     assert job.status.succeeded == 2
@@ -110,13 +117,13 @@ async def test_pod_deletion_finishes_even_with_finalizer(
     core = client.CoreV1Api(k8s_admin)
     for name, finalizers in (("plain", None), ("finalized", ["warmscale.io/test-hold"])):
         body = w.pod(name, finalizers=finalizers, node_selector={"warmscale.io/test": k8s_namespace})
-        await core.create_namespaced_pod(k8s_namespace, body)
+        await core.create_namespaced_pod(k8s_namespace, w.body(body))
 
     async def both_ready() -> bool:
         pods = (await core.list_namespaced_pod(k8s_namespace)).items
         return len(pods) == 2 and all(w.is_ready(p) for p in pods)
 
-    await wait_for(both_ready, timeout=30, what="pods Ready")
+    await wait_for(both_ready, within=30, what="pods Ready")
     await asyncio.gather(*(core.delete_namespaced_pod(n, k8s_namespace) for n in ("plain", "finalized")))
 
     async def gone() -> bool:
@@ -129,4 +136,4 @@ async def test_pod_deletion_finishes_even_with_finalizer(
                     raise
         return True
 
-    await wait_for(gone, timeout=30, what="pods deleted")
+    await wait_for(gone, within=30, what="pods deleted")

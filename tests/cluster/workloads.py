@@ -26,19 +26,32 @@ JOB_DURATION = "sim.warmscale.io/job-duration"
 IMAGE = "registry.invalid/warmscale/sim:latest"  # never pulled
 
 
+def body(manifest: dict[str, Any]) -> Any:
+    """A dict manifest as a request body: kubernetes_asyncio accepts dicts where it types models."""
+    return manifest
+
+
 def gpu_toleration() -> dict[str, str]:
     return {"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}
 
 
-def sim_annotations(start_delay: str | None = None, ready_delay: str | None = None,
-                    job_duration: str | None = None) -> dict[str, str]:
+def sim_annotations(
+    start_delay: str | None = None, ready_delay: str | None = None, job_duration: str | None = None
+) -> dict[str, str]:
     values = {START_DELAY: start_delay, READY_DELAY: ready_delay, JOB_DURATION: job_duration}
     return {k: v for k, v in values.items() if v is not None}
 
 
-def pod_spec(*, gpus: int = 0, cpu: str = "100m", memory: str = "128Mi",
-             node_selector: Mapping[str, str] | None = None, restart_policy: str = "Always",
-             priority_class: str | None = None, name: str = "main") -> dict[str, Any]:
+def pod_spec(
+    *,
+    gpus: int = 0,
+    cpu: str = "100m",
+    memory: str = "128Mi",
+    node_selector: Mapping[str, str] | None = None,
+    restart_policy: str = "Always",
+    priority_class: str | None = None,
+    name: str = "main",
+) -> dict[str, Any]:
     """A one-container pod spec; GPU pods tolerate the GPU taint."""
     requests: dict[str, str] = {"cpu": cpu, "memory": memory}
     limits: dict[str, str] = {}
@@ -59,18 +72,23 @@ def pod_spec(*, gpus: int = 0, cpu: str = "100m", memory: str = "128Mi",
     return spec
 
 
-def pod(name: str, *, labels: Mapping[str, str] | None = None,
-        annotations: Mapping[str, str] | None = None, finalizers: list[str] | None = None,
-        **spec_kwargs: Any) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "labels": dict(labels or {}),
-                                "annotations": dict(annotations or {})}
+def pod(
+    name: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    finalizers: list[str] | None = None,
+    **spec_kwargs: Any,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})}
     if finalizers:
         metadata["finalizers"] = finalizers
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec(**spec_kwargs)}
 
 
-def deployment(name: str, replicas: int, *, annotations: Mapping[str, str] | None = None,
-               **spec_kwargs: Any) -> dict[str, Any]:
+def deployment(
+    name: str, replicas: int, *, annotations: Mapping[str, str] | None = None, **spec_kwargs: Any
+) -> dict[str, Any]:
     labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
@@ -100,8 +118,9 @@ def daemon_set(name: str, **spec_kwargs: Any) -> dict[str, Any]:
     }
 
 
-def job(name: str, completions: int, *, annotations: Mapping[str, str] | None = None,
-        **spec_kwargs: Any) -> dict[str, Any]:
+def job(
+    name: str, completions: int, *, annotations: Mapping[str, str] | None = None, **spec_kwargs: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
