@@ -23,9 +23,9 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 @dataclass(frozen=True)
 class EngineProfile:
-    max_num_seqs: int = 32
-    kv_capacity_tokens: int = 60_000
-    prefill_tps: float = 12_000.0
+    max_num_seqs: int = 64
+    kv_capacity_tokens: int = 200_000
+    prefill_tps: float = 20_000.0
     tpot_base_s: float = 0.012
     tpot_per_seq_s: float = 0.0006
 

@@ -1,8 +1,8 @@
 """The demo's stand-in for a Deployment: replicas that start, serve ``/metrics`` and drain.
 
 One aiohttp server serves every replica's exposition at ``/replica/<name>/metrics``. A router sends
-each arriving request to the ready replica with the fewest requests in flight and holds requests
-while no replica is ready. ``scale_to(n)`` behaves like a Deployment: new replicas become ready
+each arriving request to the ready replica with the fewest requests in flight, like a gateway with
+flow control: it holds requests while no ready replica has fewer than ``max_engine_waiting`` waiting. ``scale_to(n)`` behaves like a Deployment: new replicas become ready
 after ``startup_s``; removed replicas stop taking requests and go away once drained.
 """
 
@@ -35,6 +35,7 @@ class Fleet:
     replicas: dict[str, Replica] = field(default_factory=dict)
     held: deque[Request] = field(default_factory=deque)
     base_url: str = ""
+    max_engine_waiting: int = 8
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     # -- the Deployment ------------------------------------------------------------------
@@ -72,6 +73,8 @@ class Fleet:
         ready = [r for r in self.replicas.values() if r.ready(now)]
         while self.held and ready:
             target = min(ready, key=lambda r: r.engine.in_flight)
+            if len(target.engine.waiting) >= self.max_engine_waiting:
+                break
             target.engine.submit(self.held.popleft())
         for name, r in list(self.replicas.items()):
             if now >= r.ready_at:
