@@ -100,7 +100,7 @@ class MemoryStore:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._states: dict[str, dict[str, Any]] = {}
+        self._states: dict[str, ScalerState] = {}  # immutable values: kept as they are
         self._decisions: dict[str, dict[str, Any]] = {}
         self._leases: dict[str, tuple[str, float]] = {}
         self._trackers: dict[str, TrackerRecord] = {}
@@ -130,13 +130,12 @@ class MemoryStore:
         if self._holder(key) != owner:
             return False
         self._leases[key] = (owner, self._clock() + ttl_s)
-        self._states[key] = state.to_dict()
-        self._decisions[key] = dict(decision)
+        self._states[key] = state
+        self._decisions[key] = decision
         return True
 
     async def load_state(self, key: str) -> ScalerState | None:
-        d = self._states.get(key)
-        return ScalerState.from_dict(d) if d is not None else None
+        return self._states.get(key)
 
     async def load_decision(self, key: str) -> dict[str, Any] | None:
         d = self._decisions.get(key)

@@ -21,7 +21,7 @@ import random
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import orjson
@@ -59,7 +59,8 @@ def tracker_id(namespace: str, name: str, metadata: Mapping[str, str]) -> str:
 
 
 def decision_to_dict(d: Decision, computed_at: float, by: str) -> dict[str, Any]:
-    out = asdict(d)
+    out = {k: getattr(d, k) for k in _DECISION_FIELDS}
+    out["rules"] = dict(d.rules)
     out["computed_at"] = computed_at
     out["by"] = by
     return out
@@ -112,6 +113,7 @@ class Tracker:
         self._last_touch = 0.0
         self._last_error_log = 0.0
         self._last_ok_snapshot: float | None = None
+        self._series = _Series(manager.metrics, namespace, name)
 
     # -- RPC side -------------------------------------------------------------------------------
     def touch(self) -> None:
@@ -188,7 +190,6 @@ class Tracker:
 
     async def tick(self) -> None:
         m = self.manager
-        labels = (self.namespace, self.name)
         now = m.clock()
         await self._touch_registry(now)
         ttl = max(2.0, m.options.lease_ttl_factor * self.cfg.scrape_interval_seconds)
@@ -198,7 +199,7 @@ class Tracker:
             self._store_error("claim", exc)
             return
         self.owner = claim.owner
-        m.metrics.leader.labels(*labels).set(1 if claim.owner else 0)
+        self._series.leader.set(1 if claim.owner else 0)
         if not claim.owner:
             self._state = None
             if claim.decision is not None:
@@ -214,11 +215,11 @@ class Tracker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            m.metrics.scrape_errors.labels(*labels).inc()
+            self._series.scrape_errors.inc()
             self._log_scrape_error(repr(exc) or type(exc).__name__)
             return
         if snapshot.source_errors:
-            m.metrics.scrape_errors.labels(*labels).inc(len(snapshot.source_errors))
+            self._series.scrape_errors.inc(len(snapshot.source_errors))
         if not snapshot.replicas and not snapshot.queues and snapshot.source_errors:
             # Nothing read at all: unknown, which must never look like "idle".
             self._log_scrape_error("; ".join(snapshot.source_errors))
@@ -284,31 +285,29 @@ class Tracker:
         return replace(snapshot, **changes)
 
     def _observe_metrics(self, obs: Observation, snapshot: Snapshot, now: float) -> None:
-        mt = self.manager.metrics
-        labels = (self.namespace, self.name)
-        mt.waiting.labels(*labels).set(obs.waiting)
-        mt.running.labels(*labels).set(obs.running)
-        mt.queue.labels(*labels).set(obs.queue)
-        mt.known.labels(*labels).set(obs.known_replicas)
-        mt.unknown.labels(*labels).set(obs.unknown_replicas)
-        mt.kv_usage.labels(*labels).set(obs.kv_usage_max if obs.kv_usage_max is not None else math.nan)
+        s = self._series
+        s.waiting.set(obs.waiting)
+        s.running.set(obs.running)
+        s.queue.set(obs.queue)
+        s.known.set(obs.known_replicas)
+        s.unknown.set(obs.unknown_replicas)
+        s.kv_usage.set(obs.kv_usage_max if obs.kv_usage_max is not None else math.nan)
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
-        mt.ttft.labels(*labels).set(q if q is not None else math.nan)
+        s.ttft.set(q if q is not None else math.nan)
         ages = [r.age(now) for r in snapshot.known]
-        mt.signal_age.labels(*labels).set(max(ages) if ages else math.nan)
+        s.signal_age.set(max(ages) if ages else math.nan)
 
     def _adopt(self, decision: Decision, at: float, *, computed: bool) -> None:
         old = self.decision
         self.decision = decision
         self.decision_at = at
-        mt = self.manager.metrics
-        labels = (self.namespace, self.name)
-        mt.desired.labels(*labels).set(decision.desired)
-        mt.active.labels(*labels).set(1 if decision.active else 0)
-        mt.metric_value.labels(*labels).set(decision.metric_value)
-        mt.decision_age.labels(*labels).set(at)
+        s = self._series
+        s.desired.set(decision.desired)
+        s.active.set(1 if decision.active else 0)
+        s.metric_value.set(decision.metric_value)
+        s.decision_age.set(at)
         if computed:
-            mt.decisions.labels(*labels, decision.reason).inc()
+            s.decision(decision.reason).inc()
         self.manager.decisions.record(self.id, {
             "ts": at, "namespace": self.namespace, "name": self.name, "desired": decision.desired,
             "active": decision.active, "reason": decision.reason, "metric_value": decision.metric_value,
@@ -318,6 +317,40 @@ class Tracker:
         if old is None or _answer(old) != _answer(decision):
             self.version += 1
             self.wake()
+
+
+class _Series:
+    """A tracker's labelled metric children, resolved once (``labels()`` is not free)."""
+
+    def __init__(self, m: ScalerMetrics, namespace: str, name: str) -> None:
+        labels = (namespace, name)
+        self._m = m
+        self._labels = labels
+        for attr in ("waiting", "running", "queue", "kv_usage", "ttft", "known", "unknown", "signal_age",
+                     "scrape_errors", "desired", "active", "metric_value", "decision_age", "leader"):
+            setattr(self, attr, getattr(m, attr).labels(*labels))
+        self._reasons: dict[str, Any] = {}
+
+    def decision(self, reason: str) -> Any:
+        child = self._reasons.get(reason)
+        if child is None:
+            child = self._reasons[reason] = self._m.decisions.labels(*self._labels, reason)
+        return child
+
+    waiting: Any
+    running: Any
+    queue: Any
+    kv_usage: Any
+    ttft: Any
+    known: Any
+    unknown: Any
+    signal_age: Any
+    scrape_errors: Any
+    desired: Any
+    active: Any
+    metric_value: Any
+    decision_age: Any
+    leader: Any
 
 
 def _answer(d: Decision) -> tuple[bool, float, float, int]:
@@ -417,7 +450,9 @@ class TrackerManager:
         for key, tracker in idle:
             del self._trackers[key]
             await tracker.stop()
-            self.metrics.forget(tracker.namespace, tracker.name)
+            if not any((t.namespace, t.name) == (tracker.namespace, tracker.name) for t in self._trackers.values()):
+                # (a newer tracker of the same ScaledObject, after a metadata change, keeps the series)
+                self.metrics.forget(tracker.namespace, tracker.name)
             self.decisions.forget(tracker.id)
             log.info("dropped idle tracker", extra={"tracker": tracker.id})
         self.metrics.trackers.set(len(self._trackers))
