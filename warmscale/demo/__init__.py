@@ -15,9 +15,9 @@ from warmscale.demo.burst import DEFAULT_TRACE
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default=None, help=f"per-request trace CSV (default: shared traces' {DEFAULT_TRACE})")
-    parser.add_argument("--speed", type=float, default=3.0, help="replay the trace this many times faster")
-    parser.add_argument("--span", type=float, default=270.0, help="seconds of trace time to replay")
-    parser.add_argument("--lead", type=float, default=30.0, help="start this many trace seconds before the peak")
+    parser.add_argument("--speed", type=float, default=2.5, help="replay the trace this many times faster")
+    parser.add_argument("--span", type=float, default=220.0, help="seconds of trace time to replay")
+    parser.add_argument("--lead", type=float, default=120.0, help="start this many trace seconds before the peak")
     parser.add_argument("--startup", type=float, default=8.0, help="seconds a new replica takes to become ready")
     parser.add_argument("--max-replicas", type=int, default=8)
     parser.add_argument("--slo-ttft", type=float, default=1.0, help="TTFT SLO in seconds")

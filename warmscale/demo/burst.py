@@ -6,7 +6,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_TRACE = "azure_llm_2023_code.csv"
+DEFAULT_TRACE = "azure_llm_2023_conv.csv"
 
 
 @dataclass(frozen=True)

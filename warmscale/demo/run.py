@@ -33,9 +33,9 @@ TICK_S = 0.05
 @dataclass(frozen=True)
 class DemoOptions:
     trace: Path
-    speed: float = 3.0
-    span: float = 270.0
-    lead: float = 30.0
+    speed: float = 2.5
+    span: float = 220.0
+    lead: float = 120.0
     startup: float = 8.0
     max_replicas: int = 8
     slo_ttft: float = 1.0
@@ -122,7 +122,7 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
     ttfts: list[float] = []
     recent: list[tuple[float, float]] = []
     start = time.monotonic()
-    end_at = (arrivals[-1].at if arrivals else 0.0) + 10.0
+    end_at = (arrivals[-1].at if arrivals else 0.0) + 2.0
     i = 0
     next_report = 0.0
     out = sys.stdout
@@ -162,7 +162,7 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
                           f"{row['running']:4d}  {shown}{flag}  {row['reason']:<24}", file=out, flush=True)
             if t > end_at and fleet.queue() == 0 and fleet.running() == 0:
                 break
-            if t > end_at + 60:
+            if t > end_at + 15:  # keep the demo short: stop draining after 15 s
                 break
             await asyncio.sleep(TICK_S)
     finally:
