@@ -208,7 +208,8 @@ def autoscaling() -> db.Dashboard:
         "Unknown replicas and scrape errors",
         "Replicas whose signal is unknown (stale, unreachable, unparseable) and snapshot/source errors per second.",
         [Q(f"max {BY_SO} (warmscale_unknown_replicas{{{SO}}})", "unknown {{namespace}}/{{scaledobject}}"),
-         Q(f"sum {BY_SO} (rate(warmscale_scrape_errors_total{{{SO}}}[$__rate_interval]))",
+         Q(f"sum {BY_SO} (rate(warmscale_scrape_errors_total{{{SO}}}[$__rate_interval])) "
+           f"or max {BY_SO} (warmscale_unknown_replicas{{{SO}}}) * 0",
            "errors/s {{namespace}}/{{scaledobject}}")], width=8))
     d = d.with_panel(_series(
         "Decision age",

@@ -63,7 +63,7 @@ async def _installed(k8s_cluster: Cluster, k8s_admin: client.ApiClient) -> Async
     core = client.CoreV1Api(k8s_admin)
     for ns in (INSTALL_NS, EXAMPLE_NS):  # left over by an interrupted run
         await _delete_namespace(core, ns)
-        await wait_for(lambda ns=ns: _gone(core, ns), timeout=90, what=f"namespace {ns} deleted")
+        await wait_for(lambda ns=ns: _gone(core, ns), within=90, what=f"namespace {ns} deleted")
     apply(k8s_cluster, render("manifests"))
     apply(k8s_cluster, render("manifests/examples"))
     try:
@@ -132,7 +132,7 @@ async def test_install_and_examples_apply(admin: client.ApiClient) -> None:
         names = [p.metadata.name for p in pods.items]
         return sum(n.startswith("warmscale-scaler-") for n in names) == 2 and \
             sum(n.startswith("warmscale-controller-") for n in names) == 2 and "warmscale-redis-0" in names
-    await wait_for(pods_created, timeout=60, what="scaler, controller and redis pods admitted")
+    await wait_for(pods_created, within=60, what="scaler, controller and redis pods admitted")
 
 
 async def test_overlays_apply(installed: Cluster) -> None:
