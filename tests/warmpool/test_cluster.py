@@ -86,7 +86,7 @@ async def test_invalid_annotation_is_an_event_and_changes_nothing(
     async def invalid_event() -> list[client.CoreV1Event]:
         return await events(core, ns, "InvalidAnnotation")
 
-    [ev] = await wait_for(invalid_event, timeout=30, what="InvalidAnnotation event")
+    [ev] = await wait_for(invalid_event, within=30, what="InvalidAnnotation event")
     assert "warmscale.io/standby" in ev.message and ev.involved_object.name == "bad"
     await asyncio.sleep(3)  # a couple of resyncs
     assert not (await core.list_namespaced_pod(ns, label_selector=MANAGED)).items
@@ -110,13 +110,13 @@ async def test_placeholders_staging_preemption_and_replenishment(
         pods = (await core.list_namespaced_pod(ns, label_selector="app=llm")).items
         return [p for p in pods if w.is_ready(p)]
 
-    [first] = await wait_for(one_ready, timeout=30, what="first replica Ready")
+    [first] = await wait_for(one_ready, within=30, what="first replica Ready")
     ctl, _ = await controller()
 
     async def jobs() -> list[client.V1Job]:
         return (await batch.list_namespaced_job(ns, label_selector=MANAGED)).items
 
-    created = await wait_for(jobs, timeout=30, what="staging Jobs")
+    created = await wait_for(jobs, within=30, what="staging Jobs")
     job_nodes = {j.metadata.annotations[ob.NODE_ANN] for j in created}
     assert first.spec.node_name not in job_nodes and len(job_nodes) == 2  # staged where a replica fits
     # the label never precedes the Job's success
@@ -130,7 +130,7 @@ async def test_placeholders_staging_preemption_and_replenishment(
         labelled = [n for n in nodes if (await core.read_node(n)).metadata.labels.get(LABEL) == "true"]
         return sorted(labelled) == sorted(job_nodes)
 
-    await wait_for(staged, timeout=60, what="nodes labelled staged")
+    await wait_for(staged, within=60, what="nodes labelled staged")
     for j in await jobs():
         assert j.status.succeeded == 1
 
@@ -138,7 +138,7 @@ async def test_placeholders_staging_preemption_and_replenishment(
         hs = await managed_pods(core, ns, "placeholder")
         return len(hs) == 2 and all(w.is_ready(h) and h.spec.node_name in job_nodes for h in hs)
 
-    await wait_for(holders_on_staged, timeout=60, what="2 placeholders Ready on the staged nodes")
+    await wait_for(holders_on_staged, within=60, what="2 placeholders Ready on the staged nodes")
     holders = await managed_pods(core, ns, "placeholder")
     assert all(h.spec.priority == ob.PRIORITY_VALUE and h.spec.preemption_policy == "Never" for h in holders)
     assert all(h.metadata.owner_references[0].name == "llm" for h in holders)
@@ -151,7 +151,7 @@ async def test_placeholders_staging_preemption_and_replenishment(
         pods = await one_ready()
         return pods if len(pods) == 3 else []
 
-    pods = await wait_for(three_ready, timeout=90, what="3 replicas Ready")
+    pods = await wait_for(three_ready, within=90, what="3 replicas Ready")
     new_nodes = {p.spec.node_name for p in pods} - {first.spec.node_name}
     assert new_nodes == job_nodes
 
@@ -159,13 +159,13 @@ async def test_placeholders_staging_preemption_and_replenishment(
         hs = await managed_pods(core, ns, "placeholder")
         return len(hs) == 2 and not ({h.metadata.uid for h in hs} & old_uids)
 
-    await wait_for(replenished, timeout=30, what="placeholders replenished")
+    await wait_for(replenished, within=30, what="placeholders replenished")
 
     async def measured() -> dict[str, float]:
         t = ctl.ttr.get(f"Deployment/{ns}/llm")
         return t.medians() if t else {}
 
-    m = await wait_for(lambda: _poll(measured, lambda v: "placeholder+staged" in v), timeout=30,
+    m = await wait_for(lambda: _poll(measured, lambda v: "placeholder+staged" in v), within=30,
                        what="time-to-ready measured for placeholder+staged")
     assert m["placeholder+staged"] >= 0
     dep = await apps.read_namespaced_deployment("llm", ns)
@@ -193,7 +193,7 @@ async def test_staging_jobs_never_duplicated_across_restart(
         js = (await batch.list_namespaced_job(ns, label_selector=MANAGED)).items
         return js if len(js) == 2 else []
 
-    before = {j.metadata.name: j.metadata.uid for j in await wait_for(two_jobs, timeout=30, what="2 Jobs")}
+    before = {j.metadata.name: j.metadata.uid for j in await wait_for(two_jobs, within=30, what="2 Jobs")}
     task.cancel()  # "kill" the controller mid-staging
     with contextlib.suppress(asyncio.CancelledError):
         await task
@@ -205,7 +205,7 @@ async def test_staging_jobs_never_duplicated_across_restart(
         labels = [(await core.read_node(n)).metadata.labels or {} for n in nodes]
         return all(lab.get(LABEL) == "true" for lab in labels)
 
-    await wait_for(labelled, timeout=60, what="nodes labelled after restart")
+    await wait_for(labelled, within=60, what="nodes labelled after restart")
     after = {j.metadata.name: j.metadata.uid for j in (await batch.list_namespaced_job(ns)).items}
     assert after == before  # same Jobs, none recreated or duplicated
 
@@ -229,7 +229,7 @@ async def test_leader_election_takeover_within_lease(k8s_admin: client.ApiClient
     a, lead_a = make("a")
     b, lead_b = make("b")
     task_a = asyncio.create_task(a.run(lead_a, stop_a))
-    await wait_for(lambda: _poll(lambda: _val(leading), lambda v: "a" in v), timeout=10, what="a leads")
+    await wait_for(lambda: _poll(lambda: _val(leading), lambda v: "a" in v), within=10, what="a leads")
     task_b = asyncio.create_task(b.run(lead_b, stop_b))
     await asyncio.sleep(2 * lease_s)
     assert "b" not in leading and a.is_leader and not b.is_leader  # one leader while a renews
@@ -239,7 +239,7 @@ async def test_leader_election_takeover_within_lease(k8s_admin: client.ApiClient
     task_a.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task_a
-    await wait_for(lambda: _poll(lambda: _val(leading), lambda v: "b" in v), timeout=3 * lease_s, what="b leads")
+    await wait_for(lambda: _poll(lambda: _val(leading), lambda v: "b" in v), within=3 * lease_s, what="b leads")
     took = leading["b"] - killed
     assert took <= lease_s + 2.0, took
     lease = await coord.read_namespaced_lease("warmpool-test", k8s_namespace)
@@ -283,7 +283,7 @@ async def test_scaledobject_created_and_floor_kept(
                 return None
             raise
 
-    so = await wait_for(get_so, timeout=30, what="ScaledObject created")
+    so = await wait_for(get_so, within=30, what="ScaledObject created")
     assert so["spec"]["minReplicaCount"] == 2 and so["spec"]["maxReplicaCount"] == 6
     assert so["spec"]["triggers"][0]["type"] == "external-push"
     assert so["spec"]["triggers"][0]["metadata"]["scalerAddress"] == "scaler.test:9090"
@@ -293,15 +293,15 @@ async def test_scaledobject_created_and_floor_kept(
     await custom.patch_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm",
                                                 {"spec": {"minReplicaCount": 0}},
                                                 _content_type="application/merge-patch+json")
-    await wait_for(lambda: _poll(get_so, lambda v: v["spec"]["minReplicaCount"] == 2), timeout=30,
+    await wait_for(lambda: _poll(get_so, lambda v: v["spec"]["minReplicaCount"] == 2), within=30,
                    what="floor restored")
     # floor 0 where scale-to-zero is not allowed: raised to 1, with an Event
     await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "min-ready": "0"}}})
-    await wait_for(lambda: _poll(get_so, lambda v: v["spec"]["minReplicaCount"] == 1), timeout=30,
+    await wait_for(lambda: _poll(get_so, lambda v: v["spec"]["minReplicaCount"] == 1), within=30,
                    what="floor 0 raised to 1")
     assert await events(core, ns, "ScaleToZeroRefused")
     # the user's own ScaledObject is never overwritten
-    await wait_for(lambda: events(core, ns, "ScaledObjectNotOwned"), timeout=30, what="not-owned event")
+    await wait_for(lambda: events(core, ns, "ScaledObjectNotOwned"), within=30, what="not-owned event")
     mine = await get_so("mine")
     assert mine is not None and mine["spec"]["minReplicaCount"] == 0 and ob.MANAGED_BY not in (
         mine["metadata"].get("labels") or {})
