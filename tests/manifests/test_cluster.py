@@ -72,7 +72,7 @@ async def _installed(k8s_cluster: Cluster, k8s_admin: client.ApiClient) -> Async
         await _delete_namespace(core, EXAMPLE_NS)
         await _delete_namespace(core, INSTALL_NS)
         rbac = client.RbacAuthorizationV1Api(k8s_admin)
-        for name in ("warmscale-scaler", "warmscale-controller"):
+        for name in ("warmscale-scaler", "warmscale-warmpool"):
             for call in (rbac.delete_cluster_role(name), rbac.delete_cluster_role_binding(name)):
                 try:
                     await call
@@ -100,9 +100,9 @@ async def status(call: Awaitable[Any]) -> int:
 
 
 async def can(api: client.ApiClient, verb: str, resource: str, namespace: str | None = None, group: str = "",
-              subresource: str | None = None) -> bool:
+              subresource: str | None = None, name: str | None = None) -> bool:
     review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-        resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource, group=group,
+        resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource, group=group, name=name,
                                                         namespace=namespace, subresource=subresource)))
     res = await client.AuthorizationV1Api(api).create_self_subject_access_review(review)
     return bool(res.status.allowed)
@@ -171,7 +171,7 @@ async def test_scaler_rbac_with_its_token(installed: Cluster) -> None:
 
 
 async def test_controller_rbac_with_its_token(installed: Cluster) -> None:
-    token = await installed.mint_token(INSTALL_NS, "warmscale-controller")
+    token = await installed.mint_token(INSTALL_NS, "warmscale-warmpool")
     api = installed.token_client(token)
     try:
         core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
@@ -197,13 +197,14 @@ async def test_controller_rbac_with_its_token(installed: Cluster) -> None:
         # Owned ScaledObjects, Events, its leader Lease.
         assert await status(custom.get_namespaced_custom_object(
             "keda.sh", "v1alpha1", EXAMPLE_NS, "scaledobjects", "vllm-llama")) == 200
-        for verb in ("create", "update", "patch", "delete"):
+        for verb in ("create", "patch", "delete"):
             assert await can(api, verb, "scaledobjects", EXAMPLE_NS, group="keda.sh")
         assert await can(api, "create", "events", EXAMPLE_NS)
         lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "rbac-probe"},
                  "spec": {"holderIdentity": "x", "leaseDurationSeconds": 15}}
         assert await status(coord.create_namespaced_lease(INSTALL_NS, lease)) == 200
-        assert await can(api, "update", "leases", INSTALL_NS, group="coordination.k8s.io")
+        assert await can(api, "update", "leases", INSTALL_NS, group="coordination.k8s.io", name="warmscale-warmpool")
+        assert not await can(api, "update", "leases", INSTALL_NS, group="coordination.k8s.io", name="kube-scheduler")
         assert await can(api, "patch", "nodes")
         # Nothing more.
         assert await status(core.list_namespaced_secret(EXAMPLE_NS)) == 403

@@ -228,7 +228,7 @@ async def test_dashboards_and_alerts_against_real_prometheus(
     await wait_for(install_namespace_usable, within=120, what="namespace warmscale not terminating")
     install_rbac(k8s_cluster)
     # The controller runs with the install's ServiceAccount token (its RBAC must be enough).
-    token = await k8s_cluster.mint_token("warmscale", "warmscale-controller")
+    token = await k8s_cluster.mint_token("warmscale", "warmscale-warmpool")
     kubeconfig = k8s_cluster.write_token_kubeconfig(workdir / "controller.kubeconfig", token)
 
     engines = Engines()
@@ -243,7 +243,7 @@ async def test_dashboards_and_alerts_against_real_prometheus(
         procs.append(scaler)
         controller = start_process(
             ["warmpool", "--kubeconfig", str(kubeconfig), "--namespace", ns, "--metrics-port", str(controller_metrics),
-             "--metrics-address", "127.0.0.1", "--lease-namespace", "warmscale", "--lease-name", f"e2e-{ns}",
+             "--metrics-address", "127.0.0.1", "--lease-namespace", "warmscale", "--lease-name", "warmscale-warmpool",
              "--redis-address", redis.url, "--resync", "2", "--scaler-address", f"127.0.0.1:{grpc_port}"],
             controller_log)
         procs.append(controller)
