@@ -25,14 +25,25 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scaler.warm_status import WarmStatus
 from warmpool import objects as ob
-from warmpool.annotations import STATUS_KEY, is_enabled, parse_annotations
+from warmpool.annotations import STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmpool.kube import Cache, EventRecorder, ignore_status, with_retries
-from warmpool.model_uri import staged_label_key
-from warmpool.planning import Plan, TimeToReady, parse_time, plan, pod_time_to_ready, warm_state
+from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
+from warmpool.planning import (
+    CleanupPlan,
+    Plan,
+    TimeToReady,
+    cleanup_plan,
+    parse_time,
+    plan,
+    pod_time_to_ready,
+    warm_state,
+)
 
 log = logging.getLogger("warmscale.warmpool")
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
 MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
 PLACEHOLDER_WINDOW_S = 120.0  # a replica bound to a node this soon after a placeholder left it took its place
 
 
@@ -159,13 +170,26 @@ class Controller:
         sched: Any = client.SchedulingV1Api(self.api)
         await ignore_status(sched.create_priority_class(ob.priority_class()), 409)
 
+    def raw_workloads(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(kind, o) for kind, cache in (("Deployment", self.deployments), ("StatefulSet", self.statefulsets))
+                for o in cache.items.values()]
+
     def workloads(self) -> list[ob.Workload]:
+        """Enabled workloads that are not being deleted (those only get their clean-up finished)."""
         out = []
-        for kind, cache in (("Deployment", self.deployments), ("StatefulSet", self.statefulsets)):
-            for o in cache.items.values():
-                if is_enabled((o.get("metadata") or {}).get("annotations")):
-                    out.append(workload_from(kind, o))
+        for kind, o in self.raw_workloads():
+            m = o.get("metadata") or {}
+            if is_enabled(m.get("annotations")) and not m.get("deletionTimestamp"):
+                out.append(workload_from(kind, o))
         return out
+
+    def _raw(self, wl: ob.Workload) -> dict[str, Any]:
+        cache = self.deployments if wl.kind == "Deployment" else self.statefulsets
+        return cache.items.get(f"{wl.namespace}/{wl.name}") or {}
+
+    def _patcher(self, kind: str) -> Any:
+        return self.apps.patch_namespaced_deployment if kind == "Deployment" \
+            else self.apps.patch_namespaced_stateful_set
 
     async def reconcile_all(self) -> None:
         self.reconcile_count += 1
@@ -177,6 +201,81 @@ class Controller:
                 self.metrics.reconciles.labels("error").inc()
                 log.exception("reconcile failed", extra={"workload": wl.key})
                 self._dirty.set()
+        try:
+            await self.cleanup()
+        except Exception:
+            self.metrics.reconciles.labels("error").inc()
+            log.exception("cache clean-up failed")
+            self._dirty.set()
+
+    # ------------------------------------------------------------ cache clean-up and the finalizer
+
+    def active_stage_keys(self) -> set[str] | None:
+        """Staged-label keys some enabled, non-deleting workload in scope uses; None when unknown (an
+        enabled workload whose model-uri cannot be parsed: nothing is cleaned until it is fixed)."""
+        keys: set[str] = set()
+        for wl in self.workloads():
+            try:
+                cfg = parse_annotations(wl.annotations)
+                if cfg.model_uri is not None:
+                    keys.add(staged_label_key(cfg.model_uri))
+                continue
+            except AnnotationError:
+                pass
+            raw = wl.annotations.get("warmscale.io/model-uri")
+            if raw:
+                try:
+                    keys.add(staged_label_key(parse_model_uri(raw.split()[0].split(";")[0])))
+                except (ModelURIError, ValueError):
+                    return None
+        return keys
+
+    async def cleanup(self) -> CleanupPlan | None:
+        active = self.active_stage_keys()
+        if active is None:
+            return None
+        jobs = [j for j in self.jobs.items.values() if ((j.get("metadata") or {}).get("labels") or {}).get(ob.ROLE)
+                == "evict"]
+        cp = cleanup_plan(list(self.nodes.items.values()), jobs, active, scope=self.opts.namespace)
+        for ns, key, uri, root, node in cp.create_evict_jobs:
+            job = ob.evict_job(ns, key, uri, root, node, self.opts.stager_image)
+            try:
+                await ignore_status(self.batch.create_namespaced_job(ns, job), 409)
+            except ApiException as exc:
+                if exc.status not in (403, 404):  # 403: namespace terminating, 404: namespace gone
+                    raise
+                log.warning("cannot run the evict Job; dropping the label (LRU reclaims the disk)",
+                            extra={"node": node, "namespace": ns, "status": exc.status})
+                cp.unlabel.append((node, key))
+        for node, key in cp.unlabel:
+            body = {"metadata": {"labels": {key: None}, "annotations": {key: None}}}
+            await ignore_status(with_retries("unlabel node", functools.partial(
+                self.core.patch_node, node, body, _content_type=MERGE)), 404)
+            log.info("stale staged label removed", extra={"node": node, "label": key})
+        for ns, name in cp.delete_jobs:
+            await ignore_status(self.batch.delete_namespaced_job(name, ns, propagation_policy="Background"), 404)
+        for w in cp.warnings:
+            log.warning(w)
+        for kind, o in self.raw_workloads():
+            m = o.get("metadata") or {}
+            fins = list(m.get("finalizers") or [])
+            if ob.FINALIZER not in fins:
+                continue
+            done_with = m.get("deletionTimestamp") or not is_enabled(m.get("annotations"))
+            if not done_with or m.get("namespace") in cp.pending_namespaces:
+                continue
+            i = fins.index(ob.FINALIZER)
+            patch = [{"op": "test", "path": f"/metadata/finalizers/{i}", "value": ob.FINALIZER},
+                     {"op": "remove", "path": f"/metadata/finalizers/{i}"}]
+            try:
+                await ignore_status(self._patcher(kind)(m.get("name"), m.get("namespace"), patch,
+                                                        _content_type=JSON_PATCH), 404)
+            except ApiException as exc:
+                if exc.status not in (409, 422):  # the list changed under us: next reconcile
+                    raise
+                self._dirty.set()
+            log.info("finalizer removed", extra={"workload": f"{kind}/{m.get('namespace')}/{m.get('name')}"})
+        return cp
 
     async def _get_scaledobject(self, wl: ob.Workload) -> dict[str, Any] | None:
         try:
@@ -206,9 +305,16 @@ class Controller:
         cfg = p.config
         ns = wl.namespace
 
+        if cfg.model_uri is not None and cfg.prestage_nodes > 0 and \
+                ob.FINALIZER not in ((self._raw(wl).get("metadata") or {}).get("finalizers") or []):
+            # before anything is staged: the caches must be cleaned up when the workload goes away
+            await with_retries("add finalizer", lambda: self._patcher(wl.kind)(
+                wl.name, ns, {"metadata": {"finalizers": [ob.FINALIZER]}}, _content_type=STRATEGIC))
         for node in p.label_nodes:  # only after the staging Job succeeded
             assert cfg.model_uri is not None
-            body = {"metadata": {"labels": {staged_label_key(cfg.model_uri): "true"}}}
+            key = staged_label_key(cfg.model_uri)
+            body = {"metadata": {"labels": {key: "true"}, "annotations": {
+                key: ob.staged_record(ns, cfg.model_uri.canonical, cfg.cache_root)}}}
             await with_retries("label node", functools.partial(self.core.patch_node, node, body,
                                                                      _content_type=MERGE))
             await self.events.emit(inv, "Normal", "Staged", f"{cfg.model_uri} staged on node {node}")

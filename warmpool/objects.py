@@ -8,6 +8,7 @@ garbage collector removes it with the workload.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -293,3 +294,49 @@ def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str
 
 def is_managed(obj: Mapping[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == MANAGED_BY_VALUE
+
+
+# ---------------------------------------------------------------- cache clean-up
+
+FINALIZER = "warmscale.io/cache-cleanup"
+STAGED_PREFIX = "warmscale.io/staged-"  # node label (=true) and node annotation (JSON record) share the key
+
+
+def staged_record(namespace: str, uri_canonical: str, cache_root: str) -> str:
+    """Node annotation written with the staged label: what a clean-up Job needs once the workload is gone."""
+    return json.dumps({"ns": namespace, "uri": uri_canonical, "root": cache_root}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def evict_job_name(label_key: str, node: str) -> str:
+    return f"ws-evict-{label_key.removeprefix(STAGED_PREFIX)[:12]}-{h(node)}"
+
+
+def evict_job(namespace: str, label_key: str, uri_canonical: str, cache_root: str, node: str, image: str,
+              ttl_s: int = 3600) -> dict[str, Any]:
+    """A Job on ``node`` running ``warmscale stage --evict``. Not owned by the workload: it must outlive it."""
+    lab = {MANAGED_BY: MANAGED_BY_VALUE, ROLE: "evict", MODEL: label_key.removeprefix(STAGED_PREFIX)[:63]}
+    args = ["warmscale", "--log-format", "json", "stage", "--evict", "--uri", uri_canonical,
+            "--cache-root", CACHE_MOUNT]
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": evict_job_name(label_key, node), "namespace": namespace, "labels": lab,
+                     "annotations": {NODE_ANN: node, "warmscale.io/model-uri": uri_canonical,
+                                     "warmscale.io/label-key": label_key}},
+        "spec": {
+            "backoffLimit": 3,
+            "activeDeadlineSeconds": 900,
+            "ttlSecondsAfterFinished": ttl_s,
+            "template": {"metadata": {"labels": lab}, "spec": {
+                "restartPolicy": "Never",
+                "affinity": _on_node(node),
+                "tolerations": [{"operator": "Exists"}],
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "containers": [{"name": "evict", "image": image, "command": args,
+                                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                                "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}]}],
+                "volumes": [{"name": "cache", "hostPath": {"path": cache_root, "type": "DirectoryOrCreate"}}],
+            }},
+        },
+    }

@@ -330,3 +330,67 @@ def stale_stage_labels(nodes: Iterable[Obj], active_keys: set[str]) -> dict[str,
         if stale:
             out[_name(n)] = sorted(stale)
     return out
+
+
+# ---------------------------------------------------------------- cache clean-up
+
+
+@dataclass
+class CleanupPlan:
+    create_evict_jobs: list[tuple[str, str, str, str, str]] = field(default_factory=list)  # ns, key, uri, root, node
+    unlabel: list[tuple[str, str]] = field(default_factory=list)  # (node, label key): label + record removed
+    delete_jobs: list[tuple[str, str]] = field(default_factory=list)  # (ns, job name)
+    pending_namespaces: set[str] = field(default_factory=set)  # namespaces with stale caches not yet cleaned
+    warnings: list[str] = field(default_factory=list)
+
+
+def staged_record(node: Obj, key: str) -> dict[str, str] | None:
+    raw = (_meta(node).get("annotations") or {}).get(key)
+    try:
+        rec = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or not all(isinstance(rec.get(k), str) and rec.get(k) for k in ("ns", "uri", "root")):
+        return None
+    return {k: str(rec[k]) for k in ("ns", "uri", "root")}
+
+
+def cleanup_plan(nodes: Sequence[Obj], evict_jobs: Sequence[Obj], active_keys: set[str],
+                 scope: str | None = None) -> CleanupPlan:
+    """Evict caches of models no enabled (and not deleting) workload uses, then drop their node labels.
+
+    Per stale ``(node, key)``: no record of what was staged (label from an older controller) -> only the
+    label goes (the stager's LRU reclaims the disk); else an evict Job on that node; once it succeeded
+    (or failed for good: Warning, LRU later) the label and record are removed and the Job deleted.
+    Evict Jobs of keys that became active again are deleted. A controller scoped to namespace ``scope``
+    only touches records of that namespace (it cannot see the other namespaces' workloads)."""
+    p = CleanupPlan()
+    jobs = {(str(_meta(j).get("namespace")), _name(j)): j for j in evict_jobs}
+    wanted: set[tuple[str, str]] = set()
+    for node_name, keys in stale_stage_labels(nodes, active_keys).items():
+        node = next(n for n in nodes if _name(n) == node_name)
+        for key in keys:
+            rec = staged_record(node, key)
+            if rec is None:
+                if scope is None:
+                    p.unlabel.append((node_name, key))
+                continue
+            if scope is not None and rec["ns"] != scope:
+                continue
+            ident = (rec["ns"], ob.evict_job_name(key, node_name))
+            wanted.add(ident)
+            p.pending_namespaces.add(rec["ns"])
+            job = jobs.get(ident)
+            if job is None:
+                p.create_evict_jobs.append((rec["ns"], key, rec["uri"], rec["root"], node_name))
+                continue
+            state, _ = _job_state(job)
+            if state == "running":
+                continue
+            if state == "failed":
+                p.warnings.append(f"evicting {rec['uri']} on node {node_name} failed (Job {ident[1]}); "
+                                  "label removed, the cache's LRU budget reclaims the disk")
+            p.unlabel.append((node_name, key))
+            p.delete_jobs.append(ident)
+    p.delete_jobs += sorted(k for k in jobs if k not in wanted and not _meta(jobs[k]).get("deletionTimestamp"))
+    return p

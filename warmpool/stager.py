@@ -335,6 +335,28 @@ def stage(uri: ModelURI, root: Path, *, size: int | None = None, sha256: str | N
             raise
 
 
+def remove(uri: ModelURI, root: Path) -> bool:
+    """Evict ``uri``'s entry (and any crashed work dir of it) under the lock; True if something was removed.
+
+    The ``.ready`` marker goes first, so a concurrent reader never sees a marked, half-deleted entry."""
+    root = root.resolve()
+    final = Path(cache_dir(str(root), uri))
+    removed = False
+    with _locked(root):
+        marker = final / READY
+        if marker.is_file():
+            marker.unlink()
+            _fsync_dir(final)
+        if final.exists():
+            shutil.rmtree(final, ignore_errors=True)
+            removed = True
+        for d in root.iterdir():
+            if d.name.startswith(f".tmp-{final.name}-"):
+                shutil.rmtree(d, ignore_errors=True)
+                removed = True
+    return removed
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -345,6 +367,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sha256", help="expected SHA-256 (file, or directory manifest)")
     parser.add_argument("--budget", help="disk budget of the cache root (bytes or quantity); LRU eviction")
     parser.add_argument("--pvc-root", default="/mnt/warmscale-pvc", help="where pvc:// claims are mounted")
+    parser.add_argument("--evict", action="store_true",
+                        help="remove the model's cache entry instead of staging it (clean-up Jobs)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -355,6 +379,10 @@ def run(args: argparse.Namespace) -> int:
     except (ModelURIError, ValueError) as exc:
         log.error("bad arguments", extra={"error": str(exc)})
         return 2
+    if getattr(args, "evict", False):
+        gone = remove(uri, Path(args.cache_root))
+        log.info("evicted" if gone else "nothing to evict", extra={"uri": uri.canonical})
+        return 0
     try:
         res = stage(uri, Path(args.cache_root), size=size, sha256=args.sha256, budget=budget,
                     pvc_root=Path(args.pvc_root))

@@ -305,3 +305,68 @@ async def test_scaledobject_created_and_floor_kept(
     mine = await get_so("mine")
     assert mine is not None and mine["spec"]["minReplicaCount"] == 0 and ob.MANAGED_BY not in (
         mine["metadata"].get("labels") or {})
+
+
+async def test_cache_cleanup_on_model_change_and_delete(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, controller: Any
+) -> None:
+    ns = k8s_namespace
+    nodes = await k8s_node_pool(replace(H100, count=2))
+    core, apps, batch = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.BatchV1Api(k8s_admin)
+    uri2 = "hf://org/model@rev2"
+    label2 = staged_label_key(parse_model_uri(uri2))
+    ann = {P + "enabled": "true", P + "prestage-nodes": "2", P + "model-uri": URI,
+           P + "stage-pod-annotations": json.dumps({"sim.warmscale.io/job-duration": "1s"})}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "llm", 0, ann))
+    await controller()
+
+    async def labelled(key: str, present: bool = True) -> bool:
+        labs = [(await core.read_node(n)).metadata.labels or {} for n in nodes]
+        return all((lab.get(key) == "true") == present for lab in labs)
+
+    await wait_for(lambda: labelled(LABEL), within=60, what="rev1 staged on both nodes")
+    dep = await apps.read_namespaced_deployment("llm", ns)
+    assert ob.FINALIZER in (dep.metadata.finalizers or [])
+    rec = json.loads((await core.read_node(nodes[0])).metadata.annotations[LABEL])
+    assert rec == {"ns": ns, "uri": URI, "root": "/var/lib/warmscale/models"}
+
+    seen: dict[str, list[str]] = {}
+
+    async def evict_jobs_seen() -> bool:  # evict Jobs are deleted once they succeeded: poll fast
+        for j in (await batch.list_namespaced_job(ns, label_selector=f"{ob.ROLE}=evict")).items:
+            seen[j.metadata.annotations[ob.NODE_ANN]] = j.spec.template.spec.containers[0].command
+        return False
+
+    async def until(pred: Callable[[], Awaitable[bool]]) -> bool:
+        await evict_jobs_seen()
+        return await pred()
+
+    # model change: rev2 staged, rev1 evicted on both nodes and its labels/records removed
+    await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "model-uri": uri2}}})
+    await wait_for(lambda: until(lambda: labelled(label2)), within=60, what="rev2 staged", interval=0.1)
+    await wait_for(lambda: until(lambda: labelled(LABEL, present=False)), within=60, what="rev1 labels removed",
+                   interval=0.1)
+    assert sorted(seen) == sorted(nodes)
+    assert all("--evict" in cmd and URI in cmd for cmd in seen.values())
+    for n in nodes:
+        assert LABEL not in ((await core.read_node(n)).metadata.annotations or {})
+
+    # delete: the finalizer holds the Deployment until rev2 is evicted and unlabelled everywhere
+    seen.clear()
+    await apps.delete_namespaced_deployment("llm", ns)
+    dep = await apps.read_namespaced_deployment("llm", ns)
+    assert dep.metadata.deletion_timestamp is not None
+
+    async def gone() -> bool:
+        await evict_jobs_seen()
+        try:
+            await apps.read_namespaced_deployment("llm", ns)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+
+    await wait_for(gone, within=60, what="Deployment deleted after clean-up", interval=0.1)
+    assert await labelled(label2, present=False)
+    assert sorted(seen) == sorted(nodes) and all(uri2 in cmd for cmd in seen.values())
+    await asyncio.sleep(1)
+    assert not (await batch.list_namespaced_job(ns, label_selector=f"{ob.ROLE}=evict")).items

@@ -281,3 +281,57 @@ def test_manifests() -> None:
     assert [c["image"] for c in pull["spec"]["containers"]] == ["busybox", "vllm/vllm-openai:v0.11.0"]
     assert pull["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     assert all(c["command"] == [ob.PULL_COMMAND] for c in pull["spec"]["containers"])
+
+
+# ---------------------------------------------------------------- cache clean-up
+
+
+def _staged_node(name: str, key: str, ns: str | None = "ns") -> dict[str, Any]:
+    from warmpool.objects import staged_record
+
+    n = node(name, labels={key: "true"})
+    if ns is not None:
+        n["metadata"]["annotations"] = {key: staged_record(ns, "hf://org/old@r1", "/var/lib/warmscale/models")}
+    return n
+
+
+def _job(ns: str, name: str, cond: str | None) -> dict[str, Any]:
+    st = {"conditions": [{"type": cond, "status": "True"}]} if cond else {}
+    return {"metadata": {"namespace": ns, "name": name}, "status": st}
+
+
+def test_cleanup_plan_evicts_then_unlabels() -> None:
+    from warmpool.objects import evict_job_name
+    from warmpool.planning import cleanup_plan
+
+    old, new = "warmscale.io/staged-aaaa", "warmscale.io/staged-bbbb"
+    nodes = [_staged_node("n1", old), _staged_node("n2", new), _staged_node("n3", old, ns=None)]
+    p = cleanup_plan(nodes, [], {new})
+    assert p.create_evict_jobs == [("ns", old, "hf://org/old@r1", "/var/lib/warmscale/models", "n1")]
+    assert p.unlabel == [("n3", old)]  # no record: only the label goes
+    assert p.pending_namespaces == {"ns"}
+    jn = evict_job_name(old, "n1")
+    running = cleanup_plan(nodes, [_job("ns", jn, None)], {new})
+    assert not running.create_evict_jobs and ("n1", old) not in running.unlabel
+    done = cleanup_plan(nodes, [_job("ns", jn, "Complete")], {new})
+    assert ("n1", old) in done.unlabel and ("ns", jn) in done.delete_jobs and not done.warnings
+    failed = cleanup_plan(nodes, [_job("ns", jn, "Failed")], {new})
+    assert ("n1", old) in failed.unlabel and failed.warnings
+    # the model came back: its evict Job goes, nothing is unlabelled
+    back = cleanup_plan(nodes, [_job("ns", jn, None)], {old, new})
+    assert back.delete_jobs == [("ns", jn)] and not back.unlabel and not back.pending_namespaces
+    # a namespace-scoped controller leaves other namespaces' caches and unrecorded labels alone
+    scoped = cleanup_plan(nodes, [], {new}, scope="other")
+    assert not scoped.create_evict_jobs and not scoped.unlabel
+
+
+def test_evict_job_is_unowned_and_pinned() -> None:
+    from warmpool.objects import evict_job
+
+    j = evict_job("ns", "warmscale.io/staged-aaaa", "hf://org/old@r1", "/var/lib/warmscale/models", "n1", "img")
+    assert "ownerReferences" not in j["metadata"]
+    spec = j["spec"]["template"]["spec"]
+    assert "--evict" in spec["containers"][0]["command"]
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchFields"][0]["values"] == ["n1"]
+    assert spec["volumes"][0]["hostPath"]["path"] == "/var/lib/warmscale/models"

@@ -184,3 +184,22 @@ def test_cli(tmp_path: Path) -> None:
     assert main([*base, "--sha256", "1" * 64]) == 4
     assert main(["stage", "--uri", "ftp://x", "--cache-root", str(root)]) == 2
     assert main(["stage", "--uri", f"file://{src}", "--cache-root", str(tmp_path / "c2"), "--budget", "10"]) == 3
+
+
+def test_evict_removes_only_that_model(tmp_path: Path) -> None:
+    from warmpool.stager import remove
+
+    a, b = make_model(tmp_path / "a"), make_model(tmp_path / "b", n=2)
+    ua, ub = parse_model_uri(f"file://{a}"), parse_model_uri(f"file://{b}")
+    root = tmp_path / "cache"
+    stage(ua, root)
+    stage(ub, root)
+    (root / f".tmp-{Path(cache_dir(str(root), ua)).name}-crash").mkdir()  # a crashed work dir of a
+    assert remove(ua, root)
+    assert not is_ready(root, ua) and not Path(cache_dir(str(root), ua)).exists()
+    assert is_ready(root, ub)
+    assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
+    assert not remove(ua, root)  # idempotent
+    args = argparse.Namespace(uri=f"file://{b}", cache_root=str(root), size=None, sha256=None, budget=None,
+                              pvc_root="/nonexistent", evict=True)
+    assert stager_cli.run(args) == 0 and not is_ready(root, ub)
