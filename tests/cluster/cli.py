@@ -30,11 +30,11 @@ def _up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     if (state_dir / STATE_FILE).exists():
         existing = Cluster.attach(state_dir)
-        if existing.alive():
+        if existing.healthy():
             log.info("cluster already running", extra={"state_dir": str(state_dir)})
             print(existing.kubeconfig)
             return 0
-        log.info("removing stale cluster state", extra={"state_dir": str(state_dir)})
+        log.warning("replacing a stopped or unhealthy cluster", extra={"state_dir": str(state_dir)})
         existing.stop()
     pools = default_fleet(args.nodes, _pool_overrides(args.pool))
     try:
@@ -67,8 +67,9 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps({"running": False, "state_dir": str(args.state_dir)}))
         return 3
     cluster = Cluster.attach(args.state_dir)
-    print(json.dumps({"running": cluster.alive(), **cluster.status()}, indent=2))
-    return 0 if cluster.alive() else 3
+    healthy = cluster.healthy(within=2)
+    print(json.dumps({"running": cluster.alive(), "healthy": healthy, **cluster.status()}, indent=2))
+    return 0 if healthy else 3
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     up.set_defaults(func=_up)
 
     sub.add_parser("down", help="stop the cluster and remove its state").set_defaults(func=_down)
-    sub.add_parser("status", help="print what runs (exit 3 if not running)").set_defaults(func=_status)
+    sub.add_parser("status", help="print what runs (exit 3 unless running and healthy)").set_defaults(func=_status)
     sub.add_parser("build", help="build missing binaries, print their paths").set_defaults(func=_build)
 
     token = sub.add_parser("token", help="mint a TokenRequest token for a ServiceAccount")

@@ -51,13 +51,19 @@ def _existing_cluster() -> Cluster | None:
     kubeconfig = os.environ.get("WARMSCALE_KUBECONFIG")
     if kubeconfig:
         log.info("using cluster from WARMSCALE_KUBECONFIG", extra={"kubeconfig": kubeconfig})
-        return Cluster.from_kubeconfig(Path(kubeconfig))
+        cluster = Cluster.from_kubeconfig(Path(kubeconfig))
+        if not cluster.healthy(within=10):
+            pytest.fail(f"WARMSCALE_KUBECONFIG={kubeconfig}: apiserver not ready", pytrace=False)
+        return cluster
     state_dir = default_state_dir()
     if (state_dir / STATE_FILE).exists():
         cluster = Cluster.attach(state_dir)
-        if cluster.alive():
+        if cluster.healthy(within=5):
             log.info("reusing the `up` cluster", extra={"state_dir": str(state_dir)})
             return cluster
+        log.warning(
+            "ignoring the unhealthy `up` cluster; starting a session cluster", extra={"state_dir": str(state_dir)}
+        )
     return None
 
 
@@ -166,6 +172,14 @@ async def k8s_node_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> Asyn
 
     yield make
     for name in created:
+        # No kubelet will ever confirm these pods' deletion once the node is gone: force them.
+        pods = await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
+        for pod in pods.items:
+            try:
+                await core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
         try:
             await core.delete_node(name)
         except ApiException as exc:

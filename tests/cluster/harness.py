@@ -163,7 +163,38 @@ class Cluster:
         return cls(None, path, server)
 
     def alive(self) -> bool:
+        """All processes of an owned/attached cluster exist (says nothing about their health)."""
         return bool(self.processes) and all(p.alive() for p in self.processes)
+
+    def healthy(self, within: float = 5.0) -> bool:
+        """The apiserver answers ``/readyz`` (which covers etcd) with 200 within ``within`` seconds."""
+        if self.processes and not self.alive():
+            return False
+        try:
+            ctx = self._ssl_context()
+        except (OSError, KeyError, IndexError, ValueError):
+            return False
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.server}/readyz", context=ctx, timeout=2) as resp:
+                    if resp.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.3)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        import yaml
+
+        data = yaml.safe_load(self.kubeconfig.read_text())
+        ctx = ssl.create_default_context(cafile=data["clusters"][0]["cluster"]["certificate-authority"])
+        user = data["users"][0]["user"]
+        if "client-certificate" in user:
+            ctx.load_cert_chain(user["client-certificate"], user["client-key"])
+        return ctx
 
     def stop(self, remove_state: bool = True) -> None:
         """Stop the processes (reverse start order) and remove the state directory."""
