@@ -327,7 +327,7 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
             await asyncio.gather(ctl_task, return_exceptions=True)
         inj_task.cancel()
         await asyncio.gather(inj_task, return_exceptions=True)
-        await _cleanup(core, ns, nodes)
+        await _cleanup(core, ns, nodes, apps)
 
 
 async def _all_ready_nodes(core: Any, names: list[str]) -> bool:
@@ -346,7 +346,13 @@ async def _ready_count(inj: DelayInjector, n: int) -> bool:
     return sum(1 for r in inj.replicas.values() if r.ready is not None) >= n
 
 
-async def _cleanup(core: Any, ns: str, nodes: list[str]) -> None:
+async def _cleanup(core: Any, ns: str, nodes: list[str], apps: Any = None) -> None:
+    if apps is not None:  # the controller is stopped: release its cache clean-up finalizer ourselves
+        with contextlib.suppress(ApiException):
+            for d in (await apps.list_namespaced_deployment(ns)).items:
+                if ob.FINALIZER in (d.metadata.finalizers or []):
+                    await apps.patch_namespaced_deployment(d.metadata.name, ns, {"metadata": {"finalizers": [
+                        f for f in d.metadata.finalizers if f != ob.FINALIZER] or None}}, _content_type=MERGE)
     with contextlib.suppress(ApiException):
         await core.delete_namespace(ns)
     for n in nodes:

@@ -32,6 +32,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--renew-period", type=float, default=5.0)
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host-pid-random)")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between full reconciles")
+    parser.add_argument("--webhook-port", type=int, default=0,
+                        help="serve the mutating admission webhook (prefer staged nodes) on this HTTPS port (0: off)")
+    parser.add_argument("--webhook-address", default="0.0.0.0")
+    parser.add_argument("--webhook-cert", help="serving certificate (PEM); default: a self-signed one is generated")
+    parser.add_argument("--webhook-key", help="private key of --webhook-cert (PEM)")
+    parser.add_argument("--webhook-hosts", default="127.0.0.1,localhost",
+                        help="SANs of the generated self-signed certificate (comma-separated)")
+    parser.add_argument("--webhook-cert-dir", default=None,
+                        help="where the generated certificate is written (its tls.crt is the caBundle)")
 
 
 async def make_api_client(kubeconfig: str | None) -> Any:
@@ -81,13 +90,33 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         finally:
             metrics.leader.set(0)
 
+    runner = await start_webhook(args, api) if getattr(args, "webhook_port", 0) else None
     try:
         await elector.run(lead, stop)
     finally:
+        if runner is not None:
+            await runner.cleanup()
         if sink is not None and hasattr(sink, "close"):
             await sink.close()
         await api.close()
     return 0
+
+
+async def start_webhook(args: argparse.Namespace, api: Any) -> Any:
+    """Serve the webhook on every replica (not only the leader): it reads workloads from the API itself."""
+    import tempfile
+    from pathlib import Path
+
+    from warmpool.webhook import WorkloadLister, self_signed
+    from warmpool.webhook import serve as serve_webhook
+
+    cert, key = args.webhook_cert, args.webhook_key
+    if not cert or not key:
+        directory = Path(args.webhook_cert_dir or tempfile.mkdtemp(prefix="warmscale-webhook-"))
+        cert_path, key_path, _ = self_signed([h for h in args.webhook_hosts.split(",") if h], directory)
+        cert, key = str(cert_path), str(key_path)
+        log.info("self-signed webhook certificate", extra={"cert": cert})
+    return await serve_webhook(WorkloadLister(api), args.webhook_port, cert, key, host=args.webhook_address)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -56,6 +56,18 @@ async def controller(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIt
     for t in running:
         t.cancel()
     await asyncio.gather(*running, return_exceptions=True)
+    await strip_finalizers(k8s_admin, k8s_namespace)
+
+
+async def strip_finalizers(api: client.ApiClient, ns: str) -> None:
+    """With the controller gone nobody would release the clean-up finalizer: drop it so the namespace goes."""
+    apps = client.AppsV1Api(api)
+    for d in (await apps.list_namespaced_deployment(ns)).items:
+        if ob.FINALIZER in (d.metadata.finalizers or []):
+            rest = [f for f in d.metadata.finalizers if f != ob.FINALIZER]
+            with contextlib.suppress(ApiException):
+                await apps.patch_namespaced_deployment(d.metadata.name, ns, {"metadata": {"finalizers": rest or None}},
+                                                       _content_type="application/merge-patch+json")
 
 
 def gpu_deployment(ns: str, name: str, replicas: int, annotations: dict[str, str], gpus: int = 8) -> dict[str, Any]:
@@ -370,3 +382,69 @@ async def test_cache_cleanup_on_model_change_and_delete(
     assert sorted(seen) == sorted(nodes) and all(uri2 in cmd for cmd in seen.values())
     await asyncio.sleep(1)
     assert not (await batch.list_namespaced_job(ns, label_selector=f"{ob.ROLE}=evict")).items
+
+
+async def test_webhook_prefers_staged_node(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, controller: Any, tmp_path: Any
+) -> None:
+    import socket
+
+    from warmpool.webhook import WorkloadLister, self_signed, serve, webhook_configuration
+
+    ns = k8s_namespace
+    nodes = await k8s_node_pool(replace(H100, count=3))
+    core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
+    adm = client.AdmissionregistrationV1Api(k8s_admin)
+    ann = {P + "enabled": "true", P + "prestage-nodes": "1", P + "model-uri": URI, P + "min-ready": "0",
+           P + "scale-to-zero": "allowed",  # else the controller raises 0 replicas to 1 before the webhook is up
+           P + "stage-pod-annotations": json.dumps({"sim.warmscale.io/job-duration": "1s"})}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "llm", 0, ann))
+    await controller()
+
+    async def staged_nodes() -> list[str]:
+        return [n for n in nodes if ((await core.read_node(n)).metadata.labels or {}).get(LABEL) == "true"]
+
+    [staged] = await wait_for(staged_nodes, within=60, what="model staged on one node")
+    template_before = (await apps.read_namespaced_deployment("llm", ns)).spec.template.to_dict()
+
+    cert, key, ca = self_signed(["127.0.0.1"], tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    runner = await serve(WorkloadLister(k8s_admin, ttl_s=0.5), port, str(cert), str(key), host="127.0.0.1")
+    name = f"warmscale-test-{ns}"
+    cfg = webhook_configuration(name, ca, url=f"https://127.0.0.1:{port}/mutate", namespace_selector={
+        "matchLabels": {"kubernetes.io/metadata.name": ns}})
+    await adm.create_mutating_webhook_configuration(cfg)
+    try:
+        async def active() -> bool:  # the apiserver picks up webhook configurations asynchronously: probe
+            probe = await core.create_namespaced_pod(ns, w.pod("probe", labels={"app": "llm"}), dry_run="All")
+            return probe.spec.affinity is not None
+
+        await wait_for(active, within=30, what="webhook active (dry-run pod mutated)")
+        for _ in range(3):  # 3 free identical nodes: without the preference each try lands there 1 time in 3
+            await apps.patch_namespaced_deployment_scale("llm", ns, {"spec": {"replicas": 1}})
+
+            async def bound() -> list[client.V1Pod]:
+                pods = (await core.list_namespaced_pod(ns, label_selector="app=llm")).items
+                return [p for p in pods if p.spec.node_name and p.metadata.deletion_timestamp is None]
+
+            [p] = await wait_for(bound, within=30, what="replica scheduled")
+            assert p.spec.node_name == staged
+            pref = p.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
+            assert pref[0].weight == 100 and pref[0].preference.match_expressions[0].key == LABEL
+            await apps.patch_namespaced_deployment_scale("llm", ns, {"spec": {"replicas": 0}})
+
+            async def none_left() -> bool:
+                return not (await core.list_namespaced_pod(ns, label_selector="app=llm")).items
+
+            await wait_for(none_left, within=30, what="replica gone")
+        dep = await apps.read_namespaced_deployment("llm", ns)
+        assert dep.spec.template.to_dict() == template_before  # the pod template is never rewritten
+        # a pod of no enabled workload is admitted unchanged
+        plain = w.pod("plain", labels={"app": "other"})
+        created = await core.create_namespaced_pod(ns, plain)
+        assert created.spec.affinity is None
+    finally:
+        await adm.delete_mutating_webhook_configuration(name)
+        await runner.cleanup()

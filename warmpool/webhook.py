@@ -1,0 +1,227 @@
+"""Mutating admission webhook: new pods of enabled workloads *prefer* the nodes where the model is staged.
+
+Why a webhook: the controller must not rewrite the workload's pod template (that rolls every pod), and
+the scheduler cannot be told per pod otherwise. The webhook adds, to each new pod (CREATE only) whose
+labels match the selector of an enabled Deployment/StatefulSet in its namespace with a model URI and
+``prestage-nodes > 0``, one *preferred* node-affinity term (weight 100) on
+``warmscale.io/staged-<model hash> In [true]``. Preferred, not required: when no staged node has room,
+the pod still schedules anywhere (cold), and ``failurePolicy: Ignore`` means a webhook outage only
+loses the preference. Placeholders/pre-pull/stage pods (``managed-by: warmscale``) are never touched
+(also excluded by the configuration's objectSelector). Existing affinity is kept: the term is
+appended; a pod that already carries it is left as is.
+
+The workloads of a namespace are listed from the API and cached for ``ttl_s`` (every replica of the
+controller serves the webhook, leader or not, so it does not depend on the leader's caches).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import json
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from warmpool import objects as ob
+from warmpool.annotations import AnnotationError, is_enabled, parse_annotations
+from warmpool.model_uri import staged_label_key
+
+log = logging.getLogger("warmscale.warmpool.webhook")
+WEIGHT = 100
+Obj = Mapping[str, Any]
+Lister = Callable[[str], Awaitable[Sequence[Obj]]]
+
+
+def staged_key_for(pod: Obj, workloads: Sequence[Obj]) -> str | None:
+    """The staged-node label key new ``pod`` should prefer, or None."""
+    m = pod.get("metadata") or {}
+    labels = m.get("labels") or {}
+    if labels.get(ob.MANAGED_BY) == ob.MANAGED_BY_VALUE:
+        return None
+    for w in workloads:
+        wm = w.get("metadata") or {}
+        ann = wm.get("annotations") or {}
+        if wm.get("deletionTimestamp") or not is_enabled(ann):
+            continue
+        sel = ((w.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        if not sel or any(labels.get(k) != v for k, v in sel.items()):
+            continue
+        try:
+            cfg = parse_annotations(ann)
+        except AnnotationError:
+            return None  # invalid annotations change nothing
+        if cfg.model_uri is None or cfg.prestage_nodes <= 0:
+            return None
+        return staged_label_key(cfg.model_uri)
+    return None
+
+
+def affinity_patch(pod: Obj, key: str) -> list[dict[str, Any]]:
+    """JSON patch appending a preferred node-affinity term on ``key In [true]`` (empty if already there)."""
+    term = {"weight": WEIGHT, "preference": {"matchExpressions": [{"key": key, "operator": "In", "values": ["true"]}]}}
+    spec = pod.get("spec") or {}
+    aff = spec.get("affinity")
+    if not aff:
+        return [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [term]}}}]
+    na = aff.get("nodeAffinity")
+    if not na:
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity",
+                 "value": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}]
+    pref = na.get("preferredDuringSchedulingIgnoredDuringExecution")
+    if not pref:
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+                 "value": [term]}]
+    if any(t.get("preference") == term["preference"] for t in pref):
+        return []
+    return [{"op": "add", "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-",
+             "value": term}]
+
+
+def review_response(review: Obj, workloads: Sequence[Obj]) -> dict[str, Any]:
+    """AdmissionReview (v1) in -> AdmissionReview out. Always allows; patches only matching pod CREATEs."""
+    req = review.get("request") or {}
+    resp: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": True}
+    pod = req.get("object") or {}
+    if req.get("operation") == "CREATE" and (req.get("kind") or {}).get("kind") == "Pod" and not req.get(
+            "subResource"):
+        key = staged_key_for(pod, workloads)
+        patch = affinity_patch(pod, key) if key else []
+        if patch:
+            resp["patchType"] = "JSONPatch"
+            resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+
+
+class WorkloadLister:
+    """Deployments and StatefulSets of a namespace, as raw JSON, cached for ``ttl_s``."""
+
+    def __init__(self, api: Any, ttl_s: float = 5.0) -> None:
+        from kubernetes_asyncio import client
+
+        self.apps: Any = client.AppsV1Api(api)
+        self.ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, list[Obj]]] = {}
+
+    async def __call__(self, namespace: str) -> list[Obj]:
+        from warmpool.kube import read_raw
+
+        hit = self._cache.get(namespace)
+        if hit and time.monotonic() - hit[0] < self.ttl_s:
+            return hit[1]
+        out: list[Obj] = []
+        for call in (self.apps.list_namespaced_deployment, self.apps.list_namespaced_stateful_set):
+            out += (await read_raw(call, namespace)).get("items") or []
+        self._cache[namespace] = (time.monotonic(), out)
+        return out
+
+
+def make_app(lister: Lister) -> Any:
+    from aiohttp import web
+
+    async def mutate(request: web.Request) -> web.Response:
+        review = await request.json()
+        ns = ((review.get("request") or {}).get("namespace")) or ""
+        try:
+            workloads = await lister(ns) if ns else []
+        except Exception as exc:  # never block pod creation: allow without a patch
+            log.warning("listing workloads failed; admitting unchanged", extra={"error": str(exc)[:200]})
+            workloads = []
+        out = review_response(review, workloads)
+        log.debug("admission review", extra={"namespace": ns, "workloads": len(workloads),
+                                             "patched": bool(out["response"].get("patch"))})
+        if out["response"].get("patch"):
+            log.info("preferring staged nodes", extra={"namespace": ns, "pod": (
+                (review["request"].get("object") or {}).get("metadata") or {}).get("generateName")})
+        return web.json_response(out)
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/mutate", mutate)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def serve(lister: Lister, port: int, cert_file: str, key_file: str, host: str = "0.0.0.0") -> Any:
+    """Start the HTTPS server; returns the aiohttp runner (``await runner.cleanup()`` to stop)."""
+    from aiohttp import web
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert_file, key_file)
+    runner = web.AppRunner(make_app(lister), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+    log.info("webhook listening", extra={"port": port})
+    return runner
+
+
+def self_signed(hosts: Sequence[str], directory: Path, days: int = 365) -> tuple[Path, Path, bytes]:
+    """A self-signed serving certificate for ``hosts`` (IPs or DNS names); returns (cert, key, CA bundle PEM).
+
+    For development and the local cluster; in a real cluster mount a cert-manager Certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "warmscale-warmpool-webhook")])
+    sans: list[x509.GeneralName] = []
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_bytes(pem)
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_file.chmod(0o600)
+    return cert_file, key_file, pem
+
+
+def webhook_configuration(name: str, ca_bundle: bytes, *, url: str | None = None,
+                          service: tuple[str, str, int] | None = None,
+                          namespace_selector: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration (``url`` for the local cluster, ``service`` ns/name/port in-cluster)."""
+    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if url:
+        client_config["url"] = url
+    elif service:
+        client_config["service"] = {"namespace": service[0], "name": service[1], "port": service[2],
+                                    "path": "/mutate"}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {ob.MANAGED_BY: ob.MANAGED_BY_VALUE}},
+        "webhooks": [{
+            "name": "prefer-staged.warmscale.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 3,
+            "reinvocationPolicy": "Never",
+            "clientConfig": client_config,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+                       "scope": "Namespaced"}],
+            "namespaceSelector": dict(namespace_selector or {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}),
+            "objectSelector": {"matchExpressions": [
+                {"key": ob.MANAGED_BY, "operator": "NotIn", "values": [ob.MANAGED_BY_VALUE]}]},
+        }],
+    }
