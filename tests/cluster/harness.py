@@ -441,6 +441,13 @@ class _Starter:
             "--allow-privileged=true",
             f"--cert-dir={self.dir / 'apiserver-certs'}",
             "--enable-admission-plugins=NodeRestriction",
+            f"--requestheader-client-ca-file={p.front_proxy_ca.cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={p.front_proxy_client.cert}",
+            f"--proxy-client-key-file={p.front_proxy_client.key}",
             "--v=1",
         ]
 

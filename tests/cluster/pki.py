@@ -2,7 +2,8 @@
 
 One CA signs the apiserver serving certificate (127.0.0.1 / localhost) and the client
 certificates of the admin (``O=system:masters``), the controller-manager and the
-scheduler. A separate RSA key pair signs service-account tokens.
+scheduler. A separate RSA key pair signs service-account tokens. A front-proxy CA signs
+the client certificate the apiserver presents to aggregated API servers.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Pki:
     scheduler: CertPair
     sa_private_key: Path
     sa_public_key: Path
+    front_proxy_ca: CertPair
+    front_proxy_client: CertPair
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -80,9 +83,11 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurve
     )
 
 
-def _make_ca(directory: Path) -> tuple[CertPair, ec.EllipticCurvePrivateKey, x509.Certificate]:
+def _make_ca(
+    directory: Path, stem: str = "ca", common_name: str = "warmscale-testbed-ca"
+) -> tuple[CertPair, ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = _key()
-    name = _name("warmscale-testbed-ca")
+    name = _name(common_name)
     cert = (
         _builder(name, name, key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -103,7 +108,7 @@ def _make_ca(directory: Path) -> tuple[CertPair, ec.EllipticCurvePrivateKey, x50
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    pair = CertPair(directory / "ca.crt", directory / "ca.key")
+    pair = CertPair(directory / f"{stem}.crt", directory / f"{stem}.key")
     _write_cert(pair.cert, cert)
     _write_key(pair.key, key)
     return pair, key, cert
@@ -186,4 +191,8 @@ def generate(directory: Path) -> Pki:
     )
     scheduler = _issue(directory, "scheduler", ca_key, ca_cert, _name("system:kube-scheduler"), server=False)
     sa_private, sa_public = _make_sa_keys(directory)
-    return Pki(ca, serving, admin, kcm, scheduler, sa_private, sa_public)
+    # Aggregated API servers (e.g. a KEDA metrics adapter) trust requests the apiserver proxies
+    # with this client certificate.
+    fp_ca, fp_key, fp_cert = _make_ca(directory, "front-proxy-ca", "warmscale-front-proxy-ca")
+    fp_client = _issue(directory, "front-proxy-client", fp_key, fp_cert, _name("front-proxy-client"), server=False)
+    return Pki(ca, serving, admin, kcm, scheduler, sa_private, sa_public, fp_ca, fp_client)
