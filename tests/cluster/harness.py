@@ -221,6 +221,12 @@ class Cluster:
         """Resident memory per process."""
         return {p.name: p.rss_bytes() for p in self.processes}
 
+    def cpu_usage(self, seconds: float = 10.0) -> dict[str, float]:
+        """Average CPU use per process over ``seconds`` (1.0 = one core busy)."""
+        before = {p.name: p.cpu_seconds() for p in self.processes}
+        time.sleep(seconds)
+        return {p.name: round((p.cpu_seconds() - before[p.name]) / seconds, 3) for p in self.processes}
+
     def _write_state(self) -> None:
         assert self.state_dir is not None
         self.info.update(

@@ -66,6 +66,15 @@ class ProcessHandle:
             pass
         return 0
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time consumed so far (0 if gone)."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        # Fields after the command: state is [0]; utime and stime are [11] and [12].
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -48,6 +48,7 @@ async def test_thousand_gpu_nodes(tmp_path: Path, record_property: Callable[[str
             await wait_for(ready, within=300, what="50 replicas Ready")
             rollout = time.monotonic() - t1
         memory = {k: round(v / 2**20) for k, v in cluster.memory_bytes().items()}
+        cpu = cluster.cpu_usage(seconds=15)
         report = {
             "nodes": NODES,
             "startup_seconds": round(startup, 1),
@@ -55,6 +56,8 @@ async def test_thousand_gpu_nodes(tmp_path: Path, record_property: Callable[[str
             "rollout_50_replicas_seconds": round(rollout, 1),
             "rss_mib": memory,
             "rss_total_mib": sum(memory.values()),
+            "idle_cpu_cores": cpu,
+            "idle_cpu_total_cores": round(sum(cpu.values()), 2),
         }
         for key, value in report.items():
             record_property(key, value)
