@@ -351,8 +351,11 @@ async def _cleanup(core: Any, ns: str, nodes: list[str], apps: Any = None) -> No
         with contextlib.suppress(ApiException):
             for d in (await apps.list_namespaced_deployment(ns)).items:
                 if ob.FINALIZER in (d.metadata.finalizers or []):
-                    await apps.patch_namespaced_deployment(d.metadata.name, ns, {"metadata": {"finalizers": [
-                        f for f in d.metadata.finalizers if f != ob.FINALIZER] or None}}, _content_type=MERGE)
+                    i = d.metadata.finalizers.index(ob.FINALIZER)
+                    await apps.patch_namespaced_deployment(d.metadata.name, ns, [
+                        {"op": "test", "path": f"/metadata/finalizers/{i}", "value": ob.FINALIZER},
+                        {"op": "remove", "path": f"/metadata/finalizers/{i}"}],
+                        _content_type="application/json-patch+json")
     with contextlib.suppress(ApiException):
         await core.delete_namespace(ns)
     for n in nodes:

@@ -64,10 +64,14 @@ async def strip_finalizers(api: client.ApiClient, ns: str) -> None:
     apps = client.AppsV1Api(api)
     for d in (await apps.list_namespaced_deployment(ns)).items:
         if ob.FINALIZER in (d.metadata.finalizers or []):
-            rest = [f for f in d.metadata.finalizers if f != ob.FINALIZER]
-            with contextlib.suppress(ApiException):
-                await apps.patch_namespaced_deployment(d.metadata.name, ns, {"metadata": {"finalizers": rest or None}},
-                                                       _content_type="application/merge-patch+json")
+            i = d.metadata.finalizers.index(ob.FINALIZER)
+            patch = [{"op": "test", "path": f"/metadata/finalizers/{i}", "value": ob.FINALIZER},
+                     {"op": "remove", "path": f"/metadata/finalizers/{i}"}]
+            try:
+                await apps.patch_namespaced_deployment(d.metadata.name, ns, patch,
+                                                       _content_type="application/json-patch+json")
+            except ApiException as exc:
+                print("strip finalizer failed", exc.status, exc.reason)
 
 
 def gpu_deployment(ns: str, name: str, replicas: int, annotations: dict[str, str], gpus: int = 8) -> dict[str, Any]:
