@@ -3,6 +3,7 @@
     warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 8080 [--redis-url redis://...]
                      [--tls-cert cert.pem --tls-key key.pem [--tls-client-ca ca.pem]]
                      [--tracker-idle-seconds 600] [--grace-seconds 10]
+                     [--kubeconfig FILE | --no-kubernetes]
 
 SIGTERM/SIGINT trigger a graceful shutdown (see :meth:`scaler.server.ScalerServer.stop`).
 """
@@ -15,6 +16,7 @@ import contextlib
 import logging
 import signal
 import time
+from dataclasses import replace
 from typing import Any
 
 from scaler.config import ScalerConfig
@@ -23,46 +25,110 @@ from signals.model import Snapshot
 log = logging.getLogger("warmscale.scaler")
 
 
+Scope = tuple[str, str]
+"""(namespace, ScaledObject name)."""
+
+
 class SourcesReader:
     """The production :data:`~scaler.tracker.SnapshotReader`: ``signals.sources`` collectors, one per
-    distinct ScalerConfig (they keep connections), sharing one aiohttp session; collectors unused for
-    ``evict_after`` seconds are closed."""
+    distinct ScalerConfig (per ScaledObject and config with Kubernetes), sharing one aiohttp session;
+    collectors unused for ``evict_after`` seconds are closed.
 
-    def __init__(self, evict_after: float = 300.0) -> None:
+    With ``discovery`` (a :class:`signals.sources.pods.KubeDiscovery`), every ScaledObject gets a
+    :class:`~signals.sources.pods.PodEndpoints`: it serves ``podSelector`` (pods scraped directly) and
+    fills the snapshot's ready/starting/current replica counts (pods of ``podSelector``, else of the
+    ScaledObject's ``scaleTargetRef``), whatever the signal sources are. A discovery failure is a
+    source error; the other sources keep working. The tracker calls ``reader(cfg, now)`` without
+    saying which ScaledObject asks: :meth:`bind` lets the reader find it (the tracker whose config
+    object this is), and :meth:`read` takes it explicitly."""
+
+    def __init__(self, evict_after: float = 300.0, *, discovery: Any = None) -> None:
         self._session: Any = None
-        self._collectors: dict[ScalerConfig, tuple[Any, float]] = {}
+        self._collectors: dict[tuple[Scope | None, ScalerConfig], tuple[Any, Any, float]] = {}
         self._evict_after = evict_after
         self._last_sweep = time.monotonic()
+        self.discovery = discovery
+        self._manager: Any = None
+        self._scopes: dict[int, tuple[ScalerConfig, Scope]] = {}
+
+    def bind(self, manager: Any) -> None:
+        """Find the ScaledObject of a ``reader(cfg, now)`` call among ``manager``'s trackers."""
+        self._manager = manager
+
+    def _scope(self, cfg: ScalerConfig) -> Scope | None:
+        hit = self._scopes.get(id(cfg))
+        if hit is not None and hit[0] is cfg:
+            return hit[1]
+        if self._manager is None:
+            return None
+        self._scopes = {id(t.cfg): (t.cfg, (t.namespace, t.name)) for t in self._manager.trackers()}
+        hit = self._scopes.get(id(cfg))
+        return hit[1] if hit is not None and hit[0] is cfg else None
 
     async def __call__(self, cfg: ScalerConfig, now: float) -> Snapshot:
+        return await self.read(cfg, now, self._scope(cfg) if self.discovery is not None else None)
+
+    async def read(self, cfg: ScalerConfig, now: float, scope: Scope | None = None) -> Snapshot:
+        """One snapshot for ``cfg``; ``scope`` (namespace, ScaledObject) enables pod discovery."""
         import aiohttp
 
         from signals.sources import build_collector
 
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        entry = self._collectors.get(cfg)
-        collector = entry[0] if entry is not None else build_collector(cfg, session=self._session)
-        self._collectors[cfg] = (collector, time.monotonic())
+        if self.discovery is None:
+            scope = None
+        key = (scope, cfg)
+        entry = self._collectors.get(key)
+        if entry is not None:
+            collector, provider = entry[0], entry[1]
+        else:
+            provider = None
+            if scope is not None:
+                provider = self.discovery.provider(scope[0], scope[1], pod_selector=cfg.pod_selector,
+                                                   metrics_port=cfg.metrics_port, metrics_path=cfg.metrics_path)
+            collector = build_collector(cfg, session=self._session, pod_endpoints=provider)
+        self._collectors[key] = (collector, provider, time.monotonic())
         await self._sweep()
         snapshot: Snapshot = await collector.collect(now)
+        if provider is not None:
+            snapshot = await self._with_counts(snapshot, provider, cfg)
         return snapshot
+
+    @staticmethod
+    async def _with_counts(snapshot: Snapshot, provider: Any, cfg: ScalerConfig) -> Snapshot:
+        from signals.sources.pods import DiscoveryError
+
+        try:
+            counts = await provider.counts()
+        except DiscoveryError as exc:
+            if cfg.pod_selector:  # the pods source already reported the same failure
+                return snapshot
+            return replace(snapshot, source_errors=(*snapshot.source_errors, f"kubernetes: {exc}"))
+        return replace(snapshot, ready_replicas=counts.ready, starting_replicas=counts.starting,
+                       current_replicas=counts.current if counts.current is not None else snapshot.current_replicas)
 
     async def _sweep(self) -> None:
         mono = time.monotonic()
         if mono - self._last_sweep < 60.0:
             return
         self._last_sweep = mono
-        for cfg, (collector, used) in list(self._collectors.items()):
+        for key, (collector, provider, used) in list(self._collectors.items()):
             if mono - used > self._evict_after:
-                del self._collectors[cfg]
-                with contextlib.suppress(Exception):
-                    await collector.aclose()
+                del self._collectors[key]
+                await self._close(collector, provider)
+
+    @staticmethod
+    async def _close(collector: Any, provider: Any) -> None:
+        with contextlib.suppress(Exception):
+            await collector.aclose()
+        if provider is not None:
+            with contextlib.suppress(Exception):
+                await provider.aclose()
 
     async def aclose(self) -> None:
-        for collector, _ in self._collectors.values():
-            with contextlib.suppress(Exception):
-                await collector.aclose()
+        for collector, provider, _ in self._collectors.values():
+            await self._close(collector, provider)
         self._collectors.clear()
         if self._session is not None:
             await self._session.close()
@@ -85,6 +151,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace-seconds", type=float, default=10.0,
                         help="on SIGTERM, how long in-flight RPCs may take before they are cancelled")
     parser.add_argument("--instance-id", default=None, help="lease owner id (default: hostname-pid-random)")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="Kubernetes API access for pod discovery (default: in-cluster, then $KUBECONFIG or "
+                             "~/.kube/config, else none)")
+    parser.add_argument("--no-kubernetes", action="store_true",
+                        help="never use the Kubernetes API (podSelector then reports a source error)")
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -102,9 +173,17 @@ async def serve(args: argparse.Namespace) -> int:
         grace_seconds=args.grace_seconds,
         instance_id=args.instance_id,
     )
+    discovery, api = None, None
+    if not getattr(args, "no_kubernetes", False):
+        try:
+            discovery, api = await make_discovery(getattr(args, "kubeconfig", None))
+        except Exception as exc:
+            log.error("cannot load the kubeconfig", extra={"kubeconfig": args.kubeconfig, "error": str(exc)})
+            return 2
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
-    reader = SourcesReader()
+    reader = SourcesReader(discovery=discovery)
     server = ScalerServer(options, reader)
+    reader.bind(server.manager)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -114,12 +193,35 @@ async def serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         log.error("cannot start the scaler", extra={"error": str(exc)})
         await server.stop(0)
-        await reader.aclose()
+        await _close_reader(reader, discovery, api)
         return 2
     await stop.wait()
     await server.stop()
-    await reader.aclose()
+    await _close_reader(reader, discovery, api)
     return 0
+
+
+async def make_discovery(kubeconfig: str | None) -> tuple[Any, Any]:
+    """``(KubeDiscovery, ApiClient)``, or ``(None, None)`` without API configuration."""
+    from scaler.kube import load_api_client
+
+    loaded = await load_api_client(kubeconfig)
+    if loaded is None:
+        log.info("no Kubernetes API configuration: pod discovery off (static endpoints, Prometheus, Redis)")
+        return None, None
+    api, source = loaded
+    from signals.sources.pods import KubeDiscovery
+
+    log.info("Kubernetes pod discovery on", extra={"config": source})
+    return KubeDiscovery(api), api
+
+
+async def _close_reader(reader: SourcesReader, discovery: Any, api: Any) -> None:
+    await reader.aclose()
+    if discovery is not None:
+        await discovery.aclose()
+    if api is not None:
+        await api.close()
 
 
 def run(args: argparse.Namespace) -> int:

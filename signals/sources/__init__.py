@@ -1,5 +1,7 @@
 """Signal sources (the I/O edge): direct scrapes, Prometheus, a Redis gateway queue, and the collector
-that merges them into a :class:`~signals.model.Snapshot`."""
+that merges them into a :class:`~signals.model.Snapshot`. Pod discovery from the Kubernetes API lives
+in :mod:`signals.sources.pods` (``KubeDiscovery``, ``PodEndpoints``), imported from there so that
+``kubernetes_asyncio`` is only loaded by processes that use it."""
 
 from signals.sources.base import Endpoint, EndpointProvider, Source, SourceResult, StaticEndpoints
 from signals.sources.collector import SnapshotCollector, build_collector, build_sources

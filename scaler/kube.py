@@ -1,0 +1,55 @@
+"""The scaler's Kubernetes API client: ``--kubeconfig FILE``, else in-cluster, else ``$KUBECONFIG`` /
+``~/.kube/config``, else none (the scaler then works from static endpoints, Prometheus and Redis).
+
+Only loaded when the scaler runs with Kubernetes (``warmscale scaler`` without ``--no-kubernetes``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("warmscale.scaler.kube")
+
+IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and IN_CLUSTER_TOKEN.exists()
+
+
+async def load_api_client(kubeconfig: str | None = None) -> tuple[Any, str] | None:
+    """``(ApiClient, where the configuration came from)``, or ``None`` when there is no configuration.
+
+    An explicit ``kubeconfig`` that cannot be loaded raises (the operator asked for it); the
+    automatic choices log and return ``None`` instead."""
+    from kubernetes_asyncio import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        source = f"kubeconfig {kubeconfig}"
+    elif in_cluster():
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except Exception as exc:
+            log.warning("in-cluster Kubernetes configuration unusable; running without the API",
+                        extra={"error": str(exc)})
+            return None
+        source = "in-cluster service account"
+    else:
+        path = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
+        if not os.path.isfile(path):  # noqa: ASYNC240  (one stat at start-up)
+            return None
+        try:
+            await config.load_kube_config(config_file=path, client_configuration=cfg)
+        except Exception as exc:
+            log.warning("kubeconfig unusable; running without the API", extra={"kubeconfig": path, "error": str(exc)})
+            return None
+        source = f"kubeconfig {path}"
+    # Every watch holds one HTTP/1.1 connection for minutes: a bounded pool (100 by default) would
+    # starve the lists once enough ScaledObjects are watched.
+    cfg.connection_pool_maxsize = 0
+    return client.ApiClient(configuration=cfg), source
