@@ -157,7 +157,7 @@ async def test_pods_by_selector_counts_starting_and_ready_as_pods_progress(
     ns = k8s_namespace
     core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
     custom = client.CustomObjectsApi(k8s_admin)
-    await apps.create_namespaced_deployment(ns, llm_deployment("llm", 2))
+    await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 2)))
     await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm-so", "llm"))
     urls = PodUrls()
     d = discoveries(url_for=urls)
@@ -203,10 +203,10 @@ async def test_scale_target_ref_resolves_pods_without_pod_selector(
     dep["spec"]["selector"] = {"matchLabels": {"app": "gen"},
                                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}]}
     dep["spec"]["template"]["metadata"]["labels"]["tier"] = "gpu"
-    await apps.create_namespaced_deployment(ns, dep)
+    await apps.create_namespaced_deployment(ns, w.body(dep))
     # A pod outside the target (another tier) is not counted.
     stray = w.pod("stray", labels={"app": "gen", "tier": "cpu"}, annotations=w.sim_annotations(ready_delay="0s"))
-    await core.create_namespaced_pod(ns, stray)
+    await core.create_namespaced_pod(ns, w.body(stray))
     await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("gen-so", "gen"))
     d = discoveries()
     provider = d.provider(ns, "gen-so")  # no podSelector: the ScaledObject's scaleTargetRef decides
@@ -227,7 +227,7 @@ async def test_scale_target_ref_resolves_pods_without_pod_selector(
                     "template": {"metadata": {"labels": {"app": "sts"},
                                               "annotations": w.sim_annotations(ready_delay="0s")},
                                  "spec": w.pod_spec(gpus=1)}}}
-    await apps.create_namespaced_stateful_set(ns, sts)
+    await apps.create_namespaced_stateful_set(ns, w.body(sts))
     await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
                                                  scaled_object("sts-so", "sts", kind="StatefulSet"))
     await counts_become(d.provider(ns, "sts-so"), PodCounts(ready=2, starting=0, current=2))
@@ -269,7 +269,7 @@ async def test_without_pod_permissions_the_scaler_keeps_working_from_static_endp
 ) -> None:
     ns = k8s_namespace
     apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
-    await apps.create_namespaced_deployment(ns, llm_deployment("llm", 1))
+    await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 1)))
     await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm-so", "llm"))
     # The ServiceAccount may read the ScaledObject and its target, but not list pods.
     restricted = await k8s_sa_client("no-pods", [
@@ -324,8 +324,9 @@ async def test_end_to_end_getmetrics_discounts_starting_pods(
     custom = client.CustomObjectsApi(k8s_admin)
     metadata = {"engine": "vllm", "podSelector": "app=llm", "metricsPort": "8000", "targetInflightPerReplica": "32",
                 "minReplicas": "1", "maxReplicas": "8", "scrapeIntervalSeconds": "0.5", "hpaTolerance": "0"}
-    await apps.create_namespaced_deployment(ns, llm_deployment("llm", 2))
-    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm", "llm", metadata=metadata))
+    await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 2)))
+    so = scaled_object("llm", "llm", metadata=metadata)
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, so)
     names = await wait_for(lambda: running(core, ns, "app=llm", 2), within=30, what="2 pods Running")
     urls = PodUrls()
     for name in names:
@@ -361,3 +362,41 @@ async def test_end_to_end_getmetrics_discounts_starting_pods(
     finally:
         await server.stop(0.2)
         await reader.aclose()
+
+
+async def test_cli_wiring_kubeconfig_and_no_kubernetes(
+    k8s_cluster: Any, k8s_admin: client.ApiClient, k8s_namespace: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--kubeconfig FILE`` gives a working discovery; without any configuration there is none; an
+    explicit kubeconfig that cannot be loaded stops ``warmscale scaler`` with exit code 2."""
+    import argparse
+
+    from scaler.cli import configure, make_discovery, serve
+
+    ns = k8s_namespace
+    apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 2)))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm-so", "llm"))
+    discovery, api = await make_discovery(str(k8s_cluster.kubeconfig))
+    assert isinstance(discovery, KubeDiscovery)
+    provider = discovery.provider(ns, "llm-so")
+    try:
+        await counts_become(provider, PodCounts(ready=0, starting=2, current=2))
+    finally:
+        await provider.aclose()
+        await discovery.aclose()
+        await api.close()
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert await make_discovery(None) == (None, None)
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    bad = tmp_path / "bad.kubeconfig"
+    bad.write_text("not: a kubeconfig\n")
+    args = parser.parse_args(["--host", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "-1",
+                              "--kubeconfig", str(bad)])
+    assert await serve(args) == 2
+    assert parser.parse_args(["--no-kubernetes"]).no_kubernetes is True
