@@ -8,6 +8,7 @@ recent activity (for idleness) and the demand trend (for the look-ahead).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -34,6 +35,9 @@ class Observation:
     ttft_window: Histogram | None
     load: float
     load_slope: float
+    running_slope: float
+    waiting_slope: float
+    completion_rate: float | None
     idle_for: float
     ready_replicas: int | None
     starting_replicas: int | None
@@ -69,6 +73,38 @@ def slope(samples: tuple[tuple[float, float], ...]) -> float:
     return sum((t - mt) * (v - mv) for t, v in samples) / var
 
 
+def _halves_slope(samples: tuple[tuple[float, float], ...]) -> float:
+    """Slope between the medians of the older and the newer half of the samples (robust to spikes)."""
+    if len(samples) < 4:
+        return 0.0
+    mid = len(samples) // 2
+    old, new = samples[:mid], samples[mid:]
+    dt = sum(t for t, _ in new) / len(new) - sum(t for t, _ in old) / len(old)
+    if dt <= 0:
+        return 0.0
+    return (statistics.median(v for _, v in new) - statistics.median(v for _, v in old)) / dt
+
+
+def sustained_slope(samples: tuple[tuple[float, float], ...]) -> float:
+    """A trend that holds over the whole window *and* over its newer half, measured between medians
+    of half-windows: the one of the two slopes nearer zero, or 0 when they disagree in sign. A ramp
+    keeps its slope; a spike, or a step that is over, gives (nearly) 0, so the look-ahead does not
+    extrapolate it."""
+    whole = _halves_slope(samples)
+    recent = _halves_slope(samples[len(samples) // 2 :])
+    if whole * recent <= 0:
+        return 0.0
+    return min(whole, recent, key=abs)
+
+
+def _growth_or_recent_decline(samples: tuple[tuple[float, float], ...]) -> float:
+    """Sustained growth if there is any, else how fast the newer half declines (0 if it does not)."""
+    growth = sustained_slope(samples)
+    if growth > 0:
+        return growth
+    return min(0.0, _halves_slope(samples[len(samples) // 2 :]))
+
+
 def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[Observation, ScalerState]:
     now = snapshot.taken_at
     known = snapshot.known
@@ -76,6 +112,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     ttft_deltas = list(state.ttft_deltas)
     preemptions = list(state.preemption_events)
     activity = False
+    completed = 0.0
+    completion_counted = False
 
     for reading in known:
         sig = reading.signal
@@ -89,6 +127,10 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
             if _increased(sig.preemptions_total, prev.preemptions_total):
                 assert sig.preemptions_total is not None and prev.preemptions_total is not None
                 preemptions.append((now, sig.preemptions_total - prev.preemptions_total))
+            if sig.requests_total is not None and prev.requests_total is not None:
+                completion_counted = True
+                if sig.requests_total >= prev.requests_total:  # a decrease is a counter reset
+                    completed += sig.requests_total - prev.requests_total
             if _increased(sig.requests_total, prev.requests_total) or _increased(
                 sig.generation_tokens_total, prev.generation_tokens_total
             ):
@@ -126,7 +168,15 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     load = (waiting + running) * scale + queue
     if load > 0:
         activity = True
-    load_samples = _prune((*state.load_samples, (now, load)), now - cfg.trend_window_seconds)
+    trend_since = now - cfg.trend_window_seconds
+    load_samples = _prune((*state.load_samples, (now, load)), trend_since)
+    running_samples = _prune((*state.running_samples, (now, running * scale)), trend_since)
+    waiting_samples = _prune((*state.waiting_samples, (now, waiting * scale + queue)), trend_since)
+    completions = state.completions
+    if completion_counted:
+        completions = (*completions, (now, completed * scale))
+    completions = _prune(completions, trend_since)
+    completion_rate = _rate(completions)
 
     preemption_kept = _prune(tuple(preemptions), now - cfg.ttft_window_seconds)
     span = max(cfg.ttft_window_seconds, 1e-9)
@@ -145,7 +195,10 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         preemption_rate=sum(v for _, v in preemption_kept) / span,
         ttft_window=window,
         load=load,
-        load_slope=slope(load_samples),
+        load_slope=sustained_slope(load_samples),
+        running_slope=sustained_slope(running_samples),
+        waiting_slope=_growth_or_recent_decline(waiting_samples),
+        completion_rate=completion_rate,
         idle_for=max(0.0, now - last_activity) if not activity else 0.0,
         ready_replicas=snapshot.ready_replicas,
         starting_replicas=snapshot.starting_replicas,
@@ -157,8 +210,22 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         replicas=memory,
         ttft_deltas=ttft_kept,
         load_samples=load_samples,
+        running_samples=running_samples,
+        waiting_samples=waiting_samples,
+        completions=completions,
         preemption_events=preemption_kept,
         last_activity_at=last_activity,
     )
     return obs, new_state
 
+
+
+def _rate(samples: tuple[tuple[float, float], ...]) -> float | None:
+    """Requests finished per second, or ``None`` with fewer than two samples. Each sample counts the
+    requests finished since the scrape before it, so the oldest sample's count lies outside the span."""
+    if len(samples) < 2:
+        return None
+    span = samples[-1][0] - samples[0][0]
+    if span <= 0:
+        return None
+    return sum(v for _, v in samples[1:]) / span

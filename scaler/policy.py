@@ -18,8 +18,11 @@ from scaler.state import ScalerState
 
 # Fewer TTFT observations than this in the window say nothing about a quantile.
 MIN_TTFT_SAMPLES = 5
-# Below this share of the SLO, the TTFT rule is satisfied.
-_EPS = 1e-9
+# Scale down only to a count that would carry at most this share less than the in-flight target.
+SCALE_DOWN_HEADROOM = 0.2
+# The scale-down window covers at least this many times the time-to-ready (ski rental: releasing a
+# replica pays off only if it stays unneeded longer than it takes to get it back).
+STABILISATION_TTR_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -67,31 +70,59 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         desired = min(desired, cfg.max_replicas)
         return _finish(desired, True, "signals-unknown", rules, obs, state, cfg, now, ready, starting, ttr)
 
-    # 1. Demand: in-flight requests (running + waiting + gateway queue), looking ahead by the
-    #    time a new replica needs to become ready. The slope is fitted over trendWindowSeconds and is
-    #    not extrapolated further than that: over a cold start (minutes) it would multiply noise.
-    lookahead = obs.load + max(0.0, obs.load_slope) * min(ttr, cfg.trend_window_seconds)
-    rules["demand"] = _ceil(max(obs.load, lookahead) / cfg.target_inflight_per_replica)
+    # Known replicas stand for all ready ones (unknown replicas count as loaded as known ones).
+    per_known = ready / obs.known_replicas if obs.known_replicas and ready > 0 else 1.0
+    running_total = obs.running * per_known
+    waiting_total = obs.waiting * per_known + obs.queue
+    # Up to targetWaitingPerReplica per ready replica is ordinary queueing; beyond it is a backlog.
+    tolerated = cfg.target_waiting_per_replica * ready
+    backlog = max(0.0, waiting_total - tolerated)
+    horizon = min(ttr, cfg.trend_window_seconds)
 
-    # 2. Queue: requests wait although engines are full below the in-flight target (KV or
-    #    max_num_seqs bound). Size by the concurrency a ready replica actually sustains.
-    base = max(obs.known_replicas, 1)
-    waiting_total = obs.waiting * (ready / base if obs.known_replicas else 1.0) + obs.queue
-    if ready > 0 and waiting_total > cfg.target_waiting_per_replica * ready:
-        per_replica = max(1.0, obs.running / base)
-        need = _ceil((obs.running / base * ready + waiting_total) / per_replica)
-        rules["queue"] = min(need, max(provisioned, _ceil(ready * cfg.scale_up_max_step)))
+    # 1. Demand: the concurrency the replicas serve, plus ordinary queueing, plus the growth of the
+    #    served concurrency expected before a new replica is ready. Only a sustained trend is
+    #    extrapolated, and no further than the window it was fitted over.
+    inflight = running_total + min(waiting_total, tolerated) + max(0.0, obs.running_slope) * horizon
+    if ready == 0:
+        inflight += backlog  # nothing serves yet (scale from zero): every waiting request needs a slot
+    rules["demand"] = _ceil(inflight / cfg.target_inflight_per_replica)
+    # Hysteresis: below the current count, step down only to a count that would run at most
+    # (1 - SCALE_DOWN_HEADROOM) of the target, so load hovering at a boundary does not flap.
+    current = obs.current_replicas if obs.current_replicas is not None else last
+    if current is not None and rules["demand"] < current:
+        held = _ceil(inflight / (cfg.target_inflight_per_replica * (1 - SCALE_DOWN_HEADROOM)))
+        rules["demand"] = min(current, held)
 
-    # 3. KV pressure: size so that mean KV usage would sit at the target.
+    # 2. Backlog: the engines are full (below the in-flight target: KV- or prefill-bound). Add the
+    #    capacity that stops the backlog growing (its sustained slope) and drains it within
+    #    max(time-to-ready, trend window), at the rate one ready replica finishes requests now. A
+    #    backlog that already shrinks that fast adds nothing: it is gone before a new replica serves.
+    draining = backlog > 0 and obs.waiting_slope < 0
+    if ready > 0 and backlog > 0:
+        per_replica_rate = (obs.completion_rate or 0.0) / ready
+        if per_replica_rate > 0:
+            # A backlog already shrinking faster than that needs nothing more (excess <= 0).
+            excess = obs.waiting_slope + backlog / max(ttr, cfg.trend_window_seconds)
+            extra = excess / per_replica_rate
+        else:  # nothing finished yet: size by the concurrency a ready replica sustains
+            extra = backlog / max(1.0, running_total / ready)
+        if extra > 0:
+            rules["queue"] = min(_ceil(ready + extra), _ceil(max(provisioned, 1) * cfg.scale_up_max_step))
+
+    # 3. KV pressure: size so that mean KV usage would sit at the target. Preemptions confirm
+    #    pressure only while usage is still above the target.
     kv_hot = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_high
-    if ready > 0 and obs.kv_usage_mean is not None and (kv_hot or obs.preemption_rate > 0):
+    kv_warm = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_target
+    preempting = obs.preemption_rate > 0 and kv_warm
+    if ready > 0 and obs.kv_usage_mean is not None and (kv_hot or preempting):
         need = _ceil(ready * obs.kv_usage_mean / cfg.kv_cache_target)
-        if obs.preemption_rate > 0:
+        if preempting:
             need = max(need, ready + 1)
         rules["kv"] = max(provisioned, min(need, _ceil(ready * cfg.scale_up_max_step)))
 
-    # 4. TTFT SLO: the windowed quantile against the SLO scales the ready replicas proportionally.
-    if cfg.ttft_slo_seconds is not None and ready > 0 and obs.ttft_window is not None:
+    # 4. TTFT SLO: the windowed quantile against the SLO scales the ready replicas proportionally,
+    #    unless the slowness is a backlog that drains by itself before new replicas would be ready.
+    if cfg.ttft_slo_seconds is not None and ready > 0 and obs.ttft_window is not None and not draining:
         if obs.ttft_window.count >= MIN_TTFT_SAMPLES:
             q = obs.ttft_window.quantile(cfg.ttft_quantile)
             if q is not None and q > cfg.ttft_slo_seconds:
@@ -118,7 +149,9 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         desired, reason = cfg.max_replicas, "max-replicas"
 
     # Scale-down stabilisation: the highest recommendation of the window.
-    recs = tuple(r for r in state.recommendations if r[0] > now - cfg.scale_down_stabilization_seconds)
+    # The window is at least the time-to-ready: capacity released now could not come back sooner.
+    window = max(cfg.scale_down_stabilization_seconds, STABILISATION_TTR_FACTOR * ttr)
+    recs = tuple(r for r in state.recommendations if r[0] > now - window)
     recs = (*recs, (now, desired))
     state = replace(state, recommendations=recs)
     if desired > 0:

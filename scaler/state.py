@@ -46,6 +46,9 @@ class ScalerState:
     replicas: dict[str, ReplicaMemory] = field(default_factory=dict)
     ttft_deltas: tuple[tuple[float, Histogram], ...] = ()
     load_samples: tuple[tuple[float, float], ...] = ()
+    running_samples: tuple[tuple[float, float], ...] = ()
+    waiting_samples: tuple[tuple[float, float], ...] = ()
+    completions: tuple[tuple[float, float], ...] = ()
     preemption_events: tuple[tuple[float, float], ...] = ()
     recommendations: tuple[tuple[float, int], ...] = ()
     last_activity_at: float | None = None
@@ -58,6 +61,9 @@ class ScalerState:
             "replicas": {k: v.to_dict() for k, v in self.replicas.items()},
             "ttft_deltas": [[t, h.to_dict()] for t, h in self.ttft_deltas],
             "load_samples": [list(s) for s in self.load_samples],
+            "completions": [list(s) for s in self.completions],
+            "running_samples": [list(s) for s in self.running_samples],
+            "waiting_samples": [list(s) for s in self.waiting_samples],
             "preemption_events": [list(s) for s in self.preemption_events],
             "recommendations": [list(s) for s in self.recommendations],
             "last_activity_at": self.last_activity_at,
@@ -72,6 +78,9 @@ class ScalerState:
             replicas={k: ReplicaMemory.from_dict(v) for k, v in d.get("replicas", {}).items()},
             ttft_deltas=tuple((float(t), Histogram.from_dict(h)) for t, h in d.get("ttft_deltas", [])),
             load_samples=tuple((float(t), float(v)) for t, v in d.get("load_samples", [])),
+            completions=tuple((float(t), float(v)) for t, v in d.get("completions", [])),
+            running_samples=tuple((float(t), float(v)) for t, v in d.get("running_samples", [])),
+            waiting_samples=tuple((float(t), float(v)) for t, v in d.get("waiting_samples", [])),
             preemption_events=tuple((float(t), float(v)) for t, v in d.get("preemption_events", [])),
             recommendations=tuple((float(t), int(v)) for t, v in d.get("recommendations", [])),
             last_activity_at=d.get("last_activity_at"),

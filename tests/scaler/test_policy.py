@@ -69,8 +69,8 @@ def cfg(**meta: str) -> ScalerConfig:
 # (name, metadata, replicas, expected desired, expected reason)
 SINGLE_STEP = [
     ("idle holds the floor of 1", {}, [replica("a")], 1, "min-replicas"),
-    ("demand sizes running+waiting / target", {"targetInflightPerReplica": "10"},
-     [replica("a", running=30, waiting=15)], 5, "demand"),
+    ("demand sizes running + ordinary queueing / target", {"targetInflightPerReplica": "10"},
+     [replica("a", running=30, waiting=4)], 4, "demand"),
     ("demand respects maxReplicas", {"targetInflightPerReplica": "10", "maxReplicas": "3"},
      [replica("a", running=30, waiting=15)], 3, "max-replicas"),
     ("minReplicas floor", {"minReplicas": "4"}, [replica("a", running=1)], 4, "min-replicas"),
@@ -109,7 +109,7 @@ def test_ttft_slo_scales_ready_replicas_proportionally() -> None:
 
 def test_ttft_window_forgets_old_slowness() -> None:
     run = Run(cfg(ttftSloSeconds="0.5", targetInflightPerReplica="1000", ttftWindowSeconds="30",
-                  scaleDownStabilizationSeconds="0"))
+                  scaleDownStabilizationSeconds="0", timeToReadySeconds="0"))
     run.step([replica("a", running=5, hist=ttft({}))])
     slow = ttft({1.0: 20})
     assert run.step([replica("a", running=5, hist=slow)]).reason == "ttft"
@@ -170,9 +170,9 @@ def test_scale_down_is_stabilised() -> None:
     run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="300"))
     assert run.step([replica("a", running=80)]).desired == 8
     for _ in range(10):
-        d = run.step([replica("a", running=10)], dt=25)
+        d = run.step([replica("a", running=5)], dt=25)
         assert (d.desired, d.reason) == (8, "scale-down-stabilization")
-    d = run.step([replica("a", running=10)], dt=60)
+    d = run.step([replica("a", running=5)], dt=60)
     assert d.desired == 1
 
 
@@ -244,7 +244,9 @@ def test_reported_metric_lands_the_hpa(tolerance: str, current: int, desired: in
 
     run = Run(cfg(targetInflightPerReplica="1", hpaTolerance=tolerance, maxReplicas="100",
                   scaleDownStabilizationSeconds="0"))
-    d = run.step([replica("a", running=desired)], current_replicas=current)
+    # Below the current count the policy's hysteresis wants load at most 80% of the target.
+    load = desired if desired >= current else desired * 0.8
+    d = run.step([replica("a", running=load)], current_replicas=current)
     assert d.desired == desired
     assert hpa_replicas(d.metric_value, d.metric_target, current, float(tolerance)) == lands_on
 
@@ -257,3 +259,76 @@ def test_state_round_trips_through_json() -> None:
     run.step([replica("a", running=5, hist=ttft({1.0: 10}))])
     again = ScalerState.from_dict(orjson.loads(orjson.dumps(run.state.to_dict())))
     assert again == run.state
+
+
+def test_backlog_that_drains_before_a_new_replica_is_ready_stops_asking() -> None:
+    """A burst left 500 queued requests on 2 ready replicas that finish 10 requests/s and the queue
+    shrinks; new replicas need 510 s: the backlog is gone long before they could serve. The step
+    itself may look like growth for a few seconds, which the per-decision cap bounds (2x ready)."""
+    run = Run(cfg(targetInflightPerReplica="32", timeToReadySeconds="510", maxReplicas="50"))
+    done = 0
+    for _ in range(10):  # steady operation: 5 requests/s finish on each replica
+        done += 5
+        run.step([replica("a", running=16, requests=done), replica("b", running=16, requests=done)],
+                 ready_replicas=2, starting_replicas=0)
+    d = None
+    for i in range(30):
+        done += 5
+        left = max(0, 250 - 4 * i)  # arrivals slowed down: each queue shrinks by 4 per second
+        reps = [replica("a", running=16, waiting=left, requests=done),
+                replica("b", running=16, waiting=left, requests=done)]
+        d = run.step(reps, ready_replicas=2, starting_replicas=0)
+        assert d.desired <= 4
+    assert d is not None and "queue" not in d.rules and d.rules["demand"] <= 2
+
+
+def test_backlog_that_holds_steady_adds_capacity() -> None:
+    """Arrivals match what the replicas finish: the backlog never drains without more capacity."""
+    run = Run(cfg(targetInflightPerReplica="32", timeToReadySeconds="60", maxReplicas="50"))
+    done, d = 0, None
+    for _ in range(20):
+        done += 5
+        reps = [replica("a", running=16, waiting=250, requests=done),
+                replica("b", running=16, waiting=250, requests=done)]
+        d = run.step(reps, ready_replicas=2, starting_replicas=0)
+    assert d is not None and d.rules.get("queue", 0) >= 3
+
+
+def test_backlog_beyond_what_ready_replicas_drain_counts() -> None:
+    run = Run(cfg(targetInflightPerReplica="32", timeToReadySeconds="60", maxReplicas="50"))
+    d = None
+    for i in range(1, 12):  # 1 request/s finishes per replica: 120 in 60 s against 1,000 waiting
+        reps = [replica("a", running=16, waiting=500, requests=i), replica("b", running=16, waiting=500, requests=i)]
+        d = run.step(reps, ready_replicas=2, starting_replicas=0)
+    assert d is not None
+    assert d.desired >= 4 and d.reason in ("demand", "queue")
+
+
+def test_a_spike_is_not_a_trend() -> None:
+    """A one-scrape spike has a poor linear fit: the look-ahead barely extrapolates it."""
+    run = Run(cfg(targetInflightPerReplica="10", timeToReadySeconds="60", maxReplicas="50"))
+    for _ in range(20):
+        run.step([replica("a", running=10)])
+    d = run.step([replica("a", running=40)])
+    assert d.rules["demand"] <= 6  # 40 in flight -> 4; a full-slope extrapolation would ask for far more
+
+
+def test_hysteresis_holds_a_count_at_the_boundary() -> None:
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="0", timeToReadySeconds="0"))
+    assert run.step([replica("a", running=15)]).desired == 2
+    assert run.step([replica("a", running=9)], dt=30).desired == 2  # 9 > 0.8 * 10: stays
+    assert run.step([replica("a", running=7)], dt=30).desired == 1  # 7 <= 8: steps down
+
+
+def test_scale_down_window_covers_twice_the_time_to_ready() -> None:
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="60", timeToReadySeconds="300"))
+    assert run.step([replica("a", running=50)]).desired == 5
+    assert run.step([replica("a", running=1)], dt=500).desired == 5
+    assert run.step([replica("a", running=1)], dt=150).desired == 1
+
+
+def test_old_preemptions_without_kv_pressure_hold_nothing() -> None:
+    run = Run(cfg(targetInflightPerReplica="100", scaleDownStabilizationSeconds="0", timeToReadySeconds="0"))
+    run.step([replica("a", running=1, kv=0.1, preempt=0)], ready_replicas=1, starting_replicas=0)
+    d = run.step([replica("a", running=1, kv=0.1, preempt=5)], ready_replicas=1, starting_replicas=0)
+    assert "kv" not in d.rules and d.desired == 1
