@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from . import fleet
 from .binaries import BinariesMissing
 from .fleet import NodePool
-from .harness import STATE_FILE, Cluster, ClusterConfig, default_state_dir
+from .harness import STATE_FILE, Cluster, ClusterConfig, default_state_dir, remove_stale_temp_clusters
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ def k8s_cluster() -> Iterator[Cluster]:
     if existing is not None:
         yield existing
         return
+    remove_stale_temp_clusters()
     missing: BinariesMissing | None = None
     try:
         cluster = Cluster.start(ClusterConfig(die_with_parent=True))

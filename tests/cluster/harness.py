@@ -49,6 +49,25 @@ SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 
 
+TEMP_PREFIX = "warmscale-cluster-"
+
+
+def remove_stale_temp_clusters() -> list[Path]:
+    """Delete temporary cluster dirs whose processes are all gone (owner killed); return them."""
+    removed: list[Path] = []
+    for state in Path(tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*/{STATE_FILE}"):
+        try:
+            cluster = Cluster.attach(state.parent)
+        except (OSError, ValueError, KeyError):
+            continue
+        if cluster.processes and not any(p.alive() for p in cluster.processes):
+            shutil.rmtree(state.parent, ignore_errors=True)
+            removed.append(state.parent)
+    if removed:
+        log.info("removed stale temporary clusters", extra={"dirs": [str(p) for p in removed]})
+    return removed
+
+
 def default_state_dir() -> Path:
     """State directory of the cluster started by ``python -m tests.cluster up``."""
     return cache_root() / "clusters" / "default"
@@ -135,7 +154,7 @@ class Cluster:
         cfg = cfg or ClusterConfig()
         binaries = locate(build=cfg.build_missing)
         t0 = time.monotonic()
-        state_dir = cfg.state_dir or Path(tempfile.mkdtemp(prefix="warmscale-cluster-"))
+        state_dir = cfg.state_dir or Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
         if (state_dir / STATE_FILE).exists():
             raise ClusterStartError(f"a cluster state already exists in {state_dir}; stop it first")
         state_dir.mkdir(parents=True, exist_ok=True)
