@@ -244,7 +244,7 @@ class ListWatchCache:
         self.error = message
 
     async def _watch(self, rv: str) -> str:
-        timeout = int(self._watch_timeout * (0.8 + 0.4 * random.random()))
+        timeout = max(1, int(self._watch_timeout * (0.8 + 0.4 * random.random())))
         w = watch.Watch(return_type="object")
         async with w:
             stream = w.stream(self._list_fn, *self._args, resource_version=rv, timeout_seconds=timeout,

@@ -400,3 +400,22 @@ async def test_cli_wiring_kubeconfig_and_no_kubernetes(
                               "--kubeconfig", str(bad)])
     assert await serve(args) == 2
     assert parser.parse_args(["--no-kubernetes"]).no_kubernetes is True
+
+
+async def test_watch_expiry_resumes_without_relisting(
+    k8s_admin: client.ApiClient, k8s_namespace: str, discoveries: Callable[..., KubeDiscovery]
+) -> None:
+    """Watches the server ends (here every ~2 s) resume from the last resource version: changes keep
+    arriving and the pods are listed once."""
+    ns = k8s_namespace
+    apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 1)))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm-so", "llm"))
+    d = discoveries(watch_timeout_s=2)
+    provider = d.provider(ns, "llm-so", pod_selector="app=llm")
+    await counts_become(provider, PodCounts(ready=0, starting=1, current=1))
+    for replicas in (2, 3):
+        await asyncio.sleep(3.0)  # at least one watch expiry in between
+        await scale(apps, ns, "llm", replicas)
+        await counts_become(provider, PodCounts(ready=0, starting=replicas, current=replicas), within=10)
+    assert d.caches()[("pods", ns, "app=llm")].lists == 1
