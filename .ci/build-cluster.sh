@@ -28,6 +28,15 @@ log() { printf '%s build-cluster: %s\n' "$(date -u +%H:%M:%SZ)" "$*" >&2; }
 
 command -v go >/dev/null || { log "go not found in PATH"; exit 1; }
 
+# The cache key comes from versions.env, the build from the wrapper go.mods: they must agree.
+check_pin() { # check_pin <go.mod> <module> <version>
+  grep -Eq "^[[:space:]]*(require[[:space:]]+)?$2 $3( |\$)" "$1" \
+    || { log "$1 does not pin $2 $3 (testbed/versions.env); update one of them"; exit 1; }
+}
+check_pin "$repo/testbed/k8s/go.mod" k8s.io/kubernetes "$KUBERNETES_VERSION"
+check_pin "$repo/testbed/k8s/go.mod" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+check_pin "$repo/testbed/kwok/go.mod" sigs.k8s.io/kwok "$KWOK_VERSION"
+
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
 build() { # build <module dir> <out dir> <ldflags> <name>=<package>...
@@ -74,5 +83,8 @@ build "$repo/testbed/kwok" "$kwok_dir" "-s -w" kwok=sigs.k8s.io/kwok/cmd/kwok
 build "$repo/testbed/k8s" "$k8s_dir" "$ldf" \
   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+
+got="$("$k8s_dir/kube-apiserver" --version)"
+[[ "$got" == "Kubernetes $KUBERNETES_VERSION" ]] || { log "unexpected kube-apiserver version: $got"; exit 1; }
 
 log "done in $((SECONDS - start))s: $k8s_dir $kwok_dir"
