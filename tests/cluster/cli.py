@@ -42,7 +42,7 @@ def _up(args: argparse.Namespace) -> int:
             ClusterConfig(pools=pools, state_dir=state_dir, build_missing=args.build, startup_timeout=args.timeout)
         )
     except (BinariesMissing, ClusterStartError, TimeoutError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
         return 1
     print(
         f"started in {cluster.info['startup_seconds']}s: {sum(p.count for p in pools)} nodes, "

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 
@@ -175,8 +176,6 @@ class Cluster:
     @classmethod
     def from_kubeconfig(cls, path: Path) -> Cluster:
         """Use an existing cluster given only its admin kubeconfig (not stopped by us)."""
-        import yaml
-
         data = yaml.safe_load(path.read_text())
         server = data["clusters"][0]["cluster"]["server"]
         return cls(None, path, server)
@@ -206,8 +205,6 @@ class Cluster:
             time.sleep(0.3)
 
     def _ssl_context(self) -> ssl.SSLContext:
-        import yaml
-
         data = yaml.safe_load(self.kubeconfig.read_text())
         ctx = ssl.create_default_context(cafile=data["clusters"][0]["cluster"]["certificate-authority"])
         user = data["users"][0]["user"]
@@ -298,8 +295,6 @@ class Cluster:
         return kubeconfig.write(path, self.server, self._ca_file(), user, token=token)
 
     def _ca_file(self) -> Path:
-        import yaml
-
         data = yaml.safe_load(self.kubeconfig.read_text())
         ca = data["clusters"][0]["cluster"]["certificate-authority"]
         return Path(ca)
