@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "trace": ("benchmarks.trace_replay", "replay a trace: SLO attainment vs GPU-hours for every policy"),
-    "coldwarm": ("benchmarks.cold_warm", "cold vs warm start on the local cluster (issue 4)"),
     "cold-vs-warm": ("benchmarks.cold_vs_warm", "scale 1->8 on the local cluster, warm pool off vs on (issue 4)"),
+    "suite": ("benchmarks.suite", "every shipped trace through `trace`, plus a results table (Markdown)"),
 }
 
 
