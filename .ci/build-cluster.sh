@@ -83,6 +83,8 @@ build "$repo/testbed/kwok" "$kwok_dir" "-s -w" kwok=sigs.k8s.io/kwok/cmd/kwok
 build "$repo/testbed/k8s" "$k8s_dir" "$ldf" \
   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+# kubectl of the same version, for the manifest tests (kustomize, server-side apply).
+build "$repo/testbed/k8s" "$k8s_dir" "$ldf" kubectl=k8s.io/kubernetes/cmd/kubectl
 
 got="$("$k8s_dir/kube-apiserver" --version)"
 [[ "$got" == "Kubernetes $KUBERNETES_VERSION" ]] || { log "unexpected kube-apiserver version: $got"; exit 1; }

@@ -44,7 +44,11 @@ def require_tool(path: str | None, what: str) -> str:
 
 
 def kubectl() -> str:
-    return require_tool(os.environ.get("WARMSCALE_KUBECTL") or shutil.which("kubectl"), "kubectl")
+    from tests.cluster.binaries import Binaries
+
+    pinned = Binaries.expected().kube_apiserver.parent / "kubectl"  # built by .ci/build-cluster.sh
+    found = os.environ.get("WARMSCALE_KUBECTL") or (str(pinned) if os.access(pinned, os.X_OK) else None)
+    return require_tool(found or shutil.which("kubectl"), "kubectl")
 
 
 @cache
