@@ -46,6 +46,14 @@ class ScalerMetrics:
                                      "Snapshot reads that failed or timed out, and per-source errors.",
                                      SO_LABELS, registry=r)
         # Outputs.
+        self.ttft_slo = Gauge("warmscale_ttft_slo_seconds", "The ScaledObject's TTFT SLO (ttftSloSeconds; NaN if unset).",
+                              SO_LABELS, registry=r)
+        self.ready = Gauge("warmscale_ready_replicas", "Ready replicas the policy counted.", SO_LABELS, registry=r)
+        self.starting = Gauge("warmscale_starting_replicas", "Replicas still starting (counted as capacity).",
+                              SO_LABELS, registry=r)
+        self.time_to_ready = Gauge("warmscale_time_to_ready_seconds",
+                                   "Look-ahead: expected time-to-ready of a new replica (measured or configured).",
+                                   SO_LABELS, registry=r)
         self.desired = Gauge("warmscale_desired_replicas", "Replica count the policy decided.", SO_LABELS, registry=r)
         self.active = Gauge("warmscale_active", "1 when IsActive answers true.", SO_LABELS, registry=r)
         self.metric_value = Gauge("warmscale_metric_value", "Value reported in GetMetrics (HPA AverageValue input).",
@@ -66,12 +74,13 @@ class ScalerMetrics:
         self.trackers = Gauge("warmscale_trackers", "ScaledObjects tracked by this instance.", registry=r)
         self.store_errors = Counter("warmscale_store_errors_total", "Failed store operations.", ("op",), registry=r)
 
-    _PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "known", "unknown", "signal_age", "scrape_errors",
-               "desired", "active", "metric_value", "decision_age", "leader")
+    PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "ttft_slo", "known", "unknown", "signal_age",
+              "scrape_errors", "ready", "starting", "time_to_ready", "desired", "active", "metric_value",
+              "decision_age", "leader")
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a ScaledObject's series (its tracker went idle)."""
-        for attr in self._PER_SO:
+        for attr in self.PER_SO:
             metric = getattr(self, attr)
             try:
                 metric.remove(namespace, name)

@@ -303,6 +303,10 @@ class Tracker:
         self.decision_at = at
         s = self._series
         s.desired.set(decision.desired)
+        s.ready.set(decision.ready)
+        s.starting.set(decision.starting)
+        s.time_to_ready.set(decision.time_to_ready_s)
+        s.ttft_slo.set(self.cfg.ttft_slo_seconds if self.cfg.ttft_slo_seconds is not None else math.nan)
         s.active.set(1 if decision.active else 0)
         s.metric_value.set(decision.metric_value)
         s.decision_age.set(at)
@@ -326,8 +330,7 @@ class _Series:
         labels = (namespace, name)
         self._m = m
         self._labels = labels
-        for attr in ("waiting", "running", "queue", "kv_usage", "ttft", "known", "unknown", "signal_age",
-                     "scrape_errors", "desired", "active", "metric_value", "decision_age", "leader"):
+        for attr in ScalerMetrics.PER_SO:
             setattr(self, attr, getattr(m, attr).labels(*labels))
         self._reasons: dict[str, Any] = {}
 
@@ -342,6 +345,10 @@ class _Series:
     queue: Any
     kv_usage: Any
     ttft: Any
+    ttft_slo: Any
+    ready: Any
+    starting: Any
+    time_to_ready: Any
     known: Any
     unknown: Any
     signal_age: Any

@@ -146,13 +146,14 @@ def autoscaling() -> db.Dashboard:
     d = d.with_row(db.Row("Replicas: desired vs actual vs ready"))
     d = d.with_panel(_series(
         "Desired vs actual vs ready replicas",
-        "desired: the replica count the policy decided (what the HPA is driven to). observed: replicas the "
-        "scaler reads (fresh or stale). ready: replicas with a fresh, parsed signal. warm floor: the warm-pool "
-        "controller's current min-ready floor (minReplicaCount). Orange marks: scale events.",
+        "desired: the replica count the policy decided (what the HPA is driven to). actual: ready + starting "
+        "replicas the policy counted (from the API server when the scaler can see the pods). ready: Ready "
+        "replicas. warm floor: the warm-pool controller's current min-ready floor (minReplicaCount). Orange "
+        "marks: scale events.",
         [Q(f"max {BY_SO} (warmscale_desired_replicas{{{SO}}})", "desired {{namespace}}/{{scaledobject}}"),
-         Q(f"max {BY_SO} (warmscale_known_replicas{{{SO}}} + warmscale_unknown_replicas{{{SO}}})",
-           "observed {{namespace}}/{{scaledobject}}"),
-         Q(f"max {BY_SO} (warmscale_known_replicas{{{SO}}})", "ready {{namespace}}/{{scaledobject}}"),
+         Q(f"max {BY_SO} (warmscale_ready_replicas{{{SO}}} + warmscale_starting_replicas{{{SO}}})",
+           "actual {{namespace}}/{{scaledobject}}"),
+         Q(f"max {BY_SO} (warmscale_ready_replicas{{{SO}}})", "ready {{namespace}}/{{scaledobject}}"),
          Q(f'max {BY_SO} (label_replace(warmscale_min_ready_floor{{{WL}}}, "scaledobject", "$1", "workload", "(.*)"))',
            "warm floor {{namespace}}/{{scaledobject}}")],
         width=16, height=9))
@@ -190,8 +191,9 @@ def autoscaling() -> db.Dashboard:
     d = d.with_panel(_series(
         "TTFT at the SLO quantile",
         "Time to first token at the configured quantile (ttftQuantile) over the scaler's window "
-        "(ttftWindowSeconds), from the engines' histograms.",
-        [Q(f"max {BY_SO} (warmscale_ttft_quantile_seconds{{{SO}}})", "{{namespace}}/{{scaledobject}}")],
+        "(ttftWindowSeconds), from the engines' histograms, against the ScaledObject's ttftSloSeconds.",
+        [Q(f"max {BY_SO} (warmscale_ttft_quantile_seconds{{{SO}}})", "{{namespace}}/{{scaledobject}}"),
+         Q(f"max {BY_SO} (warmscale_ttft_slo_seconds{{{SO}}})", "SLO {{namespace}}/{{scaledobject}}")],
         unit="s"))
     d = d.with_panel(_series(
         "TTFT over the SLO (share of decisions)",
