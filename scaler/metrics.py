@@ -46,8 +46,8 @@ class ScalerMetrics:
                                      "Snapshot reads that failed or timed out, and per-source errors.",
                                      SO_LABELS, registry=r)
         # Outputs.
-        self.ttft_slo = Gauge("warmscale_ttft_slo_seconds", "The ScaledObject's TTFT SLO (ttftSloSeconds; NaN if unset).",
-                              SO_LABELS, registry=r)
+        self.ttft_slo = Gauge("warmscale_ttft_slo_seconds",
+                              "The ScaledObject's TTFT SLO (ttftSloSeconds; NaN if unset).", SO_LABELS, registry=r)
         self.ready = Gauge("warmscale_ready_replicas", "Ready replicas the policy counted.", SO_LABELS, registry=r)
         self.starting = Gauge("warmscale_starting_replicas", "Replicas still starting (counted as capacity).",
                               SO_LABELS, registry=r)

@@ -14,7 +14,8 @@ from warmscale.demo.burst import DEFAULT_TRACE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", default=None, help=f"per-request trace CSV (default: shared traces' {DEFAULT_TRACE})")
+    parser.add_argument("--trace", default=None,
+                        help=f"per-request trace CSV (default: shared traces' {DEFAULT_TRACE})")
     parser.add_argument("--speed", type=float, default=2.5, help="replay the trace this many times faster")
     parser.add_argument("--span", type=float, default=220.0, help="seconds of trace time to replay")
     parser.add_argument("--lead", type=float, default=120.0, help="start this many trace seconds before the peak")

@@ -2,8 +2,9 @@
 
 One aiohttp server serves every replica's exposition at ``/replica/<name>/metrics``. A router sends
 each arriving request to the ready replica with the fewest requests in flight, like a gateway with
-flow control: it holds requests while no ready replica has fewer than ``max_engine_waiting`` waiting. ``scale_to(n)`` behaves like a Deployment: new replicas become ready
-after ``startup_s``; removed replicas stop taking requests and go away once drained.
+flow control: it holds requests while no ready replica has fewer than ``max_engine_waiting``
+waiting. ``scale_to(n)`` behaves like a Deployment: new replicas become ready after ``startup_s``;
+removed replicas stop taking requests and go away once drained.
 """
 
 from __future__ import annotations

@@ -190,13 +190,14 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
         "timeline": timeline,
     }
     if not opts.quiet:
-        print(f"\n{summary['requests']} requests, TTFT <= {opts.slo_ttft:g} s for {100 * summary['slo_attainment']:.1f}%"
+        attained = 100 * summary["slo_attainment"]
+        print(f"\n{summary['requests']} requests, TTFT <= {opts.slo_ttft:g} s for {attained:.1f}%"
               f" (p50 {summary['ttft_p50_s'] or 0:.2f} s, p99 {summary['ttft_p99_s'] or 0:.2f} s), "
               f"{summary['scale_events']} scale events, up to {summary['max_replicas']} replicas", file=out)
     if opts.json:
-        Path(opts.json).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+        await asyncio.to_thread(Path(opts.json).write_bytes, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if opts.plot:
-        plot(summary, opts, Path(opts.plot))
+        await asyncio.to_thread(plot, summary, opts, Path(opts.plot))
         if not opts.quiet:
             print(f"plot: {opts.plot}", file=out)
     return summary
