@@ -24,7 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stager-image",
                         default=os.environ.get("WARMSCALE_IMAGE", "ghcr.io/warmscale/warmscale:latest"),
                         help="image of the staging Jobs (runs `warmscale stage`)")
-    parser.add_argument("--redis-address", help="publish WarmStatus to this Redis (redis://host:port); "
+    parser.add_argument("--redis-url", "--redis-address", dest="redis_address",
+                        help="publish WarmStatus to this Redis (redis://host:port), the scaler's --redis-url; "
                         "default: log only")
     parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "warmscale"))
     parser.add_argument("--lease-name", default="warmscale-warmpool")
