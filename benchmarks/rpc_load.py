@@ -91,7 +91,7 @@ def summarize(lat_s: list[float], errors: int, cpu: float, window: float) -> dic
 def _synthetic_reader() -> Any:
     from signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
-    async def read(cfg: Any, now: float) -> Snapshot:
+    async def read(cfg: Any, now: float, scope: Any) -> Snapshot:
         sig = ReplicaSignal("vllm", waiting=2.0, running=20.0, kv_usage=0.4)
         readings = tuple(ReplicaReading(f"r{i}", observed_at=now, signal=sig) for i in range(2))
         return Snapshot(taken_at=now, replicas=readings)

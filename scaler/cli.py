@@ -20,12 +20,12 @@ from dataclasses import replace
 from typing import Any
 
 from scaler.config import ScalerConfig
+from scaler.tracker import ScaledObjectKey
 from signals.model import Snapshot
 
 log = logging.getLogger("warmscale.scaler")
 
 
-Scope = tuple[str, str]
 """(namespace, ScaledObject name)."""
 
 
@@ -38,37 +38,19 @@ class SourcesReader:
     :class:`~signals.sources.pods.PodEndpoints`: it serves ``podSelector`` (pods scraped directly) and
     fills the snapshot's ready/starting/current replica counts (pods of ``podSelector``, else of the
     ScaledObject's ``scaleTargetRef``), whatever the signal sources are. A discovery failure is a
-    source error; the other sources keep working. The tracker calls ``reader(cfg, now)`` without
-    saying which ScaledObject asks: :meth:`bind` lets the reader find it (the tracker whose config
-    object this is), and :meth:`read` takes it explicitly."""
+    source error; the other sources keep working."""
 
     def __init__(self, evict_after: float = 300.0, *, discovery: Any = None) -> None:
         self._session: Any = None
-        self._collectors: dict[tuple[Scope | None, ScalerConfig], tuple[Any, Any, float]] = {}
+        self._collectors: dict[tuple[ScaledObjectKey | None, ScalerConfig], tuple[Any, Any, float]] = {}
         self._evict_after = evict_after
         self._last_sweep = time.monotonic()
         self.discovery = discovery
-        self._manager: Any = None
-        self._scopes: dict[int, tuple[ScalerConfig, Scope]] = {}
 
-    def bind(self, manager: Any) -> None:
-        """Find the ScaledObject of a ``reader(cfg, now)`` call among ``manager``'s trackers."""
-        self._manager = manager
+    async def __call__(self, cfg: ScalerConfig, now: float, scope: ScaledObjectKey) -> Snapshot:
+        return await self.read(cfg, now, scope)
 
-    def _scope(self, cfg: ScalerConfig) -> Scope | None:
-        hit = self._scopes.get(id(cfg))
-        if hit is not None and hit[0] is cfg:
-            return hit[1]
-        if self._manager is None:
-            return None
-        self._scopes = {id(t.cfg): (t.cfg, (t.namespace, t.name)) for t in self._manager.trackers()}
-        hit = self._scopes.get(id(cfg))
-        return hit[1] if hit is not None and hit[0] is cfg else None
-
-    async def __call__(self, cfg: ScalerConfig, now: float) -> Snapshot:
-        return await self.read(cfg, now, self._scope(cfg) if self.discovery is not None else None)
-
-    async def read(self, cfg: ScalerConfig, now: float, scope: Scope | None = None) -> Snapshot:
+    async def read(self, cfg: ScalerConfig, now: float, scope: ScaledObjectKey | None = None) -> Snapshot:
         """One snapshot for ``cfg``; ``scope`` (namespace, ScaledObject) enables pod discovery."""
         import aiohttp
 
@@ -183,7 +165,6 @@ async def serve(args: argparse.Namespace) -> int:
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
     reader = SourcesReader(discovery=discovery)
     server = ScalerServer(options, reader)
-    reader.bind(server.manager)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -38,8 +38,12 @@ from signals.model import Snapshot
 
 log = logging.getLogger("warmscale.scaler.tracker")
 
-SnapshotReader = Callable[[ScalerConfig, float], Awaitable[Snapshot]]
-"""Reads one fresh snapshot of the ScaledObject's signals at ``now`` (unix seconds).
+ScaledObjectKey = tuple[str, str]
+"""(namespace, name) of a ScaledObject."""
+
+SnapshotReader = Callable[[ScalerConfig, float, ScaledObjectKey], Awaitable[Snapshot]]
+"""Reads one fresh snapshot of the ScaledObject's signals at ``now`` (unix seconds); the key says
+which ScaledObject asks (pod discovery resolves its target from it).
 
 The real implementation builds the sources described by the config (endpoints, Prometheus, Redis
 queue, pods) and gathers them; tests inject scripted fakes. It may raise; the tracker then keeps
@@ -211,7 +215,8 @@ class Tracker:
 
         t0 = time.perf_counter()
         try:
-            snapshot = await asyncio.wait_for(m.reader(self.cfg, now), timeout=self.cfg.scrape_timeout_seconds)
+            read = m.reader(self.cfg, now, (self.namespace, self.name))
+            snapshot = await asyncio.wait_for(read, timeout=self.cfg.scrape_timeout_seconds)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -49,7 +49,7 @@ class ScriptedReader:
     def set(self, load: float) -> None:
         self.load = load
 
-    async def __call__(self, cfg: ScalerConfig, now: float) -> Snapshot:
+    async def __call__(self, cfg: ScalerConfig, now: float, scope: tuple[str, str] = ('', '')) -> Snapshot:
         self.calls += 1
         self.configs.append(cfg)
         if self.delay:

@@ -338,7 +338,6 @@ async def test_end_to_end_getmetrics_discounts_starting_pods(
     discovery = discoveries(scaler_sa, url_for=urls)
     reader = SourcesReader(discovery=discovery)
     server = await make_server(reader, metrics_port=None)
-    reader.bind(server.manager)
     try:
         probe = discovery.provider(ns, "llm", pod_selector="app=llm")
         await counts_become(probe, PodCounts(ready=2, starting=2, current=4))

@@ -52,7 +52,7 @@ async def test_unknown_snapshot_never_counts_as_idle() -> None:
     t = m.get("ns", "so", {**META, "scaleToZero": "true", "minReplicas": "0", "idleWindowSeconds": "0"})
     assert (await t.current()).desired == 10
 
-    async def failing(cfg: Any, now: float) -> Snapshot:
+    async def failing(cfg: Any, now: float, scope: Any = None) -> Snapshot:
         return Snapshot(taken_at=now, source_errors=("endpoints: connection refused",))
 
     m.reader = failing
@@ -60,7 +60,7 @@ async def test_unknown_snapshot_never_counts_as_idle() -> None:
     d = await t.current()
     assert d.desired == 10 and d.active  # kept, not zero
 
-    async def all_unknown(cfg: Any, now: float) -> Snapshot:
+    async def all_unknown(cfg: Any, now: float, scope: Any = None) -> Snapshot:
         return Snapshot(taken_at=now, replicas=(ReplicaReading("r0", now, error="timeout"),))
 
     m.reader = all_unknown

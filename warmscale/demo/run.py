@@ -103,7 +103,7 @@ async def run_demo(opts: DemoOptions) -> dict[str, Any]:
     discovery = FleetEndpoints(fleet)
     collectors: dict[ScalerConfig, Any] = {}
 
-    async def reader(cfg: ScalerConfig, now: float) -> Snapshot:
+    async def reader(cfg: ScalerConfig, now: float, scope: tuple[str, str]) -> Snapshot:
         if cfg not in collectors:
             collectors[cfg] = build_collector(cfg, session=session, pod_endpoints=discovery)
         snap: Snapshot = await collectors[cfg].collect(now)
