@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from scaler.config import ConfigError
 from warmpool.model_uri import ModelURI, ModelURIError, parse_model_uri
 from warmpool.quantity import parse_quantity
 
@@ -37,13 +38,8 @@ STATUS_KEY = PREFIX + "status"  # written by the controller
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
-class AnnotationError(ValueError):
+class AnnotationError(ConfigError):
     """Invalid ``warmscale.io/*`` annotation; ``key`` is the full annotation key."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ def _check_gauge(name: str, labels: Labels, value: float) -> None:
         raise PayloadError(f"{name}{{{shown}}} = {value}: a gauge must be finite and non-negative")
 
 
-def gauge_sum(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
-    """Sum over series of a gauge; ``None`` when absent. NaN/Inf/negative raise :class:`PayloadError`."""
+def _gauge_values(idx: MetricIndex, name: str | None, where: Where) -> list[float] | None:
+    """The values of a gauge's series, checked; ``None`` when absent. NaN/Inf/negative raise
+    :class:`PayloadError`."""
     if name is None:
         return None
     got = idx.series(name, where)
@@ -28,18 +29,19 @@ def gauge_sum(idx: MetricIndex, name: str | None, where: Where = None) -> float 
         return None
     for labels, v in got:
         _check_gauge(name, labels, v)
-    return math.fsum(v for _, v in got)
+    return [v for _, v in got]
+
+
+def gauge_sum(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
+    """Sum over series of a gauge; ``None`` when absent. NaN/Inf/negative raise :class:`PayloadError`."""
+    values = _gauge_values(idx, name, where)
+    return math.fsum(values) if values is not None else None
 
 
 def gauge_max(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
-    if name is None:
-        return None
-    got = idx.series(name, where)
-    if not got:
-        return None
-    for labels, v in got:
-        _check_gauge(name, labels, v)
-    return max(v for _, v in got)
+    """Maximum over series of a gauge; ``None`` when absent."""
+    values = _gauge_values(idx, name, where)
+    return max(values) if values is not None else None
 
 
 def gauge_mean(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
