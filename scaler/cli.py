@@ -84,7 +84,7 @@ class SourcesReader:
         try:
             counts = await provider.counts()
         except DiscoveryError as exc:
-            if cfg.pod_selector:  # the pods source already reported the same failure
+            if cfg.pod_selector or cfg.metrics_port:  # the pods source already reported the same failure
                 return snapshot
             return replace(snapshot, source_errors=(*snapshot.source_errors, f"kubernetes: {exc}"))
         return replace(snapshot, ready_replicas=counts.ready, starting_replicas=counts.starting,

@@ -168,7 +168,9 @@ KEYS: tuple[Key, ...] = (
         "list, stream, or auto (asks Redis for the key's type)."),
     Key("podSelector", "pod_selector", str.strip, bool,
         "Label selector of the engine pods to scrape directly (needs API access; see warm-pool docs)."),
-    Key("metricsPort", "metrics_port", _parse_int, lambda v: 0 < v < 65536, "Port of the pods' metrics endpoint."),
+    Key("metricsPort", "metrics_port", _parse_int, lambda v: 0 < v < 65536,
+        "Port of the pods' metrics endpoint. Without podSelector, the pods of the ScaledObject's "
+        "scaleTargetRef are scraped (needs API access)."),
     Key("metricsPath", "metrics_path", _parse_path, None, "Path of the metrics endpoint."),
     Key("minReplicas", "min_replicas", _parse_int, lambda v: v >= 0,
         "Lower bound while active (raised to 1 unless scaleToZero is true)."),
@@ -247,11 +249,9 @@ def _check_consistency(cfg: ScalerConfig) -> None:
     if (cfg.redis_address is None) != (cfg.redis_queue is None):
         missing = "redisQueue" if cfg.redis_queue is None else "redisAddress"
         raise ConfigError(missing, "redisAddress and redisQueue go together")
-    if cfg.metrics_port is not None and cfg.pod_selector is None:
-        raise ConfigError("podSelector", "metricsPort needs podSelector")
-    if not (cfg.endpoints or cfg.prometheus_address or cfg.redis_address or cfg.pod_selector):
+    if not (cfg.endpoints or cfg.prometheus_address or cfg.redis_address or cfg.pod_selector or cfg.metrics_port):
         raise ConfigError(
-            "endpoints", "no signal source: set endpoints, prometheusAddress, redisAddress or podSelector"
+            "endpoints", "no signal source: set endpoints, prometheusAddress, redisAddress, podSelector or metricsPort"
         )
     if cfg.kv_cache_target > cfg.kv_cache_high:
         raise ConfigError("kvCacheTarget", "must not exceed kvCacheHigh")

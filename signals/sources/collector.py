@@ -65,9 +65,10 @@ def build_sources(
     if cfg.endpoints:
         sources.append(scrape(StaticEndpoints(cfg.endpoints), "endpoints"))
         direct = True
-    if cfg.pod_selector:
+    if cfg.pod_selector or cfg.metrics_port:
         if pod_endpoints is None:
-            sources.append(MissingProviderSource(f"podSelector {cfg.pod_selector!r} needs pod discovery, "
+            what = f"podSelector {cfg.pod_selector!r}" if cfg.pod_selector else "metricsPort (the scale target's pods)"
+            sources.append(MissingProviderSource(f"{what} needs pod discovery, "
                                                  "which is not available in this process"))
         else:
             sources.append(scrape(pod_endpoints, "pods"))

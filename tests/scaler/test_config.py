@@ -24,7 +24,6 @@ BAD = [
     ({"redisAddress": "localhost:6379"}, "redisQueue"),
     ({"redisQueue": "q"}, "redisAddress"),
     ({"redisAddress": "nohost"}, "redisAddress"),
-    ({"metricsPort": "8000"}, "podSelector"),
     ({"metricsPort": "99999", "podSelector": "app=x"}, "metricsPort"),
     ({"hpaTolerance": "1"}, "hpaTolerance"),
     ({"maxPayloadBytes": "10"}, "maxPayloadBytes"),
@@ -43,6 +42,11 @@ def test_no_source_is_an_error() -> None:
     with pytest.raises(ConfigError) as err:
         parse_metadata({})
     assert err.value.key == "endpoints"
+
+
+def test_metrics_port_alone_scrapes_the_scale_target() -> None:
+    cfg = parse_metadata({"metricsPort": "8000"})
+    assert cfg.metrics_port == 8000 and cfg.pod_selector is None
 
 
 def test_keda_keys_and_from_env_are_accepted() -> None:

@@ -309,21 +309,25 @@ def scaler_rbac_rules() -> list[client.V1PolicyRule]:
             for r in role["rules"]]
 
 
+@pytest.mark.parametrize("by", ["podSelector", "scaleTargetRef"])
 async def test_end_to_end_getmetrics_discounts_starting_pods(
     k8s_admin: client.ApiClient, k8s_namespace: str, k8s_sa_client: SaClientFactory,
     discoveries: Callable[..., KubeDiscovery], fake_engine: Callable[..., FakeEngine],
-    make_server: ServerFactory, clients: Callable[..., Any],
+    make_server: ServerFactory, clients: Callable[..., Any], by: str,
 ) -> None:
     """The real ScalerServer + SourcesReader + pod discovery, as the scaler's own ServiceAccount
     (the install's ClusterRole rules): 2 ready pods (scraped from local fake engines) carrying 64
     requests each with 32 per replica as the target, and 2 pods still starting. Demand asks for 4 in
     total, and 4 are already provisioned: GetMetrics answers 4 (not 6, and not 8 as it would if the
-    starting pods were scraped as unknown, loaded replicas)."""
+    starting pods were scraped as unknown, loaded replicas). The pods are found by ``podSelector``, or
+    with ``metricsPort`` alone through the ScaledObject's ``scaleTargetRef``."""
     ns = k8s_namespace
     core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
     custom = client.CustomObjectsApi(k8s_admin)
     metadata = {"engine": "vllm", "podSelector": "app=llm", "metricsPort": "8000", "targetInflightPerReplica": "32",
                 "minReplicas": "1", "maxReplicas": "8", "scrapeIntervalSeconds": "0.5", "hpaTolerance": "0"}
+    if by == "scaleTargetRef":
+        del metadata["podSelector"]
     await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 2)))
     so = scaled_object("llm", "llm", metadata=metadata)
     await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, so)
