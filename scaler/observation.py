@@ -8,7 +8,6 @@ recent activity (for idleness) and the demand trend (for the look-ahead).
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -34,7 +33,6 @@ class Observation:
     preemption_rate: float
     ttft_window: Histogram | None
     load: float
-    load_slope: float
     running_slope: float
     waiting_slope: float
     completion_rate: float | None
@@ -82,7 +80,14 @@ def _halves_slope(samples: tuple[tuple[float, float], ...]) -> float:
     dt = sum(t for t, _ in new) / len(new) - sum(t for t, _ in old) / len(old)
     if dt <= 0:
         return 0.0
-    return (statistics.median(v for _, v in new) - statistics.median(v for _, v in old)) / dt
+    return (_median([v for _, v in new]) - _median([v for _, v in old])) / dt
+
+
+def _median(values: list[float]) -> float:
+    values.sort()
+    n = len(values)
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2.0
 
 
 def sustained_slope(samples: tuple[tuple[float, float], ...]) -> float:
@@ -169,7 +174,6 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     if load > 0:
         activity = True
     trend_since = now - cfg.trend_window_seconds
-    load_samples = _prune((*state.load_samples, (now, load)), trend_since)
     running_samples = _prune((*state.running_samples, (now, running * scale)), trend_since)
     waiting_samples = _prune((*state.waiting_samples, (now, waiting * scale + queue)), trend_since)
     completions = state.completions
@@ -195,7 +199,6 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         preemption_rate=sum(v for _, v in preemption_kept) / span,
         ttft_window=window,
         load=load,
-        load_slope=sustained_slope(load_samples),
         running_slope=sustained_slope(running_samples),
         waiting_slope=_growth_or_recent_decline(waiting_samples),
         completion_rate=completion_rate,
@@ -209,7 +212,6 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         state,
         replicas=memory,
         ttft_deltas=ttft_kept,
-        load_samples=load_samples,
         running_samples=running_samples,
         waiting_samples=waiting_samples,
         completions=completions,

@@ -52,6 +52,18 @@ def _starting_estimate(obs: Observation, state: ScalerState, ready: int, ttr: fl
     return max(0, state.last_desired - ready)
 
 
+def window_max_push(
+    recs: tuple[tuple[float, int], ...], now: float, value: int, since: float
+) -> tuple[tuple[float, int], ...]:
+    """Add (now, value) to a sliding-window maximum and drop what is older than ``since``.
+
+    Only the recommendations that can still be the maximum are kept (values strictly decreasing with
+    time), so the first entry is the window's maximum and the state stays a few entries long."""
+    kept = [r for r in recs if r[0] > since and r[1] > value]
+    kept.append((now, value))
+    return tuple(kept)
+
+
 def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) -> tuple[Decision, ScalerState]:
     last = state.last_desired
     ttr = obs.time_to_ready_s if obs.time_to_ready_s is not None else cfg.time_to_ready_seconds
@@ -151,11 +163,10 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     # Scale-down stabilisation: the highest recommendation of the window.
     # The window is at least the time-to-ready: capacity released now could not come back sooner.
     window = max(cfg.scale_down_stabilization_seconds, STABILISATION_TTR_FACTOR * ttr)
-    recs = tuple(r for r in state.recommendations if r[0] > now - window)
-    recs = (*recs, (now, desired))
+    recs = window_max_push(state.recommendations, now, desired, now - window)
     state = replace(state, recommendations=recs)
     if desired > 0:
-        stabilised = max(v for _, v in recs)
+        stabilised = recs[0][1]
         if stabilised > desired:
             desired, reason = stabilised, "scale-down-stabilization"
     return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr)

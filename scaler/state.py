@@ -45,7 +45,6 @@ class ScalerState:
 
     replicas: dict[str, ReplicaMemory] = field(default_factory=dict)
     ttft_deltas: tuple[tuple[float, Histogram], ...] = ()
-    load_samples: tuple[tuple[float, float], ...] = ()
     running_samples: tuple[tuple[float, float], ...] = ()
     waiting_samples: tuple[tuple[float, float], ...] = ()
     completions: tuple[tuple[float, float], ...] = ()
@@ -60,7 +59,6 @@ class ScalerState:
         return {
             "replicas": {k: v.to_dict() for k, v in self.replicas.items()},
             "ttft_deltas": [[t, h.to_dict()] for t, h in self.ttft_deltas],
-            "load_samples": [list(s) for s in self.load_samples],
             "completions": [list(s) for s in self.completions],
             "running_samples": [list(s) for s in self.running_samples],
             "waiting_samples": [list(s) for s in self.waiting_samples],
@@ -77,7 +75,6 @@ class ScalerState:
         return cls(
             replicas={k: ReplicaMemory.from_dict(v) for k, v in d.get("replicas", {}).items()},
             ttft_deltas=tuple((float(t), Histogram.from_dict(h)) for t, h in d.get("ttft_deltas", [])),
-            load_samples=tuple((float(t), float(v)) for t, v in d.get("load_samples", [])),
             completions=tuple((float(t), float(v)) for t, v in d.get("completions", [])),
             running_samples=tuple((float(t), float(v)) for t, v in d.get("running_samples", [])),
             waiting_samples=tuple((float(t), float(v)) for t, v in d.get("waiting_samples", [])),

@@ -332,3 +332,20 @@ def test_old_preemptions_without_kv_pressure_hold_nothing() -> None:
     run.step([replica("a", running=1, kv=0.1, preempt=0)], ready_replicas=1, starting_replicas=0)
     d = run.step([replica("a", running=1, kv=0.1, preempt=5)], ready_replicas=1, starting_replicas=0)
     assert "kv" not in d.rules and d.desired == 1
+
+
+def test_window_max_keeps_only_candidates() -> None:
+    import itertools
+    import random
+
+    from scaler.policy import window_max_push
+
+    rng = random.Random(7)
+    recs: tuple[tuple[float, int], ...] = ()
+    history: list[tuple[float, int]] = []
+    for t in range(600):
+        v = rng.randint(0, 30)
+        history.append((t, v))
+        recs = window_max_push(recs, t, v, t - 120)
+        assert recs[0][1] == max(x for s, x in history if s > t - 120)
+        assert all(a[1] > b[1] for a, b in itertools.pairwise(recs))
