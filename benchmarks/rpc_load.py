@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -206,6 +207,58 @@ async def keda_load(port: int, n: int, warmup: float, duration: float, pid: int)
     return out
 
 
+async def ghz_load(ghz: str, port: int, n: int, warmup: float, duration: float, pid: int) -> dict[str, Any]:
+    """The same load from a Go client (ghz), so that the client's own cost (a Python event loop issuing
+    2 RPCs per ScaledObject per second) stays out of the measured latency: GetMetrics and IsActive each
+    at n requests/s, cycling over the n ScaledObjects (each polled once a second)."""
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="rpc-ghz-"))
+    refs = [{"name": f"so-{n}-{i}", "namespace": "bench", "scalerMetadata": BENCH_META} for i in range(n)]
+    calls = {"GetMetrics": [{"scaledObjectRef": r, "metricName": "warmscale-desired-replicas"} for r in refs],
+             "IsActive": refs}
+    for method, data in calls.items():
+        (tmp / f"{method}.json").write_text(json.dumps(data))
+
+    def argv(method: str, seconds: float) -> list[str]:
+        return [ghz, "--insecure", "--proto", str(ROOT / "proto" / "externalscaler.proto"),
+                "--call", f"externalscaler.ExternalScaler/{method}", "-D", str(tmp / f"{method}.json"),
+                "--rps", str(n), "-z", f"{seconds:g}s", "-c", "50", "--connections", "2", "-O", "json",
+                f"127.0.0.1:{port}"]
+
+    async def both(seconds: float) -> list[bytes]:
+        procs = [await asyncio.create_subprocess_exec(*argv(m, seconds), stdout=asyncio.subprocess.PIPE,
+                                                      stderr=asyncio.subprocess.DEVNULL) for m in calls]
+        return [(await p.communicate())[0] for p in procs]
+
+    await both(warmup)
+    cpu0 = proc_cpu_seconds(pid)
+    outs = await both(duration)
+    cpu1 = proc_cpu_seconds(pid)
+    lat_ms: dict[str, dict[int, float]] = {}
+    count = errors = 0
+    rps = slowest = 0.0
+    for method, raw in zip(calls, outs, strict=True):
+        doc = json.loads(raw)
+        rps += float(doc.get("rps", 0.0))
+        slowest = max(slowest, float(doc.get("slowest", 0)) / 1e6)
+        lat_ms[method] = {int(d["percentage"]): d["latency"] / 1e6 for d in doc.get("latencyDistribution") or []}
+        count += int(doc.get("count", 0))
+        errors += sum(int(v) for v in (doc.get("errorDistribution") or {}).values())
+    return {
+        "requests": count,
+        "rps": round(rps),
+        "errors": errors,
+        "max_ms": round(slowest, 2),
+        "p50_ms": round(max(m.get(50, 0.0) for m in lat_ms.values()), 3),
+        "p90_ms": round(max(m.get(90, 0.0) for m in lat_ms.values()), 3),
+        "p99_ms": round(max(m.get(99, 0.0) for m in lat_ms.values()), 3),
+        "server_cpu_cores": round((cpu1 - cpu0) / duration, 3),
+        "by_method_ms": lat_ms,
+        "client": "ghz (Go), 2 processes, 50 workers each",
+    }
+
+
 async def promql_load(url: str, n: int, warmup: float, duration: float, pid: int) -> dict[str, Any]:
     """N ScaledObjects, each polled at 1 Hz by one instant query (KEDA's prometheus scaler)."""
     import aiohttp
@@ -288,6 +341,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             r = await keda_load(scaler.port, n, args.warmup, args.duration, scaler.proc.pid)
             rows.append({"path": "warmscale gRPC (GetMetrics+IsActive)", "scaled_objects": n, **r})
             print(f"  warmscale n={n}: p99 {r['p99_ms']} ms", file=sys.stderr)
+            if args.ghz:
+                r = await ghz_load(args.ghz, scaler.port, n, args.warmup, args.duration, scaler.proc.pid)
+                rows.append({"path": "warmscale gRPC, Go client (ghz)", "scaled_objects": n, **r})
+                print(f"  warmscale (ghz) n={n}: p99 {r['p99_ms']} ms", file=sys.stderr)
     finally:
         scaler.stop()
     if not args.no_prometheus:
@@ -323,8 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=20.0, help="measured seconds per size")
     ap.add_argument("--warmup", type=float, default=6.0, help="seconds of load before measuring")
     ap.add_argument("--no-prometheus", action="store_true")
+    ap.add_argument("--ghz", default=shutil.which("ghz") or str(Path.home() / "go" / "bin" / "ghz"),
+                    help="also load the scaler from ghz, a Go gRPC load tool (go install "
+                    "github.com/bojand/ghz/cmd/ghz@v0.120.0); skipped when not found")
     ap.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.ghz and not os.access(args.ghz, os.X_OK):
+        args.ghz = None
     if args.serve:
         asyncio.run(_serve(args.serve))
         return 0
