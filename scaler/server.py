@@ -169,6 +169,10 @@ class ExternalScalerService:
         await self._stream("StreamMetricSpec", request, context, _spec)
 
 
+# The longest one shutdown step (gRPC core stop, trackers, HTTP, store) may take after the grace period.
+SHUTDOWN_STEP_SECONDS = 5.0
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     host: str = "0.0.0.0"
@@ -263,16 +267,26 @@ class ScalerServer:
         if self._server is not None:
             # stop(grace) refuses new RPCs at once; once the unary RPCs in flight are done (or the
             # grace period is over), stop(0) cancels what is left (health Watch streams).
-            stopping = asyncio.create_task(self._server.stop(grace))
+            server = self._server
+            stopping = asyncio.create_task(server.stop(grace))
             await self.service.wait_unary_done(grace)
-            await self._server.stop(0)
-            await stopping
-        await self.manager.stop()
+            await self._bounded("grpc server stop", server.stop(0))
+            await self._bounded("grpc server stop (grace)", stopping)
+        await self._bounded("trackers", self.manager.stop())
         if self._http is not None:
-            await self._http.cleanup()
+            await self._bounded("metrics http", self._http.cleanup())
         if self._owns_store:
-            await self.store.close()
+            await self._bounded("store", self.store.close())
         log.info("scaler stopped")
+
+    async def _bounded(self, step: str, aw: Awaitable[Any]) -> None:
+        """One shutdown step, bounded: a step that does not finish in time is cancelled and logged, so
+        that SIGTERM always ends the process within the grace period plus a few seconds."""
+        try:
+            await asyncio.wait_for(aw, timeout=SHUTDOWN_STEP_SECONDS)
+        except TimeoutError:
+            log.warning("shutdown step did not finish; moving on",
+                        extra={"step": step, "seconds": SHUTDOWN_STEP_SECONDS})
 
     async def wait_closed(self) -> None:
         if self._server is not None:

@@ -121,9 +121,9 @@ async def make_server() -> AsyncIterator[ServerFactory]:
         # Bounded: graceful shutdown has its own tests; a grpc-core shutdown that never completes in
         # teardown (seen once under full-suite load) must not hang the suite.
         try:
-            await asyncio.wait_for(s.stop(0.2), timeout=15)
+            await asyncio.wait_for(s.stop(0.2), timeout=30)
         except TimeoutError:
-            warnings.warn("scaler server did not stop within 15 s in teardown", stacklevel=1)
+            warnings.warn("scaler server did not stop within 30 s in teardown", stacklevel=1)
 
 
 @pytest.fixture

@@ -342,3 +342,23 @@ async def test_mutual_tls_requires_a_client_certificate_from_the_ca(
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await rogue.stub.IsActive(rogue.ref(), timeout=2)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_shutdown_is_bounded_when_a_step_hangs(make_server: Any, monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A shutdown step that never finishes (here: the trackers) is cancelled and logged; stop()
+    returns within the grace period plus one bounded step, so SIGTERM always ends the process."""
+    import scaler.server as server_module
+
+    server = await make_server(ScriptedReader(load=10.0))
+    monkeypatch.setattr(server_module, "SHUTDOWN_STEP_SECONDS", 0.3)
+
+    async def hang() -> None:
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(server.manager, "stop", hang)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await server.stop(0.1)
+    assert loop.time() - t0 < 2.0
+    assert any(getattr(r, "step", None) == "trackers" for r in caplog.records)
