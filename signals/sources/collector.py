@@ -5,10 +5,11 @@
 ...     snapshot = await collector.collect()
 ...     await collector.aclose()
 
-Replica sources: the ``endpoints`` list, pods found by ``podSelector`` (through an
-:class:`~signals.sources.base.EndpointProvider` the caller supplies; the Kubernetes one lives with
-the warm-pool controller), and Prometheus. When a direct source (endpoints or pods) is configured,
-Prometheus only supplies the windowed TTFT, so that no replica is counted twice.
+Replica sources: the ``endpoints`` list, pods found by ``podSelector`` or, with ``metricsPort`` alone,
+the scale target's pods (through an :class:`~signals.sources.base.EndpointProvider` the caller
+supplies: :class:`signals.sources.pods.PodEndpoints` in the scaler), and Prometheus. When a direct
+source (endpoints or pods) is configured, Prometheus only supplies the windowed TTFT, so that no
+replica is counted twice.
 """
 
 from __future__ import annotations
