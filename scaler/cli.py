@@ -87,8 +87,10 @@ class SourcesReader:
             if cfg.pod_selector or cfg.metrics_port:  # the pods source already reported the same failure
                 return snapshot
             return replace(snapshot, source_errors=(*snapshot.source_errors, f"kubernetes: {exc}"))
+        target = provider.target.name if getattr(provider, "target", None) is not None else None
         return replace(snapshot, ready_replicas=counts.ready, starting_replicas=counts.starting,
-                       current_replicas=counts.current if counts.current is not None else snapshot.current_replicas)
+                       current_replicas=counts.current if counts.current is not None else snapshot.current_replicas,
+                       target_name=target)
 
     async def _sweep(self) -> None:
         mono = time.monotonic()

@@ -268,12 +268,20 @@ class Tracker:
 
     async def _with_warm_status(self, snapshot: Snapshot) -> Snapshot:
         """Fill the look-ahead (and pod counts the sources could not see) from the warm-pool status
-        published under the ScaledObject's namespace/name."""
-        try:
-            ws = await self.manager.store.get_warm_status(self.namespace, self.name)
-        except StoreError as exc:
-            self._store_error("get_warm_status", exc)
-            return snapshot
+        published under the workload's namespace/name: the ScaledObject's name (the controller names
+        the ScaledObjects it creates after the workload), else the scale target's when it is known."""
+        names = [self.name]
+        if snapshot.target_name and snapshot.target_name != self.name:
+            names.append(snapshot.target_name)
+        ws = None
+        for name in names:
+            try:
+                ws = await self.manager.store.get_warm_status(self.namespace, name)
+            except StoreError as exc:
+                self._store_error("get_warm_status", exc)
+                return snapshot
+            if ws is not None:
+                break
         if ws is None:
             return snapshot
         fresh = snapshot.taken_at - ws.updated_at <= max(3 * self.cfg.staleness_seconds, 60.0)

@@ -103,7 +103,8 @@ class Snapshot:
 
     ``ready_replicas``/``starting_replicas`` come from the API server when the scaler can see the
     target's pods (``None`` otherwise; the policy then estimates them from its own history).
-    ``current_replicas`` is the scale target's spec.replicas (what the HPA sees as current).
+    ``current_replicas`` is the scale target's spec.replicas (what the HPA sees as current), and
+    ``target_name`` the target's name when the scaler resolved it (the warm status is kept under it).
     ``time_to_ready_s`` is the measured look-ahead published by the warm-pool controller.
     ``ttft_window`` is a TTFT distribution a source already windowed (Prometheus ``increase``);
     without it the scaler differences each replica's cumulative histogram between scrapes.
@@ -118,6 +119,7 @@ class Snapshot:
     warm_capacity: int | None = None
     current_replicas: int | None = None
     ttft_window: Histogram | None = None
+    target_name: str | None = None
     source_errors: tuple[str, ...] = field(default_factory=tuple)
 
     @property

@@ -46,6 +46,25 @@ async def test_warm_status_supplies_the_lookahead_and_pod_counts() -> None:
     await m.stop()
 
 
+async def test_warm_status_of_the_scale_target_when_the_scaledobject_is_named_otherwise() -> None:
+    """A user-written ScaledObject 'chat-so' targets Deployment 'chat': the controller publishes under
+    'chat', and the scaler, which resolved the target, reads it there."""
+    from dataclasses import replace
+
+    store = MemoryStore()
+    scripted = ScriptedReader(load=64.0)
+
+    async def reader(cfg: Any, now: float, scope: Any = None) -> Snapshot:
+        return replace(await scripted(cfg, now, scope), target_name="chat")
+
+    m = _manager(reader, store)
+    await store.put_warm_status("llm", "chat", WarmStatus(
+        "llm", "chat", updated_at=time.time(), placeholders_ready=1, time_to_ready_s={"placeholder+staged": 25.0}))
+    d = await m.get("llm", "chat-so", META).current()
+    assert d.time_to_ready_s == 25.0
+    await m.stop()
+
+
 async def test_unknown_snapshot_never_counts_as_idle() -> None:
     reader = ScriptedReader(load=320.0)
     m = _manager(reader)
