@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,20 @@ class ScalerProcess:
 # ------------------------------------------------------------------------------------------ load
 
 
+async def paced_polls(
+    loop: asyncio.AbstractEventLoop, t_start: float, t_measure: float, t_end: float
+) -> AsyncIterator[bool]:
+    """One poll a second from a random phase after ``t_start`` until ``t_end``; yields whether the
+    poll falls in the measured window (after ``t_measure``)."""
+    t_next = t_start + random.random()
+    while True:
+        await asyncio.sleep(max(0.0, t_next - loop.time()))
+        if t_next >= t_end:
+            return
+        yield t_next >= t_measure
+        t_next += 1.0
+
+
 async def keda_load(port: int, n: int, warmup: float, duration: float, pid: int) -> dict[str, Any]:
     """N ScaledObjects, each polled at 1 Hz: GetMetrics then IsActive."""
     import grpc
@@ -175,12 +190,7 @@ async def keda_load(port: int, n: int, warmup: float, duration: float, pid: int)
 
     async def poller(i: int) -> None:
         nonlocal errors
-        t_next = t_start + random.random()
-        while True:
-            await asyncio.sleep(max(0.0, t_next - loop.time()))
-            if t_next >= t_end:
-                return
-            measuring = t_next >= t_measure
+        async for measuring in paced_polls(loop, t_start, t_measure, t_end):
             for method, call, arg in (("GetMetrics", stub.GetMetrics, reqs[i]), ("IsActive", stub.IsActive, refs[i])):
                 t0 = time.perf_counter()
                 try:
@@ -190,7 +200,6 @@ async def keda_load(port: int, n: int, warmup: float, duration: float, pid: int)
                     continue
                 if measuring:
                     lat[method].append(time.perf_counter() - t0)
-            t_next += 1.0
 
     pollers = [asyncio.create_task(poller(i)) for i in range(n)]
     await asyncio.sleep(max(0.0, t_measure - loop.time()))
@@ -274,12 +283,7 @@ async def promql_load(url: str, n: int, warmup: float, duration: float, pid: int
 
         async def poller() -> None:
             nonlocal errors
-            t_next = t_start + random.random()
-            while True:
-                await asyncio.sleep(max(0.0, t_next - loop.time()))
-                if t_next >= t_end:
-                    return
-                measuring = t_next >= t_measure
+            async for measuring in paced_polls(loop, t_start, t_measure, t_end):
                 t0 = time.perf_counter()
                 try:
                     async with session.get(f"{url}/api/v1/query", params={"query": PROMQL},
@@ -293,7 +297,6 @@ async def promql_load(url: str, n: int, warmup: float, duration: float, pid: int
                         lat.append(time.perf_counter() - t0)
                     else:
                         errors += 1
-                t_next += 1.0
 
         pollers = [asyncio.create_task(poller()) for _ in range(n)]
         await asyncio.sleep(max(0.0, t_measure - loop.time()))

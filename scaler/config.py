@@ -76,7 +76,8 @@ def _fraction(v: float) -> bool:
     return math.isfinite(v) and 0 < v <= 1
 
 
-def _parse_bool(raw: str) -> bool:
+def parse_bool(raw: str) -> bool:
+    """true/false (also 1/0, yes/no), case-insensitive; anything else is a ValueError."""
     low = raw.strip().lower()
     if low in ("true", "1", "yes"):
         return True
@@ -175,7 +176,7 @@ KEYS: tuple[Key, ...] = (
     Key("minReplicas", "min_replicas", _parse_int, lambda v: v >= 0,
         "Lower bound while active (raised to 1 unless scaleToZero is true)."),
     Key("maxReplicas", "max_replicas", _parse_int, lambda v: v >= 1, "Upper bound."),
-    Key("scaleToZero", "scale_to_zero", _parse_bool, None,
+    Key("scaleToZero", "scale_to_zero", parse_bool, None,
         "Allow IsActive=false and a 0 target once every replica is idle. Default false."),
     Key("targetInflightPerReplica", "target_inflight_per_replica", _parse_float, _positive,
         "Running + waiting requests one replica should carry."),

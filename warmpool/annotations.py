@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from scaler.config import ConfigError
+from scaler.config import ConfigError, parse_bool
 from warmpool.model_uri import ModelURI, ModelURIError, parse_model_uri
 from warmpool.quantity import parse_quantity
 
@@ -125,15 +125,6 @@ def _localize(now: datetime, tz: str) -> datetime:
 
 
 # ---------------------------------------------------------------- parsers
-
-
-def _parse_bool(raw: str) -> bool:
-    low = raw.strip().lower()
-    if low in ("true", "1", "yes"):
-        return True
-    if low in ("false", "0", "no"):
-        return False
-    raise ValueError(f"expected true or false, got {raw!r}")
 
 
 def _parse_count(raw: str) -> int:
@@ -309,7 +300,7 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("enabled", "enabled", _parse_bool, "false", "`true` turns the warm pool on for this workload."),
+    Key("enabled", "enabled", parse_bool, "false", "`true` turns the warm pool on for this workload."),
     Key("min-ready", "min_ready", parse_min_ready, "0",
         "Warm floor of ready replicas: a number or a schedule (`tz=...; mon-fri 08:00-20:00=4; default=1`). "
         "Kept as the ScaledObject's minReplicaCount."),
@@ -329,7 +320,7 @@ KEYS: tuple[Key, ...] = (
         "Node-local cache directory (hostPath) the stager writes into."),
     Key("cache-budget", "cache_budget", _parse_size, "500Gi",
         "Disk budget of the node-local cache; least-recently-used models are evicted to stay under it."),
-    Key("autoscale", "autoscale", _parse_bool, "false",
+    Key("autoscale", "autoscale", parse_bool, "false",
         "`true`: the controller creates and owns a KEDA ScaledObject (external-push trigger) for the workload."),
     Key("max-replicas", "max_replicas", _parse_count, "10", "maxReplicaCount of the owned ScaledObject."),
     Key("ttft-slo-seconds", "ttft_slo_seconds", _parse_positive_float, "(none)",

@@ -45,14 +45,9 @@ def gauge_max(idx: MetricIndex, name: str | None, where: Where = None) -> float 
 
 
 def gauge_mean(idx: MetricIndex, name: str | None, where: Where = None) -> float | None:
-    if name is None:
-        return None
-    got = idx.series(name, where)
-    if not got:
-        return None
-    for labels, v in got:
-        _check_gauge(name, labels, v)
-    return math.fsum(v for _, v in got) / len(got)
+    """Mean over series of a gauge; ``None`` when absent."""
+    values = _gauge_values(idx, name, where)
+    return math.fsum(values) / len(values) if values is not None else None
 
 
 def fraction(name: str, value: float | None) -> float | None:
