@@ -7,18 +7,21 @@ single source of truth for both (``python -m scaler.config`` prints it as Markdo
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
 
 from signals.model import ENGINES
+from signals.redact import redact
 
 
 class ConfigError(ValueError):
     """Invalid trigger metadata; ``key`` names the offending metadata key."""
 
     def __init__(self, key: str, message: str) -> None:
+        key, message = redact(key[:200]), redact(message)  # the message travels to KEDA's logs
         super().__init__(f"{key}: {message}")
         self.key = key
         self.message = message
@@ -64,18 +67,6 @@ class ScalerConfig:
         return 0 if self.scale_to_zero else max(1, self.min_replicas)
 
 
-def _positive(v: float) -> bool:
-    return math.isfinite(v) and v > 0
-
-
-def _non_negative(v: float) -> bool:
-    return math.isfinite(v) and v >= 0
-
-
-def _fraction(v: float) -> bool:
-    return math.isfinite(v) and 0 < v <= 1
-
-
 def parse_bool(raw: str) -> bool:
     """true/false (also 1/0, yes/no), case-insensitive; anything else is a ValueError."""
     low = raw.strip().lower()
@@ -86,15 +77,38 @@ def parse_bool(raw: str) -> bool:
     raise ValueError(f"expected true or false, got {raw!r}")
 
 
+# ASCII digits only: int()/float() would also take superscripts, other scripts' digits and "1_0".
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_PORT_RE = re.compile(r"[0-9]{1,5}")
+# Longest numeric literal accepted (a 10,000-digit integer is not a replica count).
+_MAX_NUMBER_CHARS = 64
+
+
+def _strip(raw: str) -> str:
+    return raw.strip(" \t\r\n")
+
+
 def _parse_int(raw: str) -> int:
-    return int(raw.strip())
+    r = _strip(raw)
+    if len(r) > _MAX_NUMBER_CHARS or not _INT_RE.fullmatch(r):
+        raise ValueError(f"expected an integer of ASCII digits, got {raw[:80]!r}")
+    return int(r)
 
 
 def _parse_float(raw: str) -> float:
-    v = float(raw.strip())
+    r = _strip(raw)
+    if len(r) > _MAX_NUMBER_CHARS or not _FLOAT_RE.fullmatch(r):
+        raise ValueError(f"expected a decimal number of ASCII digits, got {raw[:80]!r}")
+    v = float(r)
     if not math.isfinite(v):
-        raise ValueError(f"expected a finite number, got {raw!r}")
+        raise ValueError(f"expected a finite number, got {raw[:80]!r}")
     return v
+
+
+def _check_port(port: str, raw: str) -> None:
+    if not _PORT_RE.fullmatch(port) or not 1 <= int(port) <= 65535:
+        raise ValueError(f"port must be 1-65535 (ASCII digits), got {port[:20]!r} in {redact(raw)[:200]!r}")
 
 
 def _parse_engine(raw: str) -> str:
@@ -107,27 +121,55 @@ def _parse_engine(raw: str) -> str:
 
 
 def _parse_url(raw: str, schemes: tuple[str, ...]) -> str:
-    u = urlparse(raw.strip())
+    r = _strip(raw)
+    shown = redact(r)[:200]
+    if len(r) > 2048 or not r.isascii() or any(c.isspace() or ord(c) < 32 for c in r):
+        raise ValueError(f"expected a {'/'.join(schemes)} URL of at most 2048 printable ASCII characters, "
+                         f"got {shown!r}")
+    u = urlparse(r)
     if u.scheme not in schemes or not u.netloc:
-        raise ValueError(f"expected a {'/'.join(schemes)} URL, got {raw!r}")
-    return raw.strip()
+        raise ValueError(f"expected a {'/'.join(schemes)} URL, got {shown!r}")
+    if u.scheme != "unix":
+        hostport = u.netloc.rpartition("@")[2]
+        host, port = hostport, ""
+        if hostport.startswith("["):
+            end = hostport.find("]")
+            if end < 0:
+                raise ValueError(f"unterminated IPv6 address in {shown!r}")
+            host, port = hostport[: end + 1], hostport[end + 1:].removeprefix(":")
+            if hostport[end + 1:] and not hostport[end + 1:].startswith(":"):
+                raise ValueError(f"unexpected text after the IPv6 address in {shown!r}")
+        elif ":" in hostport:
+            host, port = hostport.rsplit(":", 1)
+            if port == "" and hostport.endswith(":"):
+                raise ValueError(f"empty port in {shown!r}")
+        if not host.strip("[]"):
+            raise ValueError(f"expected a host in {shown!r}")
+        if port or hostport.endswith(":"):
+            _check_port(port, r)
+    return r
+
+
+MAX_ENDPOINTS = 1000
 
 
 def _parse_endpoints(raw: str) -> tuple[str, ...]:
     items = tuple(p.strip() for p in raw.split(",") if p.strip())
     if not items:
         raise ValueError("expected a comma-separated list of metrics URLs")
+    if len(items) > MAX_ENDPOINTS:
+        raise ValueError(f"at most {MAX_ENDPOINTS} endpoints, got {len(items)}")
     return tuple(_parse_url(p, ("http", "https")) for p in items)
 
 
 def _parse_redis_address(raw: str) -> str:
-    r = raw.strip()
+    r = _strip(raw)
     if "://" in r:
         return _parse_url(r, ("redis", "rediss", "unix"))
     host, _, port = r.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"expected host:port or a redis:// URL, got {raw!r}")
-    return f"redis://{r}"
+    if not host or not _PORT_RE.fullmatch(port):
+        raise ValueError(f"expected host:port or a redis:// URL, got {redact(r)[:200]!r}")
+    return _parse_url(f"redis://{r}", ("redis",))
 
 
 def _parse_queue_type(raw: str) -> str:
@@ -138,9 +180,34 @@ def _parse_queue_type(raw: str) -> str:
 
 
 def _parse_path(raw: str) -> str:
-    if not raw.startswith("/"):
-        raise ValueError(f"expected a path starting with '/', got {raw!r}")
+    if not raw.startswith("/") or len(raw) > 1024 or not raw.isascii() or any(c.isspace() for c in raw):
+        raise ValueError(f"expected a path starting with '/' (printable ASCII, at most 1024), got {raw[:80]!r}")
     return raw
+
+
+@dataclass(frozen=True)
+class Range:
+    """A finite numeric range; ``lo_open``/``hi_open`` exclude the bound."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, v: object) -> bool:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return False
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        above = v > self.lo if self.lo_open else v >= self.lo
+        below = v < self.hi if self.hi_open else v <= self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        def num(x: float) -> str:
+            return f"{x:g}" if isinstance(x, float) and x != int(x) else f"{int(x):,}".replace(",", "_")
+
+        return f"{'(' if self.lo_open else '['}{num(self.lo)}, {num(self.hi)}{')' if self.hi_open else ']'}"
 
 
 @dataclass(frozen=True)
@@ -148,8 +215,25 @@ class Key:
     name: str
     field: str
     parse: Callable[[str], Any]
-    check: Callable[[Any], bool] | None
+    check: Range | Callable[[Any], bool] | None
     doc: str
+
+    @property
+    def range(self) -> Range | None:
+        return self.check if isinstance(self.check, Range) else None
+
+    def valid(self, value: Any) -> bool:
+        if self.check is None:
+            return True
+        if isinstance(self.check, Range):
+            return value in self.check
+        return bool(self.check(value))
+
+
+# Bounds shared by several keys.
+_SECONDS_DAY = 86_400.0
+MAX_REPLICAS = 10_000
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 
 KEYS: tuple[Key, ...] = (
@@ -169,47 +253,49 @@ KEYS: tuple[Key, ...] = (
         "list, stream, or auto (asks Redis for the key's type)."),
     Key("podSelector", "pod_selector", str.strip, bool,
         "Label selector of the engine pods to scrape directly (needs API access; see warm-pool docs)."),
-    Key("metricsPort", "metrics_port", _parse_int, lambda v: 0 < v < 65536,
+    Key("metricsPort", "metrics_port", _parse_int, Range(1, 65535),
         "Port of the pods' metrics endpoint. Without podSelector, the pods of the ScaledObject's "
         "scaleTargetRef are scraped (needs API access)."),
     Key("metricsPath", "metrics_path", _parse_path, None, "Path of the metrics endpoint."),
-    Key("minReplicas", "min_replicas", _parse_int, lambda v: v >= 0,
+    Key("minReplicas", "min_replicas", _parse_int, Range(0, MAX_REPLICAS),
         "Lower bound while active (raised to 1 unless scaleToZero is true)."),
-    Key("maxReplicas", "max_replicas", _parse_int, lambda v: v >= 1, "Upper bound."),
+    Key("maxReplicas", "max_replicas", _parse_int, Range(1, MAX_REPLICAS), "Upper bound."),
     Key("scaleToZero", "scale_to_zero", parse_bool, None,
         "Allow IsActive=false and a 0 target once every replica is idle. Default false."),
-    Key("targetInflightPerReplica", "target_inflight_per_replica", _parse_float, _positive,
+    Key("targetInflightPerReplica", "target_inflight_per_replica", _parse_float, Range(0.01, 1e6),
         "Running + waiting requests one replica should carry."),
-    Key("targetWaitingPerReplica", "target_waiting_per_replica", _parse_float, _non_negative,
+    Key("targetWaitingPerReplica", "target_waiting_per_replica", _parse_float, Range(0, 1e6),
         "Queued requests per replica tolerated before the queue alone asks for more replicas."),
-    Key("kvCacheTarget", "kv_cache_target", _parse_float, _fraction,
+    Key("kvCacheTarget", "kv_cache_target", _parse_float, Range(0, 1, lo_open=True),
         "KV-cache usage (0..1) to size for when usage runs high."),
-    Key("kvCacheHigh", "kv_cache_high", _parse_float, _fraction,
+    Key("kvCacheHigh", "kv_cache_high", _parse_float, Range(0, 1, lo_open=True),
         "KV-cache usage above which the KV rule engages (also engages on preemptions)."),
-    Key("ttftSloSeconds", "ttft_slo_seconds", _parse_float, _positive,
+    Key("ttftSloSeconds", "ttft_slo_seconds", _parse_float, Range(0.001, 3600),
         "TTFT service-level objective in seconds; unset disables the SLO rule."),
-    Key("ttftQuantile", "ttft_quantile", _parse_float, lambda v: 0 < v < 1, "TTFT quantile held to the SLO."),
-    Key("ttftWindowSeconds", "ttft_window_seconds", _parse_float, _positive,
+    Key("ttftQuantile", "ttft_quantile", _parse_float, Range(0, 1, lo_open=True, hi_open=True),
+        "TTFT quantile held to the SLO."),
+    Key("ttftWindowSeconds", "ttft_window_seconds", _parse_float, Range(0.1, _SECONDS_DAY),
         "Window of the TTFT distribution (differences of histogram buckets between scrapes)."),
-    Key("timeToReadySeconds", "time_to_ready_seconds", _parse_float, _non_negative,
+    Key("timeToReadySeconds", "time_to_ready_seconds", _parse_float, Range(0, _SECONDS_DAY),
         "Expected time-to-ready of a new replica (look-ahead); the warm-pool controller's measured value "
         "replaces it when present."),
-    Key("trendWindowSeconds", "trend_window_seconds", _parse_float, _positive,
+    Key("trendWindowSeconds", "trend_window_seconds", _parse_float, Range(0.1, _SECONDS_DAY),
         "Window over which the demand trend (slope) is fitted for the look-ahead."),
-    Key("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", _parse_float, _non_negative,
+    Key("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", _parse_float, Range(0, _SECONDS_DAY),
         "Scale down only to the highest recommendation of this window."),
-    Key("scaleUpMaxStep", "scale_up_max_step", _parse_float, lambda v: math.isfinite(v) and v >= 1,
+    Key("scaleUpMaxStep", "scale_up_max_step", _parse_float, Range(1, 100),
         "Largest multiplicative step of the proportional (KV, TTFT) rules per decision."),
-    Key("idleWindowSeconds", "idle_window_seconds", _parse_float, _non_negative,
+    Key("idleWindowSeconds", "idle_window_seconds", _parse_float, Range(0, 7 * _SECONDS_DAY),
         "No requests finished and no tokens generated for this long, before idle counts (scale to zero)."),
-    Key("stalenessSeconds", "staleness_seconds", _parse_float, _positive,
+    Key("stalenessSeconds", "staleness_seconds", _parse_float, Range(0.1, _SECONDS_DAY),
         "A replica's signal older than this is unknown."),
-    Key("scrapeIntervalSeconds", "scrape_interval_seconds", _parse_float, lambda v: math.isfinite(v) and v >= 0.1,
+    Key("scrapeIntervalSeconds", "scrape_interval_seconds", _parse_float, Range(0.1, 3600),
         "How often the scaler reads the sources and recomputes the decision."),
-    Key("scrapeTimeoutSeconds", "scrape_timeout_seconds", _parse_float, _positive, "Timeout of one scrape/query."),
-    Key("maxPayloadBytes", "max_payload_bytes", _parse_int, lambda v: v >= 1024,
+    Key("scrapeTimeoutSeconds", "scrape_timeout_seconds", _parse_float, Range(0.05, 600),
+        "Timeout of one scrape/query."),
+    Key("maxPayloadBytes", "max_payload_bytes", _parse_int, Range(1024, MAX_PAYLOAD_BYTES),
         "A metrics payload larger than this is rejected (replica unknown)."),
-    Key("hpaTolerance", "hpa_tolerance", _parse_float, lambda v: math.isfinite(v) and 0 <= v < 1,
+    Key("hpaTolerance", "hpa_tolerance", _parse_float, Range(0, 1, hi_open=True),
         "The HPA's tolerance (0.1 by default; 0 when the ScaledObject sets behavior.*.tolerance: 0 on "
         "Kubernetes >= 1.33). The reported metric compensates for it."),
     Key("metricName", "metric_name", str.strip, bool, "Name of the metric reported to KEDA."),
@@ -236,8 +322,9 @@ def parse_metadata(metadata: Mapping[str, str]) -> ScalerConfig:
             value = key.parse(raw)
         except (ValueError, TypeError) as exc:
             raise ConfigError(name, str(exc)) from None
-        if key.check is not None and not key.check(value):
-            raise ConfigError(name, f"value {raw!r} is out of range")
+        if not key.valid(value):
+            rng = f" {key.range}" if key.range is not None else ""
+            raise ConfigError(name, f"value {redact(raw)[:80]!r} is out of range{rng}")
         values[key.field] = value
     cfg = ScalerConfig(**values)
     _check_consistency(cfg)
@@ -261,11 +348,12 @@ def _check_consistency(cfg: ScalerConfig) -> None:
 def defaults_table() -> str:
     """Markdown table of every metadata key with its default."""
     defaults = {f.name: f.default for f in fields(ScalerConfig)}
-    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows = ["| key | default | range | meaning |", "|---|---|---|---|"]
     for k in KEYS:
         d = defaults[k.field]
         shown = "(none)" if d in (None, (), "") else str(d).lower() if isinstance(d, bool) else str(d)
-        rows.append(f"| `{k.name}` | `{shown}` | {k.doc} |")
+        rng = f"`{k.range}`" if k.range is not None else ""
+        rows.append(f"| `{k.name}` | `{shown}` | {rng} | {k.doc} |")
     return "\n".join(rows)
 
 
