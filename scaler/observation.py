@@ -41,6 +41,8 @@ class Observation:
     starting_replicas: int | None
     current_replicas: int | None
     time_to_ready_s: float | None
+    warm_floor: int | None = None  # the warm pool's min-ready floor now (None: no warm pool)
+    zero_allowed: bool | None = None  # the warm pool's scale-to-zero permission now (None: no warm pool)
 
     @property
     def all_unknown(self) -> bool:
@@ -207,6 +209,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         starting_replicas=snapshot.starting_replicas,
         current_replicas=snapshot.current_replicas,
         time_to_ready_s=snapshot.time_to_ready_s,
+        warm_floor=snapshot.warm_floor,
+        zero_allowed=snapshot.zero_allowed,
     )
     new_state = replace(
         state,

@@ -76,11 +76,16 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     starting = _starting_estimate(obs, state, ready, ttr, now)
     provisioned = ready + starting
     rules: dict[str, int] = {}
+    # The warm pool's schedule binds on top of the ScaledObject's own bounds: its floor raises
+    # minReplicas, and zero needs both scaleToZero and the warm pool's permission at this instant.
+    min_replicas = max(cfg.min_replicas, obs.warm_floor or 0)
+    may_zero = cfg.scale_to_zero and obs.zero_allowed is not False and not obs.warm_floor
+    floor = 0 if may_zero else max(1, min_replicas)
 
     if obs.all_unknown:
-        desired = max(last if last is not None else cfg.floor, 1 if cfg.scale_to_zero else cfg.floor)
+        desired = max(last if last is not None else floor, 1 if may_zero else floor)
         desired = min(desired, cfg.max_replicas)
-        return _finish(desired, True, "signals-unknown", rules, obs, state, cfg, now, ready, starting, ttr)
+        return _finish(desired, True, "signals-unknown", rules, obs, state, cfg, now, ready, starting, ttr, may_zero)
 
     # Known replicas stand for all ready ones (unknown replicas count as loaded as known ones).
     per_known = ready / obs.known_replicas if obs.known_replicas and ready > 0 else 1.0
@@ -151,12 +156,12 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     # Bounds and scale to zero.
     idle = desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
     active = True
-    if cfg.scale_to_zero and idle and obs.unknown_replicas == 0 and not obs.queue_unknown:
+    if may_zero and idle and obs.unknown_replicas == 0 and not obs.queue_unknown:
         desired, active, reason = 0, False, "idle"
     else:
-        lower = max(1, cfg.min_replicas)
+        lower = max(1, min_replicas)
         if desired < lower:
-            desired, reason = lower, "min-replicas"
+            desired, reason = lower, "warm-floor" if lower > max(1, cfg.min_replicas) else "min-replicas"
     if desired > cfg.max_replicas:
         desired, reason = cfg.max_replicas, "max-replicas"
 
@@ -169,7 +174,7 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         stabilised = recs[0][1]
         if stabilised > desired:
             desired, reason = stabilised, "scale-down-stabilization"
-    return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr)
+    return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr, may_zero)
 
 
 def _finish(
@@ -184,11 +189,12 @@ def _finish(
     ready: int,
     starting: int,
     ttr: float,
+    may_zero: bool,
 ) -> tuple[Decision, ScalerState]:
     current = obs.current_replicas if obs.current_replicas is not None else state.last_desired
     target = 1.0
     value = metric_value_for(desired, current, target, cfg.hpa_tolerance)
-    if not cfg.scale_to_zero:
+    if not may_zero:
         active = True
     increased = state.last_desired is not None and desired > state.last_desired
     new_state = replace(

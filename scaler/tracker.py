@@ -54,6 +54,9 @@ MetaKey = tuple[str, str, tuple[tuple[str, str], ...]]
 _DECISION_FIELDS = tuple(f.name for f in fields(Decision))
 # How often a tracker refreshes its registry entry (last time KEDA asked) in the store.
 REGISTRY_TOUCH_SECONDS = 10.0
+# A warm status not republished for this long belongs to a workload the controller no longer manages
+# (disabled, deleted, controller gone for good): its floor and windows stop binding.
+WARM_BOUNDS_MAX_AGE = 600.0
 
 
 def tracker_id(namespace: str, name: str, metadata: Mapping[str, str]) -> str:
@@ -284,8 +287,16 @@ class Tracker:
                 break
         if ws is None:
             return snapshot
-        fresh = snapshot.taken_at - ws.updated_at <= max(3 * self.cfg.staleness_seconds, 60.0)
+        age = snapshot.taken_at - ws.updated_at
+        fresh = age <= max(3 * self.cfg.staleness_seconds, 60.0)
         changes: dict[str, Any] = {"time_to_ready_s": ws.expected_time_to_ready(self.cfg.time_to_ready_seconds)}
+        # The warm pool's floor and scale-to-zero windows, evaluated at this snapshot's time. They are
+        # configuration, so they bind as long as the controller keeps publishing (a status older than
+        # WARM_BOUNDS_MAX_AGE belongs to a workload no longer managed: the ScaledObject's bounds apply).
+        bounds = ws.bounds(snapshot.taken_at) if age <= WARM_BOUNDS_MAX_AGE else None
+        if bounds is not None:
+            changes["warm_floor"] = bounds.floor
+            changes["zero_allowed"] = bounds.zero_allowed
         if fresh:
             if snapshot.ready_replicas is None:
                 changes["ready_replicas"] = ws.ready_replicas

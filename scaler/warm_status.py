@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
+
+from scaler.schedule import Bounds, bounds_at
 
 WARM_STATES = ("placeholder+staged", "staged", "cold")
 
@@ -15,6 +18,11 @@ class WarmStatus:
     ``time_to_ready_s`` maps a warm state (one of :data:`WARM_STATES`) to the measured median
     seconds from pod creation to Ready. :meth:`expected_time_to_ready` is what the next replica
     should take given the warm capacity held right now.
+
+    ``min_ready`` and ``scale_to_zero`` are the workload's ``warmscale.io/min-ready`` and
+    ``warmscale.io/scale-to-zero`` values (validated by the controller; empty when an older controller
+    published the status): the scaler evaluates them at its own clock (:meth:`bounds`), so the floor
+    and the scale-to-zero windows bind whoever wrote the ScaledObject.
     """
 
     namespace: str
@@ -27,6 +35,17 @@ class WarmStatus:
     spec_replicas: int = 0
     min_ready_floor: int = 0
     time_to_ready_s: dict[str, float] = field(default_factory=dict)
+    min_ready: str = ""
+    scale_to_zero: str = ""
+
+    def bounds(self, now: float) -> Bounds | None:
+        """Floor and scale-to-zero at ``now`` (epoch seconds); ``None`` when not published or unreadable."""
+        if not self.min_ready and not self.scale_to_zero:
+            return None
+        try:
+            return bounds_at(self.min_ready or "0", self.scale_to_zero or "never", datetime.fromtimestamp(now, UTC))
+        except ValueError:
+            return None
 
     def expected_time_to_ready(self, fallback: float) -> float:
         """Look-ahead for the next replica: the warmest state that has capacity and a measurement."""

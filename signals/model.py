@@ -105,7 +105,9 @@ class Snapshot:
     target's pods (``None`` otherwise; the policy then estimates them from its own history).
     ``current_replicas`` is the scale target's spec.replicas (what the HPA sees as current), and
     ``target_name`` the target's name when the scaler resolved it (the warm status is kept under it).
-    ``time_to_ready_s`` is the measured look-ahead published by the warm-pool controller.
+    ``time_to_ready_s`` is the measured look-ahead published by the warm-pool controller;
+    ``warm_floor``/``zero_allowed`` its ``min-ready`` floor and scale-to-zero permission at ``taken_at``
+    (``None``: no warm pool for the target, the ScaledObject's own bounds apply).
     ``ttft_window`` is a TTFT distribution a source already windowed (Prometheus ``increase``);
     without it the scaler differences each replica's cumulative histogram between scrapes.
     """
@@ -120,6 +122,8 @@ class Snapshot:
     current_replicas: int | None = None
     ttft_window: Histogram | None = None
     target_name: str | None = None
+    warm_floor: int | None = None
+    zero_allowed: bool | None = None
     source_errors: tuple[str, ...] = field(default_factory=tuple)
 
     @property

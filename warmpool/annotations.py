@@ -27,68 +27,32 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scaler.config import ConfigError, parse_bool
+from scaler.schedule import (  # noqa: F401  (the schedule syntax lives with the scaler, which evaluates it too)
+    DAYS,
+    ScaleToZero,
+    Schedule,
+    Window,
+    _localize,
+    _parse_count,
+    _parse_days,
+    _parse_time,
+    _parse_tz,
+    _parse_window,
+    _split_entries,
+    parse_min_ready,
+    parse_scale_to_zero,
+)
 from warmpool.model_uri import ModelURI, ModelURIError, parse_model_uri
 from warmpool.quantity import parse_quantity
 
 PREFIX = "warmscale.io/"
 STATUS_KEY = PREFIX + "status"  # written by the controller
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 class AnnotationError(ConfigError):
     """Invalid ``warmscale.io/*`` annotation; ``key`` is the full annotation key."""
-
-
-@dataclass(frozen=True)
-class Window:
-    days: frozenset[int]  # 0 = Monday
-    start_min: int
-    end_min: int  # exclusive; <= start_min means the window crosses midnight
-
-    def contains(self, weekday: int, minute: int) -> bool:
-        if self.start_min < self.end_min:
-            return weekday in self.days and self.start_min <= minute < self.end_min
-        return (weekday in self.days and minute >= self.start_min) or (
-            (weekday - 1) % 7 in self.days and minute < self.end_min
-        )
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """Floors by day/time window in a timezone; a plain number is a schedule without windows."""
-
-    default: int = 0
-    windows: tuple[tuple[Window, int], ...] = ()
-    tz: str = "UTC"
-
-    def floor_at(self, now: datetime) -> int:
-        local = _localize(now, self.tz)
-        wd, minute = local.weekday(), local.hour * 60 + local.minute
-        floors = [f for w, f in self.windows if w.contains(wd, minute)]
-        return max(floors) if floors else self.default
-
-    @property
-    def maximum(self) -> int:
-        return max([self.default, *(f for _, f in self.windows)])
-
-
-@dataclass(frozen=True)
-class ScaleToZero:
-    mode: str = "never"  # never | allowed | windows
-    windows: tuple[Window, ...] = ()
-    tz: str = "UTC"
-
-    def allowed_at(self, now: datetime) -> bool:
-        if self.mode == "never":
-            return False
-        if self.mode == "allowed":
-            return True
-        local = _localize(now, self.tz)
-        wd, minute = local.weekday(), local.hour * 60 + local.minute
-        return any(w.contains(wd, minute) for w in self.windows)
 
 
 @dataclass(frozen=True)
@@ -116,125 +80,6 @@ class WarmConfig:
         if f == 0 and not self.scale_to_zero.allowed_at(now):
             return 1, True
         return f, False
-
-
-def _localize(now: datetime, tz: str) -> datetime:
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
-    return now.astimezone(ZoneInfo(tz))
-
-
-# ---------------------------------------------------------------- parsers
-
-
-def _parse_count(raw: str) -> int:
-    s = raw.strip()
-    if not re.fullmatch(r"\d+", s):
-        raise ValueError(f"expected a non-negative integer, got {raw!r}")
-    v = int(s)
-    if v > 10_000:
-        raise ValueError(f"{v} is unreasonably large")
-    return v
-
-
-def _parse_tz(raw: str) -> str:
-    name = raw.strip()
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"unknown timezone {name!r}") from exc
-    return name
-
-
-def _parse_days(raw: str) -> frozenset[int]:
-    s = raw.strip().lower()
-    if s in ("*", "daily"):
-        return frozenset(range(7))
-    out: set[int] = set()
-    for part in s.split(","):
-        part = part.strip()
-        if "-" in part:
-            a, b = (x.strip() for x in part.split("-", 1))
-            if a not in DAYS or b not in DAYS:
-                raise ValueError(f"bad day range {part!r}; days are {', '.join(DAYS)}")
-            i, j = DAYS.index(a), DAYS.index(b)
-            while True:
-                out.add(i)
-                if i == j:
-                    break
-                i = (i + 1) % 7
-        elif part in DAYS:
-            out.add(DAYS.index(part))
-        else:
-            raise ValueError(f"bad day {part!r}; days are {', '.join(DAYS)}, ranges like mon-fri, or *")
-    return frozenset(out)
-
-
-def _parse_time(raw: str, allow_24: bool) -> int:
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw.strip())
-    if not m:
-        raise ValueError(f"bad time {raw!r}; expected HH:MM")
-    h, mi = int(m.group(1)), int(m.group(2))
-    if (h, mi) == (24, 0) and allow_24:
-        return 24 * 60
-    if h > 23 or mi > 59:
-        raise ValueError(f"bad time {raw!r}")
-    return h * 60 + mi
-
-
-def _parse_window(raw: str) -> Window:
-    parts = raw.split()
-    if len(parts) != 2 or "-" not in parts[1]:
-        raise ValueError(f"bad window {raw!r}; expected '<days> HH:MM-HH:MM'")
-    start_s, end_s = parts[1].split("-", 1)
-    start, end = _parse_time(start_s, False), _parse_time(end_s, True)
-    return Window(_parse_days(parts[0]), start, end)
-
-
-def _split_entries(raw: str) -> list[str]:
-    return [e.strip() for e in raw.split(";") if e.strip()]
-
-
-def parse_min_ready(raw: str) -> Schedule:
-    s = raw.strip()
-    if re.fullmatch(r"\d+", s):
-        return Schedule(default=_parse_count(s))
-    entries = _split_entries(s)
-    if not entries:
-        raise ValueError("empty schedule")
-    tz, default, windows = "UTC", 0, []
-    for e in entries:
-        low = e.lower()
-        if low.startswith("tz="):
-            tz = _parse_tz(e[3:])
-        elif low.startswith("default="):
-            default = _parse_count(e[8:])
-        elif "=" in e:
-            w, _, f = e.rpartition("=")
-            windows.append((_parse_window(w), _parse_count(f)))
-        else:
-            raise ValueError(f"bad schedule entry {e!r}; expected tz=, default= or '<days> HH:MM-HH:MM=<n>'")
-    return Schedule(default=default, windows=tuple(windows), tz=tz)
-
-
-def parse_scale_to_zero(raw: str, tz: str = "UTC") -> ScaleToZero:
-    s = raw.strip()
-    low = s.lower()
-    if low == "never":
-        return ScaleToZero("never")
-    if low == "allowed":
-        return ScaleToZero("allowed")
-    if low.startswith("allowed:"):
-        windows = []
-        for e in _split_entries(s[len("allowed:"):]):
-            if e.lower().startswith("tz="):
-                tz = _parse_tz(e[3:])
-            else:
-                windows.append(_parse_window(e))
-        if not windows:
-            raise ValueError("'allowed:' needs at least one window")
-        return ScaleToZero("windows", tuple(windows), tz)
-    raise ValueError(f"expected never, allowed, or 'allowed: <windows>', got {raw!r}")
 
 
 def _parse_size(raw: str) -> int:

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scaler.warm_status import WarmStatus
 from warmpool import objects as ob
-from warmpool.annotations import STATUS_KEY, AnnotationError, is_enabled, parse_annotations
+from warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmpool.kube import Cache, EventRecorder, ignore_status, with_retries
 from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
 from warmpool.planning import (
@@ -405,6 +405,10 @@ class Controller:
             staged_nodes=len(p.staged_nodes) if label else len(p.prepulled_nodes),
             ready_replicas=ready, starting_replicas=starting, spec_replicas=wl.replicas,
             min_ready_floor=p.floor, time_to_ready_s=ttr.medians(),
+            # the schedule itself, which the scaler evaluates at its own clock (floors bind at a window's
+            # start, not at this controller's next reconcile)
+            min_ready=wl.annotations.get(PREFIX + "min-ready", "0").strip(),
+            scale_to_zero=wl.annotations.get(PREFIX + "scale-to-zero", "never").strip(),
         )
         try:
             await self.sink.put_warm_status(wl.namespace, wl.name, status)

@@ -259,7 +259,8 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     p.floor, p.floor_raised = cfg.floor_at(now)
     if p.floor_raised:
         p.events.append(Event("Normal", "ScaleToZeroRefused",
-                              "min-ready floor is 0 but scale-to-zero is not allowed now: keeping 1"))
+                              "min-ready floor is 0 but scale-to-zero is not allowed now: keeping 1 replica "
+                              "(the scaler refuses zero until an allowed window)"))
     desired = ob.scaled_object(wl, cfg, p.floor, scaler_address) if cfg.autoscale else None
     p.scaledobject, p.scaledobject_body = scaledobject_action(scaledobject, desired)
     if p.scaledobject == "foreign" and cfg.autoscale:
