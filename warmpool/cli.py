@@ -117,7 +117,8 @@ async def start_webhook(args: argparse.Namespace, api: Any) -> Any:
         cert_path, key_path, _ = self_signed([h for h in args.webhook_hosts.split(",") if h], directory)
         cert, key = str(cert_path), str(key_path)
         log.info("self-signed webhook certificate", extra={"cert": cert})
-    return await serve_webhook(WorkloadLister(api), args.webhook_port, cert, key, host=args.webhook_address)
+    return await serve_webhook(WorkloadLister(api), args.webhook_port, cert, key, host=args.webhook_address,
+                               image=args.stager_image)
 
 
 def run(args: argparse.Namespace) -> int:

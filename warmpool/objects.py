@@ -200,26 +200,47 @@ def prepull_pod(wl: Workload, node: str, deadline_s: int = 7200) -> dict[str, An
     }
 
 
-def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str,
-              deadline_s: int = 3 * 3600, backoff_limit: int = 6) -> dict[str, Any]:
-    """A Job on ``node`` running ``warmscale stage`` into the hostPath cache root."""
+def stager_args(cfg: WarmConfig, cache_mount: str, *, ensure: bool = False) -> list[str]:
+    """``warmscale stage`` for ``cfg``'s model into the cache mounted at ``cache_mount``."""
     uri = cfg.model_uri
     assert uri is not None
-    args = ["warmscale", "--log-format", "json", "stage", "--uri", uri.canonical, "--cache-root", CACHE_MOUNT,
+    args = ["warmscale", "--log-format", "json", "stage", "--uri", uri.canonical, "--cache-root", cache_mount,
             "--budget", str(cfg.cache_budget), "--pvc-root", PVC_MOUNT_ROOT]
     if cfg.model_size is not None:
         args += ["--size", str(cfg.model_size)]
     if cfg.model_sha256:
         args += ["--sha256", cfg.model_sha256]
-    mounts: list[dict[str, Any]] = [{"name": "cache", "mountPath": CACHE_MOUNT}]
+    if ensure:
+        args.append("--ensure")
+    return args
+
+
+def stager_volumes(cfg: WarmConfig, cache_name: str, source_name: str,
+                   cache_mount: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumeMounts, volumes) a stager container needs: the node-local cache root as a hostPath, and a
+    local source (pvc:// claim read-only, file:// host directory read-only)."""
+    uri = cfg.model_uri
+    assert uri is not None
+    mounts: list[dict[str, Any]] = [{"name": cache_name, "mountPath": cache_mount}]
     volumes: list[dict[str, Any]] = [
-        {"name": "cache", "hostPath": {"path": cfg.cache_root, "type": "DirectoryOrCreate"}}]
+        {"name": cache_name, "hostPath": {"path": cfg.cache_root, "type": "DirectoryOrCreate"}}]
     if uri.scheme == "pvc":
-        mounts.append({"name": "source", "mountPath": f"{PVC_MOUNT_ROOT}/{uri.location}", "readOnly": True})
-        volumes.append({"name": "source", "persistentVolumeClaim": {"claimName": uri.location, "readOnly": True}})
+        mounts.append({"name": source_name, "mountPath": f"{PVC_MOUNT_ROOT}/{uri.location}", "readOnly": True})
+        volumes.append({"name": source_name, "persistentVolumeClaim": {"claimName": uri.location,
+                                                                       "readOnly": True}})
     if uri.scheme == "file":
-        mounts.append({"name": "source", "mountPath": uri.path, "readOnly": True})
-        volumes.append({"name": "source", "hostPath": {"path": uri.path}})
+        mounts.append({"name": source_name, "mountPath": uri.path, "readOnly": True})
+        volumes.append({"name": source_name, "hostPath": {"path": uri.path}})
+    return mounts, volumes
+
+
+def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str,
+              deadline_s: int = 3 * 3600, backoff_limit: int = 6) -> dict[str, Any]:
+    """A Job on ``node`` running ``warmscale stage`` into the hostPath cache root."""
+    uri = cfg.model_uri
+    assert uri is not None
+    args = stager_args(cfg, CACHE_MOUNT)
+    mounts, volumes = stager_volumes(cfg, "cache", "source", CACHE_MOUNT)
     lab = labels(wl, "stage", {MODEL: uri.short_hash})
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

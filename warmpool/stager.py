@@ -14,6 +14,9 @@ write ``.ready``. A crash at any point leaves no ``.ready`` marker, so a half co
 The checksum of content that is a single file is that file's SHA-256; of a directory, the SHA-256
 of its manifest, the sorted lines ``<sha256 of file>  <relative path>\\n``.
 
+``--ensure`` (the init container the webhook adds to engine pods): a ready copy returns at once
+without taking the lock; otherwise the model is staged as above.
+
 Exit codes: 0 staged (or already staged), 2 bad arguments, 3 does not fit the disk budget,
 4 verification failed, 5 source error.
 """
@@ -335,6 +338,30 @@ def stage(uri: ModelURI, root: Path, *, size: int | None = None, sha256: str | N
             raise
 
 
+def ensure(uri: ModelURI, root: Path, *, size: int | None = None, sha256: str | None = None,
+           budget: int | None = None, pvc_root: Path = Path("/mnt/warmscale-pvc"),
+           fetcher: Callable[[ModelURI, Path, Path], None] = fetch,
+           clock: Callable[[], float] = time.time) -> StageResult:
+    """The engine pod's init container: return at once when the copy is ready on this node (no lock
+    taken, so a staging Job of another model never delays it), else stage it here (under the lock: a
+    staging Job of the same model in progress is waited for, then found ready)."""
+    root = root.resolve()
+    final = Path(cache_dir(str(root), uri))
+    marker = final / READY
+    try:
+        info = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        info = None
+    if isinstance(info, dict) and (size is None or info.get("size") == size) and (
+            sha256 is None or info.get("sha256") == sha256.lower()):
+        now = clock()
+        with contextlib.suppress(OSError):  # a read-only view of the cache still serves
+            os.utime(marker, (now, now))
+        return StageResult(final / DATA, int(info["size"]), str(info["sha256"]), already=True)
+    return stage(uri, root, size=size, sha256=sha256, budget=budget, pvc_root=pvc_root, fetcher=fetcher,
+                 clock=clock)
+
+
 def remove(uri: ModelURI, root: Path) -> bool:
     """Evict ``uri``'s entry (and any crashed work dir of it) under the lock; True if something was removed.
 
@@ -369,6 +396,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pvc-root", default="/mnt/warmscale-pvc", help="where pvc:// claims are mounted")
     parser.add_argument("--evict", action="store_true",
                         help="remove the model's cache entry instead of staging it (clean-up Jobs)")
+    parser.add_argument("--ensure", action="store_true",
+                        help="init-container mode: return at once when the copy is ready on this node, "
+                             "else stage it (the engine pod then loads $WARMSCALE_MODEL_PATH)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -383,9 +413,10 @@ def run(args: argparse.Namespace) -> int:
         gone = remove(uri, Path(args.cache_root))
         log.info("evicted" if gone else "nothing to evict", extra={"uri": uri.canonical})
         return 0
+    do = ensure if getattr(args, "ensure", False) else stage
     try:
-        res = stage(uri, Path(args.cache_root), size=size, sha256=args.sha256, budget=budget,
-                    pvc_root=Path(args.pvc_root))
+        res = do(uri, Path(args.cache_root), size=size, sha256=args.sha256, budget=budget,
+                 pvc_root=Path(args.pvc_root))
     except StageError as exc:
         log.error("staging failed", extra={"uri": uri.canonical, "error": str(exc)})
         return exc.exit_code

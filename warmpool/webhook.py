@@ -28,17 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from warmpool import objects as ob
-from warmpool.annotations import AnnotationError, is_enabled, parse_annotations
-from warmpool.model_uri import staged_label_key
+from warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
+from warmpool.model_uri import cache_dir, staged_label_key
 
 log = logging.getLogger("warmscale.warmpool.webhook")
 WEIGHT = 100
+MODEL_PATH_ENV = "WARMSCALE_MODEL_PATH"
+ENSURE_CONTAINER = "warmscale-ensure-model"
+CACHE_VOLUME = "warmscale-model-cache"
+SOURCE_VOLUME = "warmscale-model-source"
 Obj = Mapping[str, Any]
 Lister = Callable[[str], Awaitable[Sequence[Obj]]]
 
 
-def staged_key_for(pod: Obj, workloads: Sequence[Obj]) -> str | None:
-    """The staged-node label key new ``pod`` should prefer, or None."""
+def config_for(pod: Obj, workloads: Sequence[Obj]) -> WarmConfig | None:
+    """The warm-pool config of the enabled workload ``pod`` belongs to (with a model URI), or None."""
     m = pod.get("metadata") or {}
     labels = m.get("labels") or {}
     if labels.get(ob.MANAGED_BY) == ob.MANAGED_BY_VALUE:
@@ -55,10 +59,73 @@ def staged_key_for(pod: Obj, workloads: Sequence[Obj]) -> str | None:
             cfg = parse_annotations(ann)
         except AnnotationError:
             return None  # invalid annotations change nothing
-        if cfg.model_uri is None or cfg.prestage_nodes <= 0:
-            return None
-        return staged_label_key(cfg.model_uri)
+        return cfg if cfg.model_uri is not None else None
     return None
+
+
+def staged_key_for(pod: Obj, workloads: Sequence[Obj]) -> str | None:
+    """The staged-node label key new ``pod`` should prefer, or None."""
+    cfg = config_for(pod, workloads)
+    if cfg is None or cfg.model_uri is None or cfg.prestage_nodes <= 0:
+        return None
+    return staged_label_key(cfg.model_uri)
+
+
+def model_path(cfg: WarmConfig) -> str:
+    """Where the engine finds the staged copy: fixed per model URI and cache root."""
+    assert cfg.model_uri is not None
+    return f"{cache_dir(cfg.cache_root, cfg.model_uri)}/data"
+
+
+def _append(spec: Obj, path: str, field: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not items:
+        return []
+    if not spec.get(field):
+        return [{"op": "add", "path": f"{path}/{field}", "value": items}]
+    return [{"op": "add", "path": f"{path}/{field}/-", "value": i} for i in items]
+
+
+def engine_patch(pod: Obj, cfg: WarmConfig, image: str) -> list[dict[str, Any]]:
+    """JSON patch making the engine load the staged copy (empty when the pod already has it).
+
+    Adds the node-local cache (hostPath ``cache-root``) as a volume, mounts it read-only into every
+    container at the same path (unless something is mounted there already), sets
+    ``WARMSCALE_MODEL_PATH`` to the model's fixed path in it (replacing a fallback the template may
+    define, e.g. the Hub model id), and prepends the init container ``warmscale stage --ensure``, which
+    returns at once where the copy is ready on the node the pod landed on and stages it otherwise."""
+    spec = pod.get("spec") or {}
+    if any(c.get("name") == ENSURE_CONTAINER for c in spec.get("initContainers") or []):
+        return []
+    path = model_path(cfg)
+    mounts, volumes = ob.stager_volumes(cfg, CACHE_VOLUME, SOURCE_VOLUME, cfg.cache_root)
+    have = {v.get("name") for v in spec.get("volumes") or []}
+    ops = _append(spec, "/spec", "volumes", [v for v in volumes if v["name"] not in have])
+    for i, c in enumerate(spec.get("containers") or []):
+        base = f"/spec/containers/{i}"
+        taken = {vm.get("mountPath") for vm in c.get("volumeMounts") or []}
+        if cfg.cache_root not in taken and cfg.cache_root.rstrip("/") not in taken:
+            ops += _append(c, base, "volumeMounts", [{"name": CACHE_VOLUME, "mountPath": cfg.cache_root,
+                                                      "readOnly": True}])
+        env = list(c.get("env") or [])
+        var = {"name": MODEL_PATH_ENV, "value": path}
+        at = next((j for j, e in enumerate(env) if e.get("name") == MODEL_PATH_ENV), None)
+        if at is None:
+            ops += _append(c, base, "env", [var])
+        else:
+            ops.append({"op": "replace", "path": f"{base}/env/{at}", "value": var})
+    init = {
+        "name": ENSURE_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": ob.stager_args(cfg, cfg.cache_root, ensure=True),
+        "envFrom": [{"secretRef": {"name": ob.STAGE_CREDENTIALS_SECRET, "optional": True}}],
+        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": mounts,
+    }
+    if not spec.get("initContainers"):
+        ops.append({"op": "add", "path": "/spec/initContainers", "value": [init]})
+    else:  # first, so the other init containers (and the engine) see the copy
+        ops.append({"op": "add", "path": "/spec/initContainers/0", "value": init})
+    return ops
 
 
 def affinity_patch(pod: Obj, key: str) -> list[dict[str, Any]]:
@@ -83,8 +150,9 @@ def affinity_patch(pod: Obj, key: str) -> list[dict[str, Any]]:
              "value": term}]
 
 
-def review_response(review: Obj, workloads: Sequence[Obj]) -> dict[str, Any]:
-    """AdmissionReview (v1) in -> AdmissionReview out. Always allows; patches only matching pod CREATEs."""
+def review_response(review: Obj, workloads: Sequence[Obj], image: str | None = None) -> dict[str, Any]:
+    """AdmissionReview (v1) in -> AdmissionReview out. Always allows; patches only matching pod CREATEs:
+    the preferred affinity on staged nodes, and (with the stager ``image``) the engine's staged copy."""
     req = review.get("request") or {}
     resp: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": True}
     pod = req.get("object") or {}
@@ -92,6 +160,9 @@ def review_response(review: Obj, workloads: Sequence[Obj]) -> dict[str, Any]:
             "subResource"):
         key = staged_key_for(pod, workloads)
         patch = affinity_patch(pod, key) if key else []
+        cfg = config_for(pod, workloads) if image else None
+        if cfg is not None and image:
+            patch += engine_patch(pod, cfg, image)
         if patch:
             resp["patchType"] = "JSONPatch"
             resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -121,7 +192,7 @@ class WorkloadLister:
         return out
 
 
-def make_app(lister: Lister) -> Any:
+def make_app(lister: Lister, image: str | None = None) -> Any:
     from aiohttp import web
 
     async def mutate(request: web.Request) -> web.Response:
@@ -132,11 +203,11 @@ def make_app(lister: Lister) -> Any:
         except Exception as exc:  # never block pod creation: allow without a patch
             log.warning("listing workloads failed; admitting unchanged", extra={"error": str(exc)[:200]})
             workloads = []
-        out = review_response(review, workloads)
+        out = review_response(review, workloads, image)
         log.debug("admission review", extra={"namespace": ns, "workloads": len(workloads),
                                              "patched": bool(out["response"].get("patch"))})
         if out["response"].get("patch"):
-            log.info("preferring staged nodes", extra={"namespace": ns, "pod": (
+            log.info("pod mutated (staged nodes preferred, staged copy mounted)", extra={"namespace": ns, "pod": (
                 (review["request"].get("object") or {}).get("metadata") or {}).get("generateName")})
         return web.json_response(out)
 
@@ -149,13 +220,14 @@ def make_app(lister: Lister) -> Any:
     return app
 
 
-async def serve(lister: Lister, port: int, cert_file: str, key_file: str, host: str = "0.0.0.0") -> Any:
+async def serve(lister: Lister, port: int, cert_file: str, key_file: str, host: str = "0.0.0.0",
+                image: str | None = None) -> Any:
     """Start the HTTPS server; returns the aiohttp runner (``await runner.cleanup()`` to stop)."""
     from aiohttp import web
 
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert_file, key_file)
-    runner = web.AppRunner(make_app(lister), access_log=None)
+    runner = web.AppRunner(make_app(lister, image), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ctx).start()
     log.info("webhook listening", extra={"port": port})

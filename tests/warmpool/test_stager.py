@@ -203,3 +203,33 @@ def test_evict_removes_only_that_model(tmp_path: Path) -> None:
     args = argparse.Namespace(uri=f"file://{b}", cache_root=str(root), size=None, sha256=None, budget=None,
                               pvc_root="/nonexistent", evict=True)
     assert stager_cli.run(args) == 0 and not is_ready(root, ub)
+
+
+def test_ensure_returns_at_once_when_ready_and_stages_otherwise(tmp_path: Path) -> None:
+    """The init container's mode, in process (the process itself: tests/warmpool/test_cluster.py)."""
+    from warmpool.stager import _locked, ensure, fetch
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"weights" * 100)
+    root = tmp_path / "cache"
+    root.mkdir()
+    uri = parse_model_uri(f"file://{src}")
+    calls: list[str] = []
+
+    def fetcher(u: ModelURI, dest: Path, pvc: Path) -> None:
+        calls.append(u.canonical)
+        fetch(u, dest, pvc)
+
+    first = ensure(uri, root, fetcher=fetcher)
+    assert not first.already and calls == [uri.canonical] and (first.path / "w.bin").is_file()
+    # ready: returns without the lock even while another staging holds it
+    with _locked(root.resolve()):
+        again = ensure(uri, root, fetcher=fetcher)
+    assert again.already and calls == [uri.canonical] and again.path == first.path
+    # a copy that does not match the expected size is not "ready": re-staged (and verified)
+    from warmpool.stager import VerifyError
+
+    with pytest.raises(VerifyError):
+        ensure(uri, root, size=1, fetcher=fetcher)
+    assert len(calls) == 2

@@ -119,3 +119,88 @@ async def test_https_server_with_self_signed_cert(tmp_path: Path) -> None:
         assert body["response"]["patchType"] == "JSONPatch"
     finally:
         await runner.cleanup()
+
+
+IMAGE = "registry.example/warmscale:0.1.0"
+
+
+def _jsonpatch(p: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 add/replace as the API server applies them (index insertion included)."""
+    import copy
+
+    out = copy.deepcopy(p)
+    for op in patch:
+        parts = op["path"].strip("/").split("/")
+        cur: Any = out
+        for k in parts[:-1]:
+            cur = cur[int(k)] if isinstance(cur, list) else cur[k]
+        last = parts[-1]
+        if isinstance(cur, list):
+            if last == "-":
+                cur.append(op["value"])
+            elif op["op"] == "add":
+                cur.insert(int(last), op["value"])
+            else:
+                cur[int(last)] = op["value"]
+        else:
+            assert op["op"] == "add" or last in cur
+            cur[last] = op["value"]
+    return out
+
+
+def test_engine_pod_loads_the_staged_copy() -> None:
+    """The pod gets the cache volume, WARMSCALE_MODEL_PATH (replacing the template's fallback), a
+    read-only mount at the cache root and the ensure-mode init container first."""
+    from warmpool.annotations import parse_annotations
+    from warmpool.model_uri import cache_dir
+    from warmpool.webhook import ENSURE_CONTAINER, MODEL_PATH_ENV, engine_patch, model_path
+
+    ann = {**ON, P + "model-size": "16Gi", P + "cache-root": "/var/lib/warmscale/models"}
+    cfg = parse_annotations(ann)
+    path = model_path(cfg)
+    assert path == cache_dir("/var/lib/warmscale/models", parse_model_uri(URI)) + "/data"
+    p = pod()
+    p["spec"]["containers"] = [
+        {"name": "engine", "image": "vllm", "args": ["--model=$(WARMSCALE_MODEL_PATH)"],
+         "env": [{"name": "HF_TOKEN", "value": "x"}, {"name": MODEL_PATH_ENV, "value": "org/model"}]},
+        {"name": "sidecar", "image": "s", "volumeMounts": [{"name": "mine", "mountPath": "/var/lib/warmscale/models"}]},
+    ]
+    p["spec"]["initContainers"] = [{"name": "other-init", "image": "i"}]
+    p["spec"]["volumes"] = [{"name": "mine", "emptyDir": {}}]
+    out = _jsonpatch(p, engine_patch(p, cfg, IMAGE))
+    spec = out["spec"]
+    assert {"name": "warmscale-model-cache", "hostPath": {"path": "/var/lib/warmscale/models",
+                                                          "type": "DirectoryOrCreate"}} in spec["volumes"]
+    engine, sidecar = spec["containers"]
+    assert {"name": MODEL_PATH_ENV, "value": path} in engine["env"] and len(engine["env"]) == 2
+    assert engine["volumeMounts"] == [{"name": "warmscale-model-cache", "mountPath": "/var/lib/warmscale/models",
+                                       "readOnly": True}]
+    assert sidecar["volumeMounts"] == [{"name": "mine", "mountPath": "/var/lib/warmscale/models"}]  # no clash
+    assert {"name": MODEL_PATH_ENV, "value": path} in sidecar["env"]
+    init = spec["initContainers"][0]
+    assert init["name"] == ENSURE_CONTAINER and spec["initContainers"][1]["name"] == "other-init"
+    assert init["image"] == IMAGE
+    cmd = init["command"]
+    assert cmd[:4] == ["warmscale", "--log-format", "json", "stage"] and "--ensure" in cmd
+    assert cmd[cmd.index("--cache-root") + 1] == "/var/lib/warmscale/models"
+    assert cmd[cmd.index("--size") + 1] == str(16 * 1024**3)
+    assert init["volumeMounts"][0] == {"name": "warmscale-model-cache", "mountPath": "/var/lib/warmscale/models"}
+    assert engine_patch(out, cfg, IMAGE) == []  # idempotent
+
+
+def test_review_mutates_for_the_engine_only_with_an_image_and_a_model() -> None:
+    review: dict[str, Any] = {"request": {"uid": "u", "kind": {"kind": "Pod"}, "operation": "CREATE",
+                                          "namespace": "ns", "object": pod()}}
+
+    def ops(workloads: list[dict[str, Any]], image: str | None) -> list[str]:
+        r = review_response(review, workloads, image)["response"]
+        return [o["path"] for o in json.loads(base64.b64decode(r["patch"]))] if "patch" in r else []
+
+    assert ops([wl(ON)], None) == ["/spec/affinity"]
+    with_engine = ops([wl(ON)], IMAGE)
+    assert "/spec/affinity" in with_engine and "/spec/initContainers" in with_engine
+    # no pre-staging (prestage-nodes 0): no affinity, but the engine still loads the (ensured) copy
+    assert "/spec/affinity" not in ops([wl({**ON, P + "prestage-nodes": "0"})], IMAGE)
+    assert "/spec/initContainers" in ops([wl({**ON, P + "prestage-nodes": "0"})], IMAGE)
+    no_model = {P + "enabled": "true", P + "min-ready": "1"}
+    assert ops([wl(no_model)], IMAGE) == []
