@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warmscale", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"warmscale {version()}")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", choices=("json", "text"), default="json")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -37,6 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
         module.configure(p)
         p.set_defaults(_module=module)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (the source tree's when run from a checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("warmscale")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -415,7 +416,8 @@ async def test_webhook_prefers_staged_node(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    runner = await serve(WorkloadLister(k8s_admin, ttl_s=0.5), port, str(cert), str(key), host="127.0.0.1")
+    runner = await serve(WorkloadLister(k8s_admin, ttl_s=0.5), port, str(cert), str(key), host="127.0.0.1",
+                         image="warmscale:test")
     name = f"warmscale-test-{ns}"
     cfg = webhook_configuration(name, ca, url=f"https://127.0.0.1:{port}/mutate", namespace_selector={
         "matchLabels": {"kubernetes.io/metadata.name": ns}})
@@ -452,3 +454,121 @@ async def test_webhook_prefers_staged_node(
     finally:
         await adm.delete_mutating_webhook_configuration(name)
         await runner.cleanup()
+
+
+async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, tmp_path: Any
+) -> None:
+    """A replica created by the Deployment controller through the real API server carries the cache
+    volume, WARMSCALE_MODEL_PATH (replacing the template's fallback) and the init container. KWOK runs no
+    containers, so the init container's exact command (taken from the admitted pod) runs here as a
+    process: on the unstaged cache it stages the copy at WARMSCALE_MODEL_PATH; run again (ready) it
+    returns at once. A file:// source keeps it offline; its path and the cache root are the same on the
+    host and in the pod (the webhook mounts both at their host paths)."""
+    import os
+    import socket
+    import sys
+
+    from warmpool.webhook import (
+        ENSURE_CONTAINER,
+        MODEL_PATH_ENV,
+        WorkloadLister,
+        self_signed,
+        serve,
+        webhook_configuration,
+    )
+
+    ns = k8s_namespace
+    await k8s_node_pool(replace(H100, count=1))
+    core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
+    adm = client.AdmissionregistrationV1Api(k8s_admin)
+    src, cache = tmp_path / "weights", tmp_path / "cache"
+    src.mkdir()
+    (src / "config.json").write_text('{"model_type": "llama"}')
+    (src / "model.safetensors").write_bytes(os.urandom(1 << 20))
+    uri = f"file://{src}"
+    ann = {P + "enabled": "true", P + "model-uri": uri, P + "cache-root": str(cache), P + "min-ready": "1"}
+    dep = gpu_deployment(ns, "engine", 0, ann)
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    c["args"] = ["--model=$(WARMSCALE_MODEL_PATH)"]
+    c["env"] = [{"name": MODEL_PATH_ENV, "value": "org/model"}]  # the fallback without the webhook
+    await apps.create_namespaced_deployment(ns, dep)
+
+    cert, key, ca = self_signed(["127.0.0.1"], tmp_path / "tls")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    runner = await serve(WorkloadLister(k8s_admin, ttl_s=0.5), port, str(cert), str(key), host="127.0.0.1",
+                         image="warmscale:test")
+    name = f"warmscale-engine-{ns}"
+    await adm.create_mutating_webhook_configuration(webhook_configuration(
+        name, ca, url=f"https://127.0.0.1:{port}/mutate",
+        namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": ns}}))
+    try:
+        async def active() -> bool:
+            probe = await core.create_namespaced_pod(ns, w.pod("probe", labels={"app": "engine"}), dry_run="All")
+            return bool(probe.spec.init_containers)
+
+        await wait_for(active, within=30, what="webhook active (dry-run pod mutated)")
+        await apps.patch_namespaced_deployment_scale("engine", ns, {"spec": {"replicas": 1}})
+
+        async def replica() -> list[dict[str, Any]]:
+            pods = (await core.list_namespaced_pod(ns, label_selector="app=engine")).items
+            return [k8s_admin.sanitize_for_serialization(p) for p in pods]
+
+        [pod] = await wait_for(replica, within=30, what="replica created")
+    finally:
+        await adm.delete_mutating_webhook_configuration(name)
+        await runner.cleanup()
+    spec = pod["spec"]
+    [init] = spec["initContainers"]
+    assert init["name"] == ENSURE_CONTAINER and init["image"] == "warmscale:test"
+    engine = spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in engine["env"]}
+    model_path = env[MODEL_PATH_ENV]
+    assert model_path.startswith(f"{cache}/file-") and model_path.endswith("/data")
+    assert {"name": "warmscale-model-cache", "mountPath": str(cache), "readOnly": True} in engine["volumeMounts"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["warmscale-model-cache"]["hostPath"] == {"path": str(cache), "type": "DirectoryOrCreate"}
+    assert vols["warmscale-model-source"]["hostPath"]["path"] == str(src)
+    assert engine["args"] == ["--model=$(WARMSCALE_MODEL_PATH)"]  # the kubelet expands it from env
+
+    # the init container as a process: `warmscale ...` is this package's CLI
+    cmd = [sys.executable, "-m", "warmscale", *init["command"][1:]]
+
+    async def run() -> tuple[int, str, float]:
+        t0 = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return int(proc.returncode or 0), out.decode(), time.monotonic() - t0
+
+    code, out, t_stage = await run()
+    assert code == 0, out
+    assert (Path(model_path) / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+    assert '"already": false' in out
+    code, out, t_ready = await run()
+    assert code == 0 and '"already": true' in out, out
+    print(f"ensure: unstaged {t_stage:.2f}s, ready {t_ready:.2f}s")
+
+
+async def test_zero_refused_outside_a_window_is_an_event(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, controller: Any
+) -> None:
+    """A hand-written ScaledObject may allow zero; the warm pool's window does not allow it now: the
+    controller says so with an Event (and publishes the schedule the scaler binds, tests/scaler/
+    test_warm_bounds.py)."""
+    ns = k8s_namespace
+    await k8s_node_pool(replace(H100, count=1))
+    core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
+    now = time.gmtime()
+    other_day = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")[(now.tm_wday + 3) % 7]
+    ann = {P + "enabled": "true", P + "min-ready": "0", P + "scale-to-zero": f"allowed: {other_day} 00:00-24:00"}
+    await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "tgi", 1, ann))
+    await controller()
+
+    async def refused() -> list[client.CoreV1Event]:
+        return await events(core, ns, "ScaleToZeroRefused")
+
+    [ev] = await wait_for(refused, within=30, what="ScaleToZeroRefused event")
+    assert ev.involved_object.name == "tgi" and "scaler refuses zero" in ev.message
