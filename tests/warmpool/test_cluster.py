@@ -546,10 +546,16 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
     code, out, t_stage = await run()
     assert code == 0, out
     assert (Path(model_path) / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
-    assert '"already": false' in out
+    assert _staged_log(out)["already"] is False
     code, out, t_ready = await run()
-    assert code == 0 and '"already": true' in out, out
+    assert code == 0 and _staged_log(out)["already"] is True, out
     print(f"ensure: unstaged {t_stage:.2f}s, ready {t_ready:.2f}s")
+
+
+def _staged_log(out: str) -> dict[str, Any]:
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    [rec] = [r for r in lines if r.get("msg") == "staged"]
+    return rec
 
 
 async def test_zero_refused_outside_a_window_is_an_event(
