@@ -286,8 +286,9 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
         await apps.create_namespaced_deployment(ns, deployment(ns, name, args.from_replicas, warm, standby))
         await _wait(lambda: _ready_count(inj, args.from_replicas), args.timeout, "initial replicas Ready")
         if warm:
-            from warmpool.controller import Controller, Options
+            from warmpool.controller import Controller, Options, install_priority_class
 
+            await install_priority_class(api)  # part of the install; the controller only reads it
             ctl = Controller(api, Options(namespace=ns, resync_s=2.0, stager_image="warmscale:bench"))
             ctl_task = asyncio.create_task(ctl.run())
 

@@ -8,10 +8,18 @@ import logging
 import os
 import signal
 import socket
+import sys
 import uuid
 from typing import Any
 
+from warmpool.cache_roots import DEFAULT_ALLOWED, parse_allow_list
+
 log = logging.getLogger("warmscale.warmpool")
+
+
+def lease_namespace(args: argparse.Namespace) -> str:
+    """--lease-namespace, else the watched --namespace, else $POD_NAMESPACE, else ``warmscale``."""
+    return str(args.lease_namespace or args.namespace or os.environ.get("POD_NAMESPACE") or "warmscale")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -27,12 +35,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", "--redis-address", dest="redis_address",
                         help="publish WarmStatus to this Redis (redis://host:port), the scaler's --redis-url; "
                         "default: log only")
-    parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "warmscale"))
+    parser.add_argument("--lease-namespace", default=None,
+                        help="namespace of the leader-election Lease (default: --namespace if given, else "
+                        "$POD_NAMESPACE, else warmscale); it must exist, else the controller exits with an error")
     parser.add_argument("--lease-name", default="warmscale-warmpool")
     parser.add_argument("--lease-duration", type=float, default=15.0)
     parser.add_argument("--renew-period", type=float, default=5.0)
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host-pid-random)")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between full reconciles")
+    parser.add_argument("--cache-root-allow", default=",".join(DEFAULT_ALLOWED),
+                        help="comma-separated directories under which workloads' warmscale.io/cache-root may lie "
+                        "(system paths are refused whatever this says)")
     parser.add_argument("--webhook-port", type=int, default=0,
                         help="serve the mutating admission webhook (prefer staged nodes) on this HTTPS port (0: off)")
     parser.add_argument("--webhook-address", default="0.0.0.0")
@@ -71,8 +84,14 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from prometheus_client import start_http_server
 
     from warmpool.controller import Controller, Metrics, Options
-    from warmpool.kube import LeaderElector
+    from warmpool.kube import LeaderElector, LeaseNamespaceMissing
 
+    try:
+        allow = parse_allow_list(args.cache_root_allow)
+    except ValueError as exc:
+        log.error("bad arguments", extra={"error": str(exc)})
+        print(f"warmscale warmpool: {exc}", file=sys.stderr)
+        return 2
     metrics = Metrics()
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_address, registry=metrics.registry)
@@ -80,8 +99,9 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     sink = make_sink(args.redis_address)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     opts = Options(namespace=args.namespace, scaler_address=args.scaler_address, stager_image=args.stager_image,
-                   resync_s=args.resync)
-    elector = LeaderElector(client.CoordinationV1Api(api), args.lease_namespace, args.lease_name, identity,
+                   resync_s=args.resync, cache_root_allow=allow)
+    lease_ns = lease_namespace(args)
+    elector = LeaderElector(client.CoordinationV1Api(api), lease_ns, args.lease_name, identity,
                             lease_duration=args.lease_duration, renew_period=args.renew_period)
 
     async def lead() -> None:
@@ -94,6 +114,10 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     runner = await start_webhook(args, api) if getattr(args, "webhook_port", 0) else None
     try:
         await elector.run(lead, stop)
+    except LeaseNamespaceMissing as exc:
+        log.error("cannot elect a leader", extra={"error": str(exc), "lease_namespace": lease_ns})
+        print(f"warmscale warmpool: {exc}", file=sys.stderr)
+        return 2
     finally:
         if runner is not None:
             await runner.cleanup()

@@ -25,7 +25,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scaler.warm_status import WarmStatus
 from warmpool import objects as ob
+<<<<<<< HEAD
 from warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
+=======
+from warmpool.annotations import STATUS_KEY, AnnotationError, is_enabled, parse_annotations
+from warmpool.cache_roots import DEFAULT_ALLOWED
+>>>>>>> 3aba5f3 (warmpool: stager touches only its own entries (ownership marker), cache roots under an allow-list, restrictive stage/evict Jobs, PriorityClass read-only, generated least-privilege RBAC + namespaced overlay + node-write ValidatingAdmissionPolicy, Lease namespace fails fast)
 from warmpool.kube import Cache, EventRecorder, ignore_status, with_retries
 from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
 from warmpool.planning import (
@@ -87,6 +92,13 @@ class Options:
     stager_image: str = "ghcr.io/warmscale/warmscale:latest"
     resync_s: float = 30.0
     debounce_s: float = 0.2
+    cache_root_allow: tuple[str, ...] = DEFAULT_ALLOWED  # where workloads' cache roots may lie
+
+
+async def install_priority_class(api: client.ApiClient) -> None:
+    """Create the placeholders' PriorityClass as the install does (admin credentials: tests, benchmarks)."""
+    sched: Any = client.SchedulingV1Api(api)
+    await ignore_status(sched.create_priority_class(ob.priority_class()), 409)
 
 
 def workload_from(kind: str, o: Mapping[str, Any]) -> ob.Workload:
@@ -116,6 +128,7 @@ class Controller:
         self.placeholder_left: dict[str, float] = {}  # node -> when a placeholder left it
         self.preemptors: set[str] = set()  # pod uids the scheduler nominated (they preempted)
         self.reconcile_count = 0
+        self.priority_class_ok = True
         ns = opts.namespace
 
         def lister(namespaced: Any, cluster_wide: Any) -> Any:
@@ -150,7 +163,7 @@ class Controller:
     # ------------------------------------------------------------ main loop
 
     async def run(self) -> None:
-        await self.ensure_priority_class()
+        await self.check_priority_class()
         tasks = [asyncio.create_task(c.run(), name=f"cache-{c.name}") for c in self.caches]
         try:
             await asyncio.gather(*(c.synced.wait() for c in self.caches))
@@ -166,9 +179,23 @@ class Controller:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def ensure_priority_class(self) -> None:
+    async def check_priority_class(self) -> bool:
+        """The placeholders' PriorityClass is shipped with the install (the controller may only read it).
+
+        Missing: placeholders are not created (a Warning Event on each workload that wants them) and the
+        check is repeated every reconcile until it appears."""
         sched: Any = client.SchedulingV1Api(self.api)
-        await ignore_status(sched.create_priority_class(ob.priority_class()), 409)
+        try:
+            await sched.read_priority_class(ob.PRIORITY_CLASS)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            log.error("PriorityClass missing: placeholders are not created until it exists (it is part of the "
+                      "install: manifests/base/priorityclass.yaml)", extra={"priorityclass": ob.PRIORITY_CLASS})
+            self.priority_class_ok = False
+            return False
+        self.priority_class_ok = True
+        return True
 
     def raw_workloads(self) -> list[tuple[str, dict[str, Any]]]:
         return [(kind, o) for kind, cache in (("Deployment", self.deployments), ("StatefulSet", self.statefulsets))
@@ -193,6 +220,8 @@ class Controller:
 
     async def reconcile_all(self) -> None:
         self.reconcile_count += 1
+        if not self.priority_class_ok:
+            await self.check_priority_class()
         for wl in self.workloads():
             try:
                 await self.reconcile(wl)
@@ -236,9 +265,11 @@ class Controller:
             return None
         jobs = [j for j in self.jobs.items.values() if ((j.get("metadata") or {}).get("labels") or {}).get(ob.ROLE)
                 == "evict"]
-        cp = cleanup_plan(list(self.nodes.items.values()), jobs, active, scope=self.opts.namespace)
+        cp = cleanup_plan(list(self.nodes.items.values()), jobs, active, scope=self.opts.namespace,
+                          allowed_roots=self.opts.cache_root_allow)
         for ns, key, uri, root, node in cp.create_evict_jobs:
-            job = ob.evict_job(ns, key, uri, root, node, self.opts.stager_image)
+            job = ob.evict_job(ns, key, uri, root, node, self.opts.stager_image,
+                               taints=ob.node_taints(self.nodes.items.get(f"/{node}")))
             try:
                 await ignore_status(self.batch.create_namespaced_job(ns, job), 409)
             except ApiException as exc:
@@ -296,7 +327,8 @@ class Controller:
         pods = [p for p in self.pods.items.values() if (p.get("metadata") or {}).get("namespace") == wl.namespace]
         jobs = [j for j in self.jobs.items.values() if (j.get("metadata") or {}).get("namespace") == wl.namespace]
         so = await self._get_scaledobject(wl) if wl.name else None
-        p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address)
+        p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address,
+                 allowed_roots=self.opts.cache_root_allow)
         inv = self._involved(wl)
         for ev in p.events:
             await self.events.emit(inv, ev.type, ev.reason, ev.message)
@@ -319,7 +351,8 @@ class Controller:
                                                                      _content_type=MERGE))
             await self.events.emit(inv, "Normal", "Staged", f"{cfg.model_uri} staged on node {node}")
         for node in p.create_stage_jobs:
-            job = ob.stage_job(wl, cfg, node, self.opts.stager_image)
+            job = ob.stage_job(wl, cfg, node, self.opts.stager_image,
+                               taints=ob.node_taints(self.nodes.items.get(f"/{node}")))
             await ignore_status(self.batch.create_namespaced_job(ns, job), 409)
         for name in p.delete_stage_jobs:
             await ignore_status(self.batch.delete_namespaced_job(name, ns, propagation_policy="Background"), 404)
@@ -329,8 +362,13 @@ class Controller:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
         for name in p.delete_placeholders:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
-        for i in p.create_placeholders:
-            await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)), 409)
+        if p.create_placeholders and not self.priority_class_ok:
+            await self.events.emit(inv, "Warning", "PriorityClassMissing",
+                                   f"PriorityClass {ob.PRIORITY_CLASS} does not exist (part of the install): "
+                                   "placeholders not created")
+        else:
+            for i in p.create_placeholders:
+                await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)), 409)
 
         if p.scaledobject == "create" and p.scaledobject_body is not None:
             await ignore_status(self.custom.create_namespaced_custom_object(

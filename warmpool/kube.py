@@ -147,6 +147,16 @@ class EventRecorder:
         return True
 
 
+class LeaseNamespaceMissing(RuntimeError):
+    """The Lease's namespace does not exist: waiting cannot fix that, so the controller stops."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"the leader-election namespace {namespace!r} does not exist: create it, or pass "
+                         f"--lease-namespace NS naming an existing namespace (with --namespace NS and no "
+                         f"--lease-namespace the Lease goes to NS)")
+        self.namespace = namespace
+
+
 class LeaderElector:
     """Leader election on a coordination.k8s.io Lease (the client-go algorithm, simplified).
 
@@ -182,6 +192,8 @@ class LeaderElector:
             except ApiException as exc2:
                 if exc2.status == 409:
                     return False
+                if exc2.status == 404:  # creating in a namespace that does not exist
+                    raise LeaseNamespaceMissing(self.namespace) from None
                 raise
             return True
         spec = lease.get("spec") or {}
@@ -219,6 +231,8 @@ class LeaderElector:
             while not stop.is_set():
                 try:
                     got = await self.try_acquire_or_renew()
+                except LeaseNamespaceMissing:
+                    raise
                 except Exception as exc:
                     log.warning("lease check failed", extra={"error": str(exc)[:200]})
                     got = False

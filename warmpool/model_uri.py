@@ -7,7 +7,7 @@ Accepted forms::
     pvc://claim/path              (path inside the PersistentVolumeClaim)
     file:///absolute/path         (a path on the node; tests and pre-mounted volumes)
 
-The cache directory of a URI is ``<cache root>/<scheme>-<sha256(canonical URI)[:24]>``: it is built
+The cache directory of a URI is ``<cache root>/ws-<scheme>-<sha256(canonical URI)[:24]>``: it is built
 from a hex digest only, so no URI (``..``, absolute paths, NUL, unicode tricks) can ever make it point
 outside the cache root. :func:`cache_dir` checks that again after normalisation.
 """
@@ -58,7 +58,9 @@ class ModelURI:
 
     @property
     def cache_name(self) -> str:
-        return f"{self.scheme}-{self.digest[:24]}"
+        """Entry name in the cache root. The ``ws-`` prefix (layout 2) keeps entries of earlier versions
+        (``<scheme>-<hex>``, no ownership marker) apart: they are never touched, a model is staged afresh."""
+        return f"ws-{self.scheme}-{self.digest[:24]}"
 
     def __str__(self) -> str:
         return self.canonical

@@ -131,6 +131,40 @@ def _on_node(node: str) -> dict[str, Any]:
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
 
 
+def tolerations_for(taints: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """Exactly the tolerations a pod pinned to a node with ``taints`` needs to be scheduled and stay there:
+    one per NoSchedule/NoExecute taint, matching its key, value and effect (PreferNoSchedule needs none)."""
+    out: list[dict[str, Any]] = []
+    for t in taints or []:
+        effect = t.get("effect")
+        if effect not in ("NoSchedule", "NoExecute") or not t.get("key"):
+            continue
+        tol: dict[str, Any] = {"key": t["key"], "effect": effect}
+        if t.get("value"):
+            tol.update(operator="Equal", value=t["value"])
+        else:
+            tol["operator"] = "Exists"
+        if tol not in out:
+            out.append(tol)
+    return out
+
+
+def node_taints(node: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return list(((node or {}).get("spec") or {}).get("taints") or [])
+
+
+# Stage and evict Jobs: no capability, no privilege escalation, the default seccomp profile, a read-only
+# root filesystem; the cache mount is the only writable path (sources are mounted read-only).
+JOB_POD_SECURITY: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+JOB_CONTAINER_SECURITY: dict[str, Any] = {
+    "privileged": False,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
@@ -200,8 +234,15 @@ def prepull_pod(wl: Workload, node: str, deadline_s: int = 7200) -> dict[str, An
     }
 
 
+<<<<<<< HEAD
 def stager_args(cfg: WarmConfig, cache_mount: str, *, ensure: bool = False) -> list[str]:
     """``warmscale stage`` for ``cfg``'s model into the cache mounted at ``cache_mount``."""
+=======
+def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str, taints: Sequence[Mapping[str, Any]] = (),
+              deadline_s: int = 3 * 3600, backoff_limit: int = 6) -> dict[str, Any]:
+    """A Job on ``node`` (whose ``taints`` it tolerates, nothing more) running ``warmscale stage`` into the
+    hostPath cache root, under a restrictive securityContext (see :data:`JOB_CONTAINER_SECURITY`)."""
+>>>>>>> 3aba5f3 (warmpool: stager touches only its own entries (ownership marker), cache roots under an allow-list, restrictive stage/evict Jobs, PriorityClass read-only, generated least-privilege RBAC + namespaced overlay + node-write ValidatingAdmissionPolicy, Lease namespace fails fast)
     uri = cfg.model_uri
     assert uri is not None
     args = ["warmscale", "--log-format", "json", "stage", "--uri", uri.canonical, "--cache-root", cache_mount,
@@ -245,13 +286,15 @@ def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str,
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "affinity": _on_node(node),
-        "tolerations": [{"operator": "Exists"}],
+        "tolerations": tolerations_for(taints),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "securityContext": dict(JOB_POD_SECURITY),
         "containers": [{
             "name": "stage", "image": image, "command": args,
             "envFrom": [{"secretRef": {"name": STAGE_CREDENTIALS_SECRET, "optional": True}}],
             "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+            "securityContext": dict(JOB_CONTAINER_SECURITY),
             "volumeMounts": mounts,
         }],
         "volumes": volumes,
@@ -334,7 +377,7 @@ def evict_job_name(label_key: str, node: str) -> str:
 
 
 def evict_job(namespace: str, label_key: str, uri_canonical: str, cache_root: str, node: str, image: str,
-              ttl_s: int = 3600) -> dict[str, Any]:
+              ttl_s: int = 3600, taints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """A Job on ``node`` running ``warmscale stage --evict``. Not owned by the workload: it must outlive it."""
     lab = {MANAGED_BY: MANAGED_BY_VALUE, ROLE: "evict", MODEL: label_key.removeprefix(STAGED_PREFIX)[:63]}
     args = ["warmscale", "--log-format", "json", "stage", "--evict", "--uri", uri_canonical,
@@ -351,11 +394,13 @@ def evict_job(namespace: str, label_key: str, uri_canonical: str, cache_root: st
             "template": {"metadata": {"labels": lab}, "spec": {
                 "restartPolicy": "Never",
                 "affinity": _on_node(node),
-                "tolerations": [{"operator": "Exists"}],
+                "tolerations": tolerations_for(taints),
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
+                "securityContext": dict(JOB_POD_SECURITY),
                 "containers": [{"name": "evict", "image": image, "command": args,
                                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                                "securityContext": dict(JOB_CONTAINER_SECURITY),
                                 "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT}]}],
                 "volumes": [{"name": "cache", "hostPath": {"path": cache_root, "type": "DirectoryOrCreate"}}],
             }},

@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from warmpool import objects as ob
-from warmpool.annotations import AnnotationError, WarmConfig, parse_annotations
+from warmpool.annotations import PREFIX, AnnotationError, WarmConfig, parse_annotations
+from warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
 from warmpool.matching import free_fit, matching_nodes
 from warmpool.model_uri import staged_label_key
 
@@ -157,13 +158,21 @@ def scaledobject_action(existing: Obj | None, desired: dict[str, Any] | None) ->
 
 def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Sequence[Obj],
          scaledobject: Obj | None, now: datetime, *, scaler_address: str = "warmscale-scaler.warmscale:9090",
-         retry_cooldown_s: float = RETRY_COOLDOWN_S) -> Plan:
-    """The whole desired state for one workload. ``pods``/``jobs`` are those of its namespace."""
+         retry_cooldown_s: float = RETRY_COOLDOWN_S, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Plan:
+    """The whole desired state for one workload. ``pods``/``jobs`` are those of its namespace.
+
+    ``allowed_roots``: where cache roots may lie (the controller's ``--cache-root-allow``)."""
     try:
         cfg = parse_annotations(wl.annotations)
     except AnnotationError as exc:
         # Invalid input changes nothing: no creates, no deletes, no patches; only an Event.
         return Plan(error=exc, events=[Event("Warning", "InvalidAnnotation", str(exc))])
+    if cfg.enabled and cfg.model_uri is not None and cfg.prestage_nodes > 0 and (
+            why := cache_root_problem(cfg.cache_root, allowed_roots)) is not None:
+        # A cache root is mounted read-write on nodes: a system path (or one outside the allow-list) is
+        # refused like any invalid annotation - an Event, and nothing changes.
+        err = AnnotationError(PREFIX + "cache-root", why)
+        return Plan(error=err, events=[Event("Warning", "CacheRootRefused", str(err))])
     p = Plan(config=cfg)
     if not cfg.enabled:
         return p
@@ -357,14 +366,16 @@ def staged_record(node: Obj, key: str) -> dict[str, str] | None:
 
 
 def cleanup_plan(nodes: Sequence[Obj], evict_jobs: Sequence[Obj], active_keys: set[str],
-                 scope: str | None = None) -> CleanupPlan:
+                 scope: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> CleanupPlan:
     """Evict caches of models no enabled (and not deleting) workload uses, then drop their node labels.
 
     Per stale ``(node, key)``: no record of what was staged (label from an older controller) -> only the
     label goes (the stager's LRU reclaims the disk); else an evict Job on that node; once it succeeded
     (or failed for good: Warning, LRU later) the label and record are removed and the Job deleted.
     Evict Jobs of keys that became active again are deleted. A controller scoped to namespace ``scope``
-    only touches records of that namespace (it cannot see the other namespaces' workloads)."""
+    only touches records of that namespace (it cannot see the other namespaces' workloads). A record whose
+    cache root is not an allowed one (node annotations are not proof of anything) gets no Job: the label
+    and record are dropped with a warning."""
     p = CleanupPlan()
     jobs = {(str(_meta(j).get("namespace")), _name(j)): j for j in evict_jobs}
     wanted: set[tuple[str, str]] = set()
@@ -377,6 +388,10 @@ def cleanup_plan(nodes: Sequence[Obj], evict_jobs: Sequence[Obj], active_keys: s
                     p.unlabel.append((node_name, key))
                 continue
             if scope is not None and rec["ns"] != scope:
+                continue
+            if (why := cache_root_problem(rec["root"], allowed_roots)) is not None:
+                p.warnings.append(f"not evicting {rec['uri']} on node {node_name}: {why}; label removed")
+                p.unlabel.append((node_name, key))
                 continue
             ident = (rec["ns"], ob.evict_job_name(key, node_name))
             wanted.add(ident)

@@ -5,20 +5,33 @@ Layout under the cache root (one directory per model URI, named by a digest of t
 
     <root>/.lock                      flock held while staging or evicting
     <root>/.tmp-<name>-<random>/      work in progress (removed on the next run if we crash)
+    <root>/<name>/.warmscale-entry    ownership marker (JSON: format, name, uri), written first
     <root>/<name>/data/...            the weights
     <root>/<name>/.ready              JSON marker written last (temp file + rename); its mtime is the
                                       last use (LRU); only directories with it are complete
+
+``<name>`` is ``ws-<scheme>-<24 hex>``. The stager creates, replaces, evicts and cleans up **only its
+own** entries and work dirs: a directory counts as its own when it carries the ownership marker naming
+that very directory. Anything else in the root (other software's data, entries of earlier versions
+without the marker, symlinks) is never modified, only reported; the LRU budget counts own entries
+only. A system path (or a parent of one) is refused as the cache root.
 
 Publishing is copy into ``.tmp-*`` -> verify size / SHA-256 -> fsync -> ``rename`` to ``<name>`` ->
 write ``.ready``. A crash at any point leaves no ``.ready`` marker, so a half copy is never used.
 The checksum of content that is a single file is that file's SHA-256; of a directory, the SHA-256
 of its manifest, the sorted lines ``<sha256 of file>  <relative path>\\n``.
 
+<<<<<<< HEAD
 ``--ensure`` (the init container the webhook adds to engine pods): a ready copy returns at once
 without taking the lock; otherwise the model is staged as above.
 
 Exit codes: 0 staged (or already staged), 2 bad arguments, 3 does not fit the disk budget,
 4 verification failed, 5 source error.
+=======
+Exit codes: 0 staged (or already staged), 2 bad arguments (or a system path as the root), 3 does
+not fit the disk budget, 4 verification failed, 5 source error, 6 the entry's name is taken by a
+directory that is not the stager's.
+>>>>>>> 3aba5f3 (warmpool: stager touches only its own entries (ownership marker), cache roots under an allow-list, restrictive stage/evict Jobs, PriorityClass read-only, generated least-privilege RBAC + namespaced overlay + node-write ValidatingAdmissionPolicy, Lease namespace fails fast)
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -39,11 +53,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from warmpool.cache_roots import system_path_conflict
 from warmpool.model_uri import ModelURI, ModelURIError, cache_dir, parse_model_uri
 from warmpool.quantity import parse_quantity
 
 log = logging.getLogger("warmscale.stager")
 READY = ".ready"
+OWNER = ".warmscale-entry"  # ownership marker, written first into every work dir
+OWNER_FORMAT = "warmscale.io/cache-entry/v1"
+ENTRY_NAME = re.compile(r"ws-(hf|s3|pvc|file)-[0-9a-f]{24}")
 DATA = "data"
 CHUNK = 4 * 1024 * 1024
 
@@ -60,12 +78,25 @@ class VerifyError(StageError):
     exit_code = 4
 
 
+class OccupiedError(StageError):
+    """The model's entry name is taken by a directory that is not the stager's: never touched."""
+
+    exit_code = 6
+
+
+class RootError(StageError):
+    """The cache root is (or overlaps) a system path."""
+
+    exit_code = 2
+
+
 @dataclass(frozen=True)
 class StageResult:
     path: Path  # the data directory
     size: int
     sha256: str
     already: bool
+    foreign: tuple[Path, ...] = ()  # what else is in the cache root (not ours: left alone)
 
 
 def _safe_join(base: Path, rel: str) -> Path:
@@ -231,6 +262,37 @@ def _locked(root: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _owner_record(name: str, uri: ModelURI) -> str:
+    return json.dumps({"format": OWNER_FORMAT, "name": name, "uri": uri.canonical}, sort_keys=True)
+
+
+def owned_name(d: Path) -> str | None:
+    """The entry name ``d``'s ownership marker claims, if ``d`` is a real directory (not a symlink) with a
+    valid marker of ours; else None (foreign, or an entry of an earlier version: never touched)."""
+    try:
+        if d.is_symlink() or not d.is_dir():
+            return None
+        marker = d / OWNER
+        if marker.is_symlink() or not marker.is_file():
+            return None
+        rec = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("format") != OWNER_FORMAT:
+        return None
+    name = rec.get("name")
+    return name if isinstance(name, str) and ENTRY_NAME.fullmatch(name) else None
+
+
+def is_owned_entry(d: Path) -> bool:
+    return owned_name(d) == d.name
+
+
+def is_owned_work_dir(d: Path) -> bool:
+    name = owned_name(d)
+    return name is not None and d.name.startswith(f".tmp-{name}-")
+
+
 @dataclass(frozen=True)
 class Entry:
     path: Path
@@ -240,38 +302,63 @@ class Entry:
 
 
 def entries(root: Path) -> list[Entry]:
+    """The stager's own entries under ``root`` (anything else there is not ours and not listed)."""
     out = []
     for d in root.iterdir() if root.exists() else []:
-        if not d.is_dir() or d.name.startswith("."):
+        if d.name.startswith(".") or not is_owned_entry(d):
             continue
         marker = d / READY
         ready = marker.is_file()
-        out.append(Entry(d, ready, marker.stat().st_mtime if ready else 0.0, _du(d)))
+        data = d / DATA  # the budget counts the weights, not our small marker files
+        out.append(Entry(d, ready, marker.stat().st_mtime if ready else 0.0, _du(data if data.is_dir() else d)))
+    return out
+
+
+def foreign(root: Path) -> list[Path]:
+    """Everything under ``root`` that is not the stager's (left alone, reported)."""
+    out = []
+    for d in sorted(root.iterdir()) if root.exists() else []:
+        if d.name == ".lock" or is_owned_entry(d) or is_owned_work_dir(d):
+            continue
+        out.append(d)
     return out
 
 
 def is_ready(root: Path, uri: ModelURI) -> bool:
-    return (Path(cache_dir(str(root), uri)) / READY).is_file()
+    final = Path(cache_dir(str(root), uri))
+    return is_owned_entry(final) and (final / READY).is_file()
 
 
 def _cleanup_incomplete(root: Path) -> None:
-    """Under the lock: remove crashed work dirs and published dirs without a marker."""
+    """Under the lock: remove our crashed work dirs and our entries without a ``.ready`` marker."""
     for d in root.iterdir():
-        if d.name.startswith(".tmp-"):
+        if d.name.startswith(".tmp-") and is_owned_work_dir(d):
             shutil.rmtree(d, ignore_errors=True)
     for e in entries(root):
         if not e.ready:
             shutil.rmtree(e.path, ignore_errors=True)
 
 
+def _report_foreign(root: Path) -> list[Path]:
+    found = foreign(root)
+    if found:
+        log.warning("data in the cache root that is not the stager's: left alone", extra={
+            "root": str(root), "count": len(found), "paths": [p.name for p in found[:20]]})
+    return found
+
+
 def evict(root: Path, budget: int, need: int, keep: Path | None = None) -> list[Path]:
-    """Remove least-recently-used complete entries until ``need`` more bytes fit in ``budget``."""
-    es = sorted((e for e in entries(root) if e.path != keep), key=lambda e: e.last_used)
-    used = sum(e.size for e in entries(root))
+    """Remove our least-recently-used complete entries until ``need`` more bytes fit in ``budget``.
+
+    The budget counts the stager's own entries only: data that is not ours is never evicted."""
+    mine = entries(root)
+    es = sorted((e for e in mine if e.path != keep and e.ready), key=lambda e: e.last_used)
+    used = sum(e.size for e in mine)
     removed = []
     for e in es:
         if used + need <= budget:
             break
+        (e.path / READY).unlink(missing_ok=True)
         shutil.rmtree(e.path, ignore_errors=True)
         used -= e.size
         removed.append(e.path)
@@ -289,27 +376,45 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def check_root(root: Path) -> None:
+    """Refuse a cache root that is (or overlaps) a system path, whatever mounted it."""
+    if (s := system_path_conflict(str(root))) is not None:
+        raise RootError(f"cache root {root} is a system path or overlaps one ({s}); refused")
+
+
 def stage(uri: ModelURI, root: Path, *, size: int | None = None, sha256: str | None = None,
           budget: int | None = None, pvc_root: Path = Path("/mnt/warmscale-pvc"),
           fetcher: Callable[[ModelURI, Path, Path], None] = fetch,
           clock: Callable[[], float] = time.time) -> StageResult:
-    """Stage ``uri`` under ``root`` (idempotent: a complete copy is only touched for LRU)."""
+    """Stage ``uri`` under ``root`` (idempotent: a complete copy is only touched for LRU).
+
+    Creates, replaces and evicts only the stager's own entries (ownership marker); anything else in
+    ``root`` is left alone and reported in :attr:`StageResult.foreign`."""
+    check_root(root)
     root = root.resolve()
+    check_root(root)
     final = Path(cache_dir(str(root), uri))
     marker = final / READY
     with _locked(root):
-        if marker.is_file():
-            info = json.loads(marker.read_text())
-            if (size is None or info.get("size") == size) and (sha256 is None or info.get("sha256") == sha256):
-                now = clock()
-                os.utime(marker, (now, now))
-                return StageResult(final / DATA, int(info["size"]), str(info["sha256"]), already=True)
-            shutil.rmtree(final)  # the expectation changed: re-stage
+        others = _report_foreign(root)
+        if final.exists() or final.is_symlink():
+            if not is_owned_entry(final):
+                raise OccupiedError(f"{final} exists and is not the stager's (no ownership marker): left alone")
+            if marker.is_file():
+                info = json.loads(marker.read_text())
+                if (size is None or info.get("size") == size) and (sha256 is None or info.get("sha256") == sha256):
+                    now = clock()
+                    os.utime(marker, (now, now))
+                    return StageResult(final / DATA, int(info["size"]), str(info["sha256"]), already=True,
+                                       foreign=tuple(others))
+                marker.unlink()  # the expectation changed: re-stage (our own entry)
+            shutil.rmtree(final)
         _cleanup_incomplete(root)
         if budget is not None and size is not None:
             evict(root, budget, size)
         work = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
         try:
+            (work / OWNER).write_text(_owner_record(final.name, uri))  # first: the work dir is ours
             data = work / DATA
             data.mkdir()
             fetcher(uri, data, pvc_root)
@@ -330,10 +435,10 @@ def stage(uri: ModelURI, root: Path, *, size: int | None = None, sha256: str | N
                 os.fsync(f.fileno())
             os.rename(tmp_marker, marker)
             _fsync_dir(final)
-            return StageResult(final / DATA, got_size, got_sha, already=False)
+            return StageResult(final / DATA, got_size, got_sha, already=False, foreign=tuple(others))
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
-            if final.exists() and not marker.exists():
+            if is_owned_entry(final) and not marker.exists():
                 shutil.rmtree(final, ignore_errors=True)
             raise
 
@@ -345,11 +450,12 @@ def ensure(uri: ModelURI, root: Path, *, size: int | None = None, sha256: str | 
     """The engine pod's init container: return at once when the copy is ready on this node (no lock
     taken, so a staging Job of another model never delays it), else stage it here (under the lock: a
     staging Job of the same model in progress is waited for, then found ready)."""
+    check_root(root)
     root = root.resolve()
     final = Path(cache_dir(str(root), uri))
     marker = final / READY
     try:
-        info = json.loads(marker.read_text())
+        info = json.loads(marker.read_text()) if is_owned_entry(final) else None
     except (OSError, ValueError):
         info = None
     if isinstance(info, dict) and (size is None or info.get("size") == size) and (
@@ -365,20 +471,24 @@ def ensure(uri: ModelURI, root: Path, *, size: int | None = None, sha256: str | 
 def remove(uri: ModelURI, root: Path) -> bool:
     """Evict ``uri``'s entry (and any crashed work dir of it) under the lock; True if something was removed.
 
-    The ``.ready`` marker goes first, so a concurrent reader never sees a marked, half-deleted entry."""
+    Only the stager's own entry is removed (a directory of that name without our ownership marker is
+    left alone and reported). The ``.ready`` marker goes first, so a concurrent reader never sees a
+    marked, half-deleted entry."""
+    check_root(root)
     root = root.resolve()
     final = Path(cache_dir(str(root), uri))
     removed = False
     with _locked(root):
-        marker = final / READY
-        if marker.is_file():
-            marker.unlink()
-            _fsync_dir(final)
-        if final.exists():
-            shutil.rmtree(final, ignore_errors=True)
-            removed = True
+        if final.exists() or final.is_symlink():
+            if is_owned_entry(final):
+                (final / READY).unlink(missing_ok=True)
+                _fsync_dir(final)
+                shutil.rmtree(final, ignore_errors=True)
+                removed = True
+            else:
+                log.warning("not evicting a directory that is not the stager's", extra={"path": str(final)})
         for d in root.iterdir():
-            if d.name.startswith(f".tmp-{final.name}-"):
+            if d.name.startswith(f".tmp-{final.name}-") and is_owned_work_dir(d):
                 shutil.rmtree(d, ignore_errors=True)
                 removed = True
     return removed
@@ -410,7 +520,11 @@ def run(args: argparse.Namespace) -> int:
         log.error("bad arguments", extra={"error": str(exc)})
         return 2
     if getattr(args, "evict", False):
-        gone = remove(uri, Path(args.cache_root))
+        try:
+            gone = remove(uri, Path(args.cache_root))
+        except StageError as exc:
+            log.error("eviction refused", extra={"uri": uri.canonical, "error": str(exc)})
+            return exc.exit_code
         log.info("evicted" if gone else "nothing to evict", extra={"uri": uri.canonical})
         return 0
     do = ensure if getattr(args, "ensure", False) else stage
@@ -421,5 +535,5 @@ def run(args: argparse.Namespace) -> int:
         log.error("staging failed", extra={"uri": uri.canonical, "error": str(exc)})
         return exc.exit_code
     log.info("staged", extra={"uri": uri.canonical, "path": str(res.path), "bytes": res.size,
-                              "sha256": res.sha256, "already": res.already})
+                              "sha256": res.sha256, "already": res.already, "foreign": len(res.foreign)})
     return 0

@@ -17,6 +17,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("warmscale.demo", "run the embedded demo: simulated vLLM engines, the scaler, KEDA+HPA emulation"),
     "scaler": ("scaler.cli", "run the KEDA external scaler (gRPC)"),
     "warmpool": ("warmpool.cli", "run the warm-pool controller"),
+    "rbac": ("warmpool.rbac", "print the warm-pool controller's RBAC (cluster-wide, or --namespace NS: Roles per "
+             "namespace) or its node-write admission policy"),
     "stage": ("warmpool.stager", "stage model weights into a node-local cache (runs in a Job)"),
     "bench": ("benchmarks.cli", "run a benchmark (trace replay, cold vs warm start)"),
 }

@@ -32,7 +32,8 @@ def test_default_install() -> None:
     objs = render("manifests")
     assert one(objs, "Namespace", "warmscale")
     namespaced = [o for o in objs if o["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                                                       "PriorityClass"}]
+                                                       "PriorityClass", "ValidatingAdmissionPolicy",
+                                                       "ValidatingAdmissionPolicyBinding"}]
     assert {o["metadata"].get("namespace") for o in namespaced} == {"warmscale"}
 
     scaler = one(objs, "Deployment", "warmscale-scaler")

@@ -28,7 +28,7 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
 )
 from tests.cluster.fleet import H100
 from warmpool import objects as ob
-from warmpool.controller import Controller, Options
+from warmpool.controller import Controller, Options, install_priority_class
 from warmpool.kube import LeaderElector
 from warmpool.model_uri import parse_model_uri, staged_label_key
 
@@ -45,6 +45,7 @@ Starter = Callable[[], Awaitable[Controller]]
 async def controller(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
     """Factory starting an in-process controller scoped to the test namespace; returns (controller, task)."""
     running: list[asyncio.Task[None]] = []
+    await install_priority_class(k8s_admin)  # shipped with the install; the controller only reads it
 
     async def start() -> tuple[Controller, asyncio.Task[None]]:
         ctl = Controller(k8s_admin, Options(namespace=k8s_namespace, resync_s=2.0, stager_image="warmscale:test",

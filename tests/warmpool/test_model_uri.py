@@ -64,7 +64,7 @@ def test_cache_dir_inside_root(raw: str, root: str) -> None:
     u = parse_model_uri(raw)
     d = cache_dir(root, u)
     assert posixpath.dirname(d) == posixpath.normpath(root)
-    assert posixpath.basename(d).startswith(u.scheme + "-")
+    assert posixpath.basename(d).startswith(f"ws-{u.scheme}-")
     assert ".." not in d.split("/")
 
 

@@ -1,5 +1,6 @@
 import argparse
 import hashlib
+import json
 import multiprocessing
 import os
 import signal
@@ -10,10 +11,14 @@ import pytest
 from warmpool import stager as stager_cli
 from warmpool.model_uri import ModelURI, cache_dir, parse_model_uri
 from warmpool.stager import (
+    OWNER,
     READY,
     BudgetError,
+    OccupiedError,
+    RootError,
     StageError,
     VerifyError,
+    _owner_record,
     _safe_join,
     entries,
     is_ready,
@@ -111,6 +116,7 @@ def test_crash_after_rename_before_marker_is_cleaned(tmp_path: Path) -> None:
     final = Path(cache_dir(str(root), uri))
     (final / "data").mkdir(parents=True)
     (final / "data" / "x").write_bytes(b"partial")
+    (final / OWNER).write_text(_owner_record(final.name, uri))  # ours: renamed from our work dir
     assert not is_ready(root, uri)
 
     def ok(u: ModelURI, dest: Path, _pvc: Path) -> None:
@@ -194,7 +200,9 @@ def test_evict_removes_only_that_model(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     stage(ua, root)
     stage(ub, root)
-    (root / f".tmp-{Path(cache_dir(str(root), ua)).name}-crash").mkdir()  # a crashed work dir of a
+    crashed = root / f".tmp-{Path(cache_dir(str(root), ua)).name}-crash"  # a crashed work dir of a (ours)
+    crashed.mkdir()
+    (crashed / OWNER).write_text(_owner_record(Path(cache_dir(str(root), ua)).name, ua))
     assert remove(ua, root)
     assert not is_ready(root, ua) and not Path(cache_dir(str(root), ua)).exists()
     assert is_ready(root, ub)
@@ -233,3 +241,122 @@ def test_ensure_returns_at_once_when_ready_and_stages_otherwise(tmp_path: Path) 
     with pytest.raises(VerifyError):
         ensure(uri, root, size=1, fetcher=fetcher)
     assert len(calls) == 2
+
+
+# ---------------------------------------------------------------- ownership: only our own entries
+
+
+def _foreign_tree(root: Path) -> dict[str, bytes]:
+    """Data of others in the cache root: another program's directories (with and without a `.ready`),
+    an entry of an earlier stager version (no ownership marker), a dot dir, a loose file."""
+    files = {
+        "models--Qwen--Qwen2.5/blobs/abc": b"hf cache of the engine" * 50,
+        "other-app/.ready": b"{}",
+        "other-app/weights.bin": b"w" * 3000,
+        "plain-dir/x": b"x" * 10,
+        f"hf-{'a' * 24}/.ready": b'{"uri": "hf://org/old@r", "size": 5, "sha256": "00"}',  # layout 1 entry
+        f"hf-{'a' * 24}/data/w": b"old!!",
+        ".tmp-someone-else/y": b"y",
+        "loose.txt": b"hello",
+    }
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files
+
+
+def _snapshot(root: Path, files: dict[str, bytes]) -> dict[str, bytes]:
+    return {rel: (root / rel).read_bytes() for rel in files if (root / rel).exists()}
+
+
+def test_foreign_data_never_deleted_evicted_or_counted(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    root.mkdir()
+    files = _foreign_tree(root)
+
+    def writer(n: int):
+        def f(u: ModelURI, dest: Path, _pvc: Path) -> None:
+            (dest / "w").write_bytes(b"a" * n)
+
+        return f
+
+    a, b = parse_model_uri("hf://org/a@r"), parse_model_uri("hf://org/b@r")
+    ra = stage(a, root, fetcher=writer(600), budget=1000)
+    names = {p.name for p in ra.foreign}
+    assert {"models--Qwen--Qwen2.5", "other-app", "plain-dir", f"hf-{'a' * 24}", ".tmp-someone-else",
+            "loose.txt"} <= names  # reported
+    stage(b, root, fetcher=writer(600), budget=1000)  # evicts a (ours), never the others
+    assert not is_ready(root, a) and is_ready(root, b)
+    assert _snapshot(root, files) == files  # every foreign byte is still there
+    # the budget counts our own entries only (the foreign 4 KB do not make 600 bytes not fit)
+    assert {e.path.name for e in entries(root)} == {Path(cache_dir(str(root), b)).name}
+    from warmpool.stager import remove
+
+    assert remove(b, root) and _snapshot(root, files) == files
+
+
+def test_earlier_version_entry_left_alone_and_staged_afresh(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    uri = parse_model_uri("hf://org/m@r")
+    legacy = root / uri.cache_name.removeprefix("ws-")  # layout 1: <scheme>-<hex>, no ownership marker
+    (legacy / "data").mkdir(parents=True)
+    (legacy / "data" / "w").write_bytes(b"old")
+    (legacy / READY).write_text("{}")
+
+    def ok(u: ModelURI, dest: Path, _pvc: Path) -> None:
+        (dest / "w").write_bytes(b"new")
+
+    r = stage(uri, root, fetcher=ok)
+    assert not r.already and (r.path / "w").read_bytes() == b"new" and legacy in r.foreign
+    assert (legacy / "data" / "w").read_bytes() == b"old" and (legacy / READY).exists()
+    assert json.loads((r.path.parent / OWNER).read_text())["name"] == r.path.parent.name
+
+
+def test_entry_name_taken_by_foreign_dir_is_refused_untouched(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    uri = parse_model_uri("hf://org/m@r")
+    final = Path(cache_dir(str(root), uri))
+    (final / "data").mkdir(parents=True)
+    (final / "data" / "keep").write_bytes(b"k")
+    (final / READY).write_text('{"size": 1, "sha256": "x"}')  # a .ready, but no ownership marker
+    with pytest.raises(OccupiedError) as exc:
+        stage(uri, root, fetcher=lambda *_: None)
+    assert exc.value.exit_code == 6
+    from warmpool.stager import remove
+
+    assert not remove(uri, root)
+    assert (final / "data" / "keep").read_bytes() == b"k" and (final / READY).exists()
+    # a symlink under our name (pointing at someone's data) is never followed or removed either
+    final2 = Path(cache_dir(str(root), parse_model_uri("hf://org/n@r")))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "f").write_text("v")
+    final2.symlink_to(victim)
+    with pytest.raises(OccupiedError):
+        stage(parse_model_uri("hf://org/n@r"), root, fetcher=lambda *_: None)
+    assert not remove(parse_model_uri("hf://org/n@r"), root)
+    assert (victim / "f").read_text() == "v" and final2.is_symlink()
+
+
+def test_forged_marker_naming_another_entry_is_not_ours(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    d = root / "precious"
+    d.mkdir(parents=True)
+    (d / OWNER).write_text(_owner_record("ws-hf-" + "0" * 24, parse_model_uri("hf://a/b")))
+    stage(parse_model_uri("hf://org/m@r"), root, fetcher=lambda u, dest, p: (dest / "w").write_bytes(b"1"))
+    assert d.exists() and (d / OWNER).exists()
+
+
+@pytest.mark.parametrize("bad", ["/", "/etc", "/proc", "/var/lib/kubelet", "/var/lib/kubelet/pods", "/var/lib",
+                                 "/usr/lib/x", "/etc/../etc"])
+def test_system_roots_refused_before_touching_anything(bad: str) -> None:
+    uri = parse_model_uri("hf://org/m@r")
+    with pytest.raises(RootError):
+        stage(uri, Path(bad), fetcher=lambda *_: pytest.fail("fetched"))
+    from warmpool.stager import remove
+
+    with pytest.raises(RootError):
+        remove(uri, Path(bad))
+    args = argparse.Namespace(uri="hf://org/m@r", cache_root=bad, size=None, sha256=None, budget=None,
+                              pvc_root="/nonexistent", evict=False)
+    assert stager_cli.run(args) == 2
