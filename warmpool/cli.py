@@ -142,7 +142,7 @@ async def start_webhook(args: argparse.Namespace, api: Any) -> Any:
         cert, key = str(cert_path), str(key_path)
         log.info("self-signed webhook certificate", extra={"cert": cert})
     return await serve_webhook(WorkloadLister(api), args.webhook_port, cert, key, host=args.webhook_address,
-                               image=args.stager_image)
+                               image=args.stager_image, allowed_roots=parse_allow_list(args.cache_root_allow))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,12 +25,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scaler.warm_status import WarmStatus
 from warmpool import objects as ob
-<<<<<<< HEAD
 from warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
-=======
-from warmpool.annotations import STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmpool.cache_roots import DEFAULT_ALLOWED
->>>>>>> 3aba5f3 (warmpool: stager touches only its own entries (ownership marker), cache roots under an allow-list, restrictive stage/evict Jobs, PriorityClass read-only, generated least-privilege RBAC + namespaced overlay + node-write ValidatingAdmissionPolicy, Lease namespace fails fast)
 from warmpool.kube import Cache, EventRecorder, ignore_status, with_retries
 from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
 from warmpool.planning import (

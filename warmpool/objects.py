@@ -234,15 +234,8 @@ def prepull_pod(wl: Workload, node: str, deadline_s: int = 7200) -> dict[str, An
     }
 
 
-<<<<<<< HEAD
 def stager_args(cfg: WarmConfig, cache_mount: str, *, ensure: bool = False) -> list[str]:
     """``warmscale stage`` for ``cfg``'s model into the cache mounted at ``cache_mount``."""
-=======
-def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str, taints: Sequence[Mapping[str, Any]] = (),
-              deadline_s: int = 3 * 3600, backoff_limit: int = 6) -> dict[str, Any]:
-    """A Job on ``node`` (whose ``taints`` it tolerates, nothing more) running ``warmscale stage`` into the
-    hostPath cache root, under a restrictive securityContext (see :data:`JOB_CONTAINER_SECURITY`)."""
->>>>>>> 3aba5f3 (warmpool: stager touches only its own entries (ownership marker), cache roots under an allow-list, restrictive stage/evict Jobs, PriorityClass read-only, generated least-privilege RBAC + namespaced overlay + node-write ValidatingAdmissionPolicy, Lease namespace fails fast)
     uri = cfg.model_uri
     assert uri is not None
     args = ["warmscale", "--log-format", "json", "stage", "--uri", uri.canonical, "--cache-root", cache_mount,
@@ -275,9 +268,10 @@ def stager_volumes(cfg: WarmConfig, cache_name: str, source_name: str,
     return mounts, volumes
 
 
-def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str,
+def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str, taints: Sequence[Mapping[str, Any]] = (),
               deadline_s: int = 3 * 3600, backoff_limit: int = 6) -> dict[str, Any]:
-    """A Job on ``node`` running ``warmscale stage`` into the hostPath cache root."""
+    """A Job on ``node`` (whose ``taints`` it tolerates, nothing more) running ``warmscale stage`` into the
+    hostPath cache root, under a restrictive securityContext (see :data:`JOB_CONTAINER_SECURITY`)."""
     uri = cfg.model_uri
     assert uri is not None
     args = stager_args(cfg, CACHE_MOUNT)

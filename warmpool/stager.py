@@ -21,17 +21,12 @@ write ``.ready``. A crash at any point leaves no ``.ready`` marker, so a half co
 The checksum of content that is a single file is that file's SHA-256; of a directory, the SHA-256
 of its manifest, the sorted lines ``<sha256 of file>  <relative path>\\n``.
 
-<<<<<<< HEAD
 ``--ensure`` (the init container the webhook adds to engine pods): a ready copy returns at once
 without taking the lock; otherwise the model is staged as above.
 
-Exit codes: 0 staged (or already staged), 2 bad arguments, 3 does not fit the disk budget,
-4 verification failed, 5 source error.
-=======
 Exit codes: 0 staged (or already staged), 2 bad arguments (or a system path as the root), 3 does
 not fit the disk budget, 4 verification failed, 5 source error, 6 the entry's name is taken by a
 directory that is not the stager's.
->>>>>>> 3aba5f3 (warmpool: stager touches only its own entries (ownership marker), cache roots under an allow-list, restrictive stage/evict Jobs, PriorityClass read-only, generated least-privilege RBAC + namespaced overlay + node-write ValidatingAdmissionPolicy, Lease namespace fails fast)
 """
 
 from __future__ import annotations

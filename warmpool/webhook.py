@@ -29,6 +29,7 @@ from typing import Any
 
 from warmpool import objects as ob
 from warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
+from warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
 from warmpool.model_uri import cache_dir, staged_label_key
 
 log = logging.getLogger("warmscale.warmpool.webhook")
@@ -41,8 +42,11 @@ Obj = Mapping[str, Any]
 Lister = Callable[[str], Awaitable[Sequence[Obj]]]
 
 
-def config_for(pod: Obj, workloads: Sequence[Obj]) -> WarmConfig | None:
-    """The warm-pool config of the enabled workload ``pod`` belongs to (with a model URI), or None."""
+def config_for(pod: Obj, workloads: Sequence[Obj],
+               allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> WarmConfig | None:
+    """The warm-pool config of the enabled workload ``pod`` belongs to (with a model URI), or None.
+
+    A cache root outside ``allowed_roots`` (or a system path) counts as invalid: nothing is mounted."""
     m = pod.get("metadata") or {}
     labels = m.get("labels") or {}
     if labels.get(ob.MANAGED_BY) == ob.MANAGED_BY_VALUE:
@@ -59,13 +63,15 @@ def config_for(pod: Obj, workloads: Sequence[Obj]) -> WarmConfig | None:
             cfg = parse_annotations(ann)
         except AnnotationError:
             return None  # invalid annotations change nothing
-        return cfg if cfg.model_uri is not None else None
+        if cfg.model_uri is None or cache_root_problem(cfg.cache_root, allowed_roots) is not None:
+            return None
+        return cfg
     return None
 
 
-def staged_key_for(pod: Obj, workloads: Sequence[Obj]) -> str | None:
+def staged_key_for(pod: Obj, workloads: Sequence[Obj], allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> str | None:
     """The staged-node label key new ``pod`` should prefer, or None."""
-    cfg = config_for(pod, workloads)
+    cfg = config_for(pod, workloads, allowed_roots)
     if cfg is None or cfg.model_uri is None or cfg.prestage_nodes <= 0:
         return None
     return staged_label_key(cfg.model_uri)
@@ -118,7 +124,7 @@ def engine_patch(pod: Obj, cfg: WarmConfig, image: str) -> list[dict[str, Any]]:
         "command": ob.stager_args(cfg, cfg.cache_root, ensure=True),
         "envFrom": [{"secretRef": {"name": ob.STAGE_CREDENTIALS_SECRET, "optional": True}}],
         "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": dict(ob.JOB_CONTAINER_SECURITY),  # the cache mount is its only writable path
         "volumeMounts": mounts,
     }
     if not spec.get("initContainers"):
@@ -150,7 +156,8 @@ def affinity_patch(pod: Obj, key: str) -> list[dict[str, Any]]:
              "value": term}]
 
 
-def review_response(review: Obj, workloads: Sequence[Obj], image: str | None = None) -> dict[str, Any]:
+def review_response(review: Obj, workloads: Sequence[Obj], image: str | None = None,
+                    allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> dict[str, Any]:
     """AdmissionReview (v1) in -> AdmissionReview out. Always allows; patches only matching pod CREATEs:
     the preferred affinity on staged nodes, and (with the stager ``image``) the engine's staged copy."""
     req = review.get("request") or {}
@@ -158,9 +165,9 @@ def review_response(review: Obj, workloads: Sequence[Obj], image: str | None = N
     pod = req.get("object") or {}
     if req.get("operation") == "CREATE" and (req.get("kind") or {}).get("kind") == "Pod" and not req.get(
             "subResource"):
-        key = staged_key_for(pod, workloads)
+        key = staged_key_for(pod, workloads, allowed_roots)
         patch = affinity_patch(pod, key) if key else []
-        cfg = config_for(pod, workloads) if image else None
+        cfg = config_for(pod, workloads, allowed_roots) if image else None
         if cfg is not None and image:
             patch += engine_patch(pod, cfg, image)
         if patch:
@@ -192,7 +199,7 @@ class WorkloadLister:
         return out
 
 
-def make_app(lister: Lister, image: str | None = None) -> Any:
+def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Any:
     from aiohttp import web
 
     async def mutate(request: web.Request) -> web.Response:
@@ -203,7 +210,7 @@ def make_app(lister: Lister, image: str | None = None) -> Any:
         except Exception as exc:  # never block pod creation: allow without a patch
             log.warning("listing workloads failed; admitting unchanged", extra={"error": str(exc)[:200]})
             workloads = []
-        out = review_response(review, workloads, image)
+        out = review_response(review, workloads, image, allowed_roots)
         log.debug("admission review", extra={"namespace": ns, "workloads": len(workloads),
                                              "patched": bool(out["response"].get("patch"))})
         if out["response"].get("patch"):
@@ -221,13 +228,13 @@ def make_app(lister: Lister, image: str | None = None) -> Any:
 
 
 async def serve(lister: Lister, port: int, cert_file: str, key_file: str, host: str = "0.0.0.0",
-                image: str | None = None) -> Any:
+                image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Any:
     """Start the HTTPS server; returns the aiohttp runner (``await runner.cleanup()`` to stop)."""
     from aiohttp import web
 
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert_file, key_file)
-    runner = web.AppRunner(make_app(lister, image), access_log=None)
+    runner = web.AppRunner(make_app(lister, image, allowed_roots), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ctx).start()
     log.info("webhook listening", extra={"port": port})

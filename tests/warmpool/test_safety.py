@@ -115,3 +115,19 @@ def test_lease_namespace(argv: dict[str, str], env: dict[str, str], want: str, m
         monkeypatch.setenv(k, v)
     args = argparse.Namespace(namespace=argv.get("namespace"), lease_namespace=argv.get("lease_namespace"))
     assert lease_namespace(args) == want
+
+
+def test_webhook_mounts_no_refused_cache_root() -> None:
+    from warmpool.webhook import config_for, review_response
+
+    def wl(root: str) -> dict:
+        return {"metadata": {"name": "llm", "annotations": {**BASE, P + "cache-root": root}},
+                "spec": {"selector": {"matchLabels": {"app": "llm"}}}}
+
+    pod = {"metadata": {"labels": {"app": "llm"}}, "spec": {"containers": [{"name": "e", "image": "x"}]}}
+    assert config_for(pod, [wl("/var/lib/warmscale/models")]) is not None
+    for bad in ("/etc", "/var/lib/kubelet", "/", "/mnt/x"):
+        assert config_for(pod, [wl(bad)]) is None
+        review = {"request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}, "object": pod}}
+        assert "patch" not in review_response(review, [wl(bad)], image="img")["response"]
+    assert config_for(pod, [wl("/mnt/x")], allowed_roots=["/mnt"]) is not None
