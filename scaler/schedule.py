@@ -90,7 +90,7 @@ def _localize(now: datetime, tz: str) -> datetime:
 
 def _parse_count(raw: str) -> int:
     s = raw.strip()
-    if not re.fullmatch(r"\d+", s):
+    if not re.fullmatch(r"[0-9]+", s):
         raise ValueError(f"expected a non-negative integer, got {raw!r}")
     v = int(s)
     if v > 10_000:
@@ -132,7 +132,7 @@ def _parse_days(raw: str) -> frozenset[int]:
 
 
 def _parse_time(raw: str, allow_24: bool) -> int:
-    m = re.fullmatch(r"(\d{1,2}):(\d{2})", raw.strip())
+    m = re.fullmatch(r"([0-9]{1,2}):([0-9]{2})", raw.strip())
     if not m:
         raise ValueError(f"bad time {raw!r}; expected HH:MM")
     h, mi = int(m.group(1)), int(m.group(2))
@@ -158,7 +158,7 @@ def _split_entries(raw: str) -> list[str]:
 
 def parse_min_ready(raw: str) -> Schedule:
     s = raw.strip()
-    if re.fullmatch(r"\d+", s):
+    if re.fullmatch(r"[0-9]+", s):
         return Schedule(default=_parse_count(s))
     entries = _split_entries(s)
     if not entries:
