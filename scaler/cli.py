@@ -40,8 +40,16 @@ class SourcesReader:
     ScaledObject's ``scaleTargetRef``), whatever the signal sources are. A discovery failure is a
     source error; the other sources keep working."""
 
-    def __init__(self, evict_after: float = 300.0, *, discovery: Any = None) -> None:
+    def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None) -> None:
+        from signals.sources.parsepool import ParsePool
+        from signals.sources.shared import SharedReads
+
         self._session: Any = None
+        # One read in flight per URL / query for the whole process (ScaledObjects over the same pods
+        # share it), and payload parsing in worker processes: no source of one ScaledObject can
+        # hold a thread, a connection slot or the event loop that another one needs.
+        self.shared = SharedReads()
+        self.parser = ParsePool(parse_workers)
         self._collectors: dict[tuple[ScaledObjectKey | None, ScalerConfig], tuple[Any, Any, float]] = {}
         self._evict_after = evict_after
         self._last_sweep = time.monotonic()
@@ -57,7 +65,9 @@ class SourcesReader:
         from signals.sources import build_collector
 
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            # No connection cap: a hung endpoint holds one connection (one read in flight per URL),
+            # never a slot that the other ScaledObjects' scrapes wait for.
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=30))
         if self.discovery is None:
             scope = None
         key = (scope, cfg)
@@ -69,7 +79,8 @@ class SourcesReader:
             if scope is not None:
                 provider = self.discovery.provider(scope[0], scope[1], pod_selector=cfg.pod_selector,
                                                    metrics_port=cfg.metrics_port, metrics_path=cfg.metrics_path)
-            collector = build_collector(cfg, session=self._session, pod_endpoints=provider)
+            collector = build_collector(cfg, session=self._session, pod_endpoints=provider, shared=self.shared,
+                                        parse=self.parser.parse)
         self._collectors[key] = (collector, provider, time.monotonic())
         await self._sweep()
         snapshot: Snapshot = await collector.collect(now)
@@ -114,6 +125,8 @@ class SourcesReader:
         for collector, provider, _ in self._collectors.values():
             await self._close(collector, provider)
         self._collectors.clear()
+        await self.shared.aclose()
+        self.parser.close()
         if self._session is not None:
             await self._session.close()
             self._session = None

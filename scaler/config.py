@@ -62,6 +62,13 @@ class ScalerConfig:
     metric_name: str = "warmscale-desired-replicas"
 
     @property
+    def read_budget_seconds(self) -> float:
+        """How long one decision waits for its sources: the scrape timeout, but at most 0.8 of the
+        interval, so that a late replica is unknown for that decision and the decision is on time.
+        A late fetch goes on (bounded by the scrape timeout) and serves the next decision."""
+        return max(0.05, min(self.scrape_timeout_seconds, 0.8 * self.scrape_interval_seconds))
+
+    @property
     def floor(self) -> int:
         """The smallest replica count the policy may ask for."""
         return 0 if self.scale_to_zero else max(1, self.min_replicas)

@@ -43,10 +43,21 @@ class Observation:
     time_to_ready_s: float | None
     warm_floor: int | None = None  # the warm pool's min-ready floor now (None: no warm pool)
     zero_allowed: bool | None = None  # the warm pool's scale-to-zero permission now (None: no warm pool)
+    # A replica source saw no replica at all (and the workload was not at zero): their load is unknown.
+    absent: bool = False
+    queues_known: int = 0
+
+    @property
+    def uncertain(self) -> bool:
+        """Some of the data is unknown: no scale-down, no zero (partial-data rules)."""
+        return self.unknown_replicas > 0 or self.queue_unknown or self.absent
 
     @property
     def all_unknown(self) -> bool:
-        return self.known_replicas == 0 and (self.unknown_replicas > 0 or self.queue_unknown)
+        """Nothing is known that could size the workload: hold."""
+        return self.known_replicas == 0 and (
+            self.unknown_replicas > 0 or self.queue_unknown or (self.absent and self.queues_known == 0)
+        )
 
 
 T = TypeVar("T")
@@ -112,7 +123,20 @@ def _growth_or_recent_decline(samples: tuple[tuple[float, float], ...]) -> float
     return min(0.0, _halves_slope(samples[len(samples) // 2 :]))
 
 
+def idle_gap_seconds(cfg: ScalerConfig) -> float:
+    """Decisions further apart than this leave a hole in the idle evidence (the tracker could not read
+    its sources, the lease moved, the process restarted): the idle window starts again."""
+    return max(3.0 * cfg.scrape_interval_seconds, cfg.scrape_interval_seconds + 2.0)
+
+
 def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[Observation, ScalerState]:
+    """Turn a snapshot into an observation and the state to keep.
+
+    Idleness (``idle_for``, for scale to zero) is measured from the engines' own data only: a
+    decision with any unknown replica, unknown gateway queue or absent replica source, or one that
+    follows a hole in the decisions (:func:`idle_gap_seconds`), restarts the idle window. Replicas
+    missing from a snapshot are *absent*, unknown, unless the workload was scaled to zero (the last
+    decision was 0: no replica is there to report)."""
     now = snapshot.taken_at
     known = snapshot.known
     memory = dict(state.replicas)
@@ -170,6 +194,10 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     kvs = [r.signal.kv_usage for r in known if r.signal is not None and r.signal.kv_usage is not None]
 
     n_known, n_unknown = len(known), len(snapshot.replicas) - len(known)
+    at_zero = state.last_desired == 0
+    absent = not at_zero and (bool(snapshot.absent) or (not snapshot.replicas and not snapshot.queues))
+    gap = state.last_decision_at is not None and now - state.last_decision_at > idle_gap_seconds(cfg)
+    uncertain = n_unknown > 0 or queue_unknown or absent or gap
     # Unknown replicas are assumed as loaded as the known ones (never idle).
     scale = (n_known + n_unknown) / n_known if n_known else 1.0
     load = (waiting + running) * scale + queue
@@ -186,7 +214,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
 
     preemption_kept = _prune(tuple(preemptions), now - cfg.ttft_window_seconds)
     span = max(cfg.ttft_window_seconds, 1e-9)
-    last_activity = now if activity or state.last_activity_at is None else state.last_activity_at
+    # Unknown is never idle: only a decision on complete data extends the idle evidence.
+    reset_idle = activity or uncertain
+    last_activity = now if reset_idle or state.last_activity_at is None else state.last_activity_at
 
     obs = Observation(
         now=now,
@@ -204,13 +234,15 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         running_slope=sustained_slope(running_samples),
         waiting_slope=_growth_or_recent_decline(waiting_samples),
         completion_rate=completion_rate,
-        idle_for=max(0.0, now - last_activity) if not activity else 0.0,
+        idle_for=max(0.0, now - last_activity) if not reset_idle else 0.0,
         ready_replicas=snapshot.ready_replicas,
         starting_replicas=snapshot.starting_replicas,
         current_replicas=snapshot.current_replicas,
         time_to_ready_s=snapshot.time_to_ready_s,
         warm_floor=snapshot.warm_floor,
         zero_allowed=snapshot.zero_allowed,
+        absent=absent,
+        queues_known=len(queue_lengths),
     )
     new_state = replace(
         state,

@@ -150,13 +150,13 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     desired = rules[reason]
 
     # Partial data: unknown replicas block any scale-down.
-    if (obs.unknown_replicas > 0 or obs.queue_unknown) and last is not None and desired < last:
+    if obs.uncertain and last is not None and desired < last:
         desired, reason = last, "partial-data-hold"
 
     # Bounds and scale to zero.
     idle = desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
     active = True
-    if may_zero and idle and obs.unknown_replicas == 0 and not obs.queue_unknown:
+    if may_zero and idle and not obs.uncertain:
         desired, active, reason = 0, False, "idle"
     else:
         lower = max(1, min_replicas)

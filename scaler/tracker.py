@@ -132,7 +132,7 @@ class Tracker:
         if d is not None:
             return d
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._first.wait(), timeout=self.cfg.scrape_timeout_seconds + 0.5)
+            await asyncio.wait_for(self._first.wait(), timeout=self.cfg.read_budget_seconds + 0.5)
         d = self.decision
         if d is not None:
             return d
@@ -219,7 +219,9 @@ class Tracker:
         t0 = time.perf_counter()
         try:
             read = m.reader(self.cfg, now, (self.namespace, self.name))
-            snapshot = await asyncio.wait_for(read, timeout=self.cfg.scrape_timeout_seconds)
+            # The sources keep to cfg.read_budget_seconds themselves (a late replica is unknown for
+            # this decision); this is only a safety net for a reader that does not.
+            snapshot = await asyncio.wait_for(read, timeout=self.cfg.read_budget_seconds + 1.0)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

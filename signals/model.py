@@ -110,6 +110,9 @@ class Snapshot:
     (``None``: no warm pool for the target, the ScaledObject's own bounds apply).
     ``ttft_window`` is a TTFT distribution a source already windowed (Prometheus ``increase``);
     without it the scaler differences each replica's cumulative histogram between scrapes.
+    ``absent`` names the replica sources that saw no replica at all this time (no endpoint or pod
+    to scrape, an empty Prometheus result, a failed discovery): absent data is unknown, never idle,
+    unless the workload was scaled to zero (then there is nothing to see).
     """
 
     taken_at: float
@@ -125,6 +128,7 @@ class Snapshot:
     warm_floor: int | None = None
     zero_allowed: bool | None = None
     source_errors: tuple[str, ...] = field(default_factory=tuple)
+    absent: tuple[str, ...] = ()
 
     @property
     def known(self) -> tuple[ReplicaReading, ...]:

@@ -142,7 +142,8 @@ def _prune(text: str, keep_buckets: Callable[[str], bool]) -> str:
 def parse_text(
     text: str, *, max_bytes: int | None = None, keep_buckets: Callable[[str], bool] | None = None
 ) -> MetricIndex:
-    """Parse one exposition payload. Raises :class:`PayloadError` on anything unparseable.
+    """Parse one exposition payload. Raises :class:`PayloadError` on anything unparseable, including
+    a series (name and label set) that appears twice.
 
     With ``keep_buckets``, only histograms whose base name it accepts keep their buckets, and
     ``*_created`` samples are skipped (their ``_sum``/``_count`` stay)."""
@@ -162,6 +163,7 @@ def parse_text(
         text = _prune(text, keep_buckets)
     declared = _declared_types(text)
     samples: dict[str, list[Series]] = {}
+    seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
     try:
         for family in text_string_to_metric_families(text):
             # Undo the parser's counter rewrite: a counter declared without ``_total`` was exposed
@@ -175,7 +177,15 @@ def parse_text(
                 name = s.name
                 if bare_counter and name == family.name + "_total":
                     name = family.name
-                samples.setdefault(name, []).append((dict(s.labels), float(s.value)))
+                labels = dict(s.labels)
+                key = (name, frozenset(labels.items()))
+                if key in seen:
+                    # The same series twice: the exporter is broken (or two payloads were glued
+                    # together). Summing would double the load; the replica is unknown instead.
+                    shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                    raise PayloadError(f"duplicate series {name}{{{shown}}}"[:300])
+                seen.add(key)
+                samples.setdefault(name, []).append((labels, float(s.value)))
     except PayloadError:
         raise
     except Exception as exc:  # the parser raises ValueError, IndexError, TypeError... on garbage

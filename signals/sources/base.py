@@ -14,12 +14,15 @@ from signals.model import QueueReading, ReplicaReading
 class SourceResult:
     """One source's contribution to a :class:`~signals.model.Snapshot`. ``errors`` are whole-source
     failures (Prometheus unreachable, pod discovery failed); per-replica and per-queue failures are
-    unknown readings that carry their own error."""
+    unknown readings that carry their own error. ``absent``: a replica source that saw no replica at
+    all (no endpoint, no pod, an empty Prometheus result, or a failure with nothing to report): the
+    replicas' load is unknown, never zero (see :attr:`signals.model.Snapshot.absent`)."""
 
     replicas: tuple[ReplicaReading, ...] = ()
     queues: tuple[QueueReading, ...] = ()
     ttft_window: Histogram | None = None
     errors: tuple[str, ...] = ()
+    absent: bool = False
 
 
 @runtime_checkable

@@ -26,18 +26,21 @@ from signals.model import QueueReading, ReplicaReading, Snapshot
 from signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
 from signals.sources.prometheus import PrometheusSource
 from signals.sources.redis_queue import RedisQueueSource
-from signals.sources.scrape import ScrapeSource
+from signals.sources.scrape import ParseFn, ScrapeSource
+from signals.sources.shared import SharedReads
 
 
 class MissingProviderSource:
     """Stands in for pod discovery when no provider was supplied: reports why, every time."""
+
+    provides_replicas = True
 
     def __init__(self, message: str, name: str = "pods") -> None:
         self.name = name
         self._message = message
 
     async def read(self, now: float) -> SourceResult:
-        return SourceResult(errors=(f"{self.name}: {self._message}",))
+        return SourceResult(errors=(f"{self.name}: {self._message}",), absent=True)
 
     async def aclose(self) -> None:
         return None
@@ -48,9 +51,17 @@ def build_sources(
     *,
     session: aiohttp.ClientSession,
     pod_endpoints: EndpointProvider | None = None,
+    shared: SharedReads | None = None,
+    parse: ParseFn | None = None,
 ) -> list[Source]:
-    """The sources ``cfg`` asks for. ``pod_endpoints`` serves ``podSelector`` (pod discovery)."""
+    """The sources ``cfg`` asks for. ``pod_endpoints`` serves ``podSelector`` (pod discovery);
+    ``shared`` (one per process) lets ScaledObjects reading the same URL or query share one read;
+    ``parse`` parses payloads (default: inline). Each source waits at most
+    ``cfg.read_budget_seconds`` for any of its reads (a late one is unknown for that decision)."""
     sources: list[Source] = []
+    wait = cfg.read_budget_seconds
+    # ScaledObjects over the same pods ticking within half an interval of each other share a scrape.
+    fresh_for = cfg.scrape_interval_seconds / 2 if shared is not None else 0.0
 
     def scrape(provider: EndpointProvider, name: str) -> ScrapeSource:
         return ScrapeSource(
@@ -60,6 +71,10 @@ def build_sources(
             timeout=cfg.scrape_timeout_seconds,
             max_payload_bytes=cfg.max_payload_bytes,
             name=name,
+            wait=wait,
+            shared=shared,
+            fresh_for=fresh_for,
+            parse=parse,
         )
 
     direct = False
@@ -84,6 +99,10 @@ def build_sources(
                 timeout=cfg.scrape_timeout_seconds,
                 replicas=not direct,
                 forget_after_seconds=cfg.staleness_seconds,
+                session=session,
+                shared=shared,
+                wait=wait,
+                fresh_for=fresh_for,
             )
         )
     if cfg.redis_address and cfg.redis_queue:
@@ -99,7 +118,8 @@ class SnapshotCollector:
     """Reads every source concurrently and merges the results into one :class:`Snapshot`.
 
     Readings older than ``staleness_seconds`` become unknown. A source that raises or overruns
-    ``deadline`` seconds becomes a source error, never a zero."""
+    ``deadline`` seconds becomes a source error and *absent* (when it is a replica source), never a
+    zero."""
 
     def __init__(
         self,
@@ -119,9 +139,11 @@ class SnapshotCollector:
             async with asyncio.timeout(self.deadline):
                 return await source.read(now)
         except TimeoutError:
-            return SourceResult(errors=(f"{source.name}: no answer within {self.deadline:g}s",))
+            return SourceResult(errors=(f"{source.name}: no answer within {self.deadline:g}s",),
+                                absent=_is_replica_source(source))
         except Exception as exc:
-            return SourceResult(errors=(f"{source.name}: {type(exc).__name__}: {exc}",))
+            return SourceResult(errors=(f"{source.name}: {type(exc).__name__}: {exc}",),
+                                absent=_is_replica_source(source))
 
     async def collect(self, now: float | None = None) -> Snapshot:
         taken = self._clock() if now is None else now
@@ -129,8 +151,11 @@ class SnapshotCollector:
         replicas: list[ReplicaReading] = []
         queues: list[QueueReading] = []
         errors: list[str] = []
+        absent: list[str] = []
         ttft: Histogram | None = None
-        for res in results:
+        for source, res in zip(self.sources, results, strict=True):
+            if res.absent:
+                absent.append(source.name)
             replicas.extend(r.stale(taken, self.staleness_seconds) for r in res.replicas)
             queues.extend(res.queues)
             errors.extend(res.errors)
@@ -142,6 +167,7 @@ class SnapshotCollector:
             queues=tuple(queues),
             ttft_window=ttft,
             source_errors=tuple(errors),
+            absent=tuple(absent),
         )
 
     async def aclose(self) -> None:
@@ -154,11 +180,18 @@ def build_collector(
     session: aiohttp.ClientSession,
     pod_endpoints: EndpointProvider | None = None,
     clock: Callable[[], float] = time.time,
+    shared: SharedReads | None = None,
+    parse: ParseFn | None = None,
 ) -> SnapshotCollector:
-    """Sources for ``cfg`` behind a collector with ``cfg``'s staleness."""
+    """Sources for ``cfg`` behind a collector with ``cfg``'s staleness. The collector's deadline is a
+    safety net a little past ``cfg.read_budget_seconds`` (each source keeps to the budget itself)."""
     return SnapshotCollector(
-        build_sources(cfg, session=session, pod_endpoints=pod_endpoints),
+        build_sources(cfg, session=session, pod_endpoints=pod_endpoints, shared=shared, parse=parse),
         staleness_seconds=cfg.staleness_seconds,
-        deadline=cfg.scrape_timeout_seconds + 1.0,
+        deadline=cfg.read_budget_seconds + 0.5,
         clock=clock,
     )
+
+
+def _is_replica_source(source: Source) -> bool:
+    return bool(getattr(source, "provides_replicas", False))

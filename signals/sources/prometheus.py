@@ -1,30 +1,63 @@
-"""Per-replica signals and a windowed TTFT from a Prometheus server (prometheus-api-client).
+"""Per-replica signals and a windowed TTFT from a Prometheus server (its HTTP API, with aiohttp).
 
-prometheus-api-client is synchronous (requests), so each query runs in a worker thread. Two queries
-per read (see :mod:`signals.promql`). When Prometheus can't be queried, every replica seen before is
-reported *unknown* with the error (never zero), and the failure is a source error.
+Two instant queries per read (see :mod:`signals.promql`), asynchronous: no worker thread, so a
+hung or trickling Prometheus costs this source one bounded request at a time (``timeout`` is the
+total deadline, body included) and nothing of anyone else's. ScaledObjects asking the same query of
+the same server share one request (:class:`~signals.sources.shared.SharedReads`).
+
+When Prometheus can't be queried, every replica seen before is reported *unknown* with the error
+(never zero), and the failure is a source error. An empty result (targets down, series stale, no
+pods) is *absent* data: unknown, never idle.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable
 from typing import Any
+from urllib.parse import urlencode
 
-from prometheus_api_client import PrometheusConnect
-from urllib3.util.retry import Retry
+import aiohttp
+import orjson
 
 from signals import promql
 from signals.histogram import Histogram
 from signals.model import ReplicaReading
 from signals.sources.base import SourceResult
+from signals.sources.shared import SharedReads
 
-QueryFn = Callable[[str, float], list[dict[str, Any]]]
+# A query result larger than this is refused (a Prometheus answer for one ScaledObject is a few kB).
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
-def connect(address: str, timeout: float) -> PrometheusConnect:
-    """A client that fails fast (no retries) so a dead server costs one timeout, not a backoff series."""
-    return PrometheusConnect(url=address.rstrip("/"), disable_ssl=False, retry=Retry(total=0), timeout=timeout)
+class PrometheusError(Exception):
+    """The query failed (HTTP, timeout, size, an ``error`` status, an unreadable body)."""
+
+
+async def query(session: aiohttp.ClientSession, address: str, promql_text: str, *, timeout_s: float,
+                max_bytes: int = MAX_RESPONSE_BYTES) -> list[dict[str, Any]]:
+    """``GET /api/v1/query``; the ``result`` list. ``timeout_s`` bounds the whole request, body included."""
+    timeout = timeout_s
+    from signals.sources.scrape import ScrapeError, fetch_payload
+
+    url = f"{address.rstrip('/')}/api/v1/query?" + urlencode({"query": promql_text, "timeout": f"{timeout:g}s"})
+    try:
+        body = await fetch_payload(session, url, timeout_s=timeout, max_bytes=max_bytes, accept="application/json",
+                                   ok=(200, 400, 422, 503))
+    except ScrapeError as exc:
+        raise PrometheusError(str(exc)) from None
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise PrometheusError(f"unreadable answer: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        err = doc.get("error") if isinstance(doc, dict) else None
+        raise PrometheusError(f"query failed: {str(err or body[:200])[:300]}")
+    data = doc.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise PrometheusError("answer without data.result")
+    return result
 
 
 class PrometheusSource:
@@ -38,30 +71,40 @@ class PrometheusSource:
         timeout: float = 2.0,
         replicas: bool = True,
         forget_after_seconds: float = 30.0,
-        client: PrometheusConnect | None = None,
+        session: aiohttp.ClientSession | None = None,
+        shared: SharedReads | None = None,
+        wait: float | None = None,
+        fresh_for: float = 0.0,
         name: str = "prometheus",
     ) -> None:
         self.name = name
         self.address = address
         self.engine = engine
         self._timeout = timeout
-        self._client = client or connect(address, timeout)
+        self._wait = min(timeout, wait) if wait is not None else timeout
+        self._session = session
+        self._owns_session = session is None
+        self._shared = shared if shared is not None else SharedReads()
+        self._fresh_for = fresh_for
         self._with_replicas = replicas
+        self.provides_replicas = replicas
         self.replica_query = promql.replica_query(engine, selector)
         self.ttft_query = promql.ttft_window_query(engine, ttft_window_seconds, selector)
         self._ttft_scale = promql.ttft_scale(engine)
         self._forget_after = forget_after_seconds
         self._last_seen: dict[str, float] = {}
 
-    def _query(self, query: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._client.custom_query(
-            query, params={"timeout": f"{self._timeout:g}s"}, timeout=self._timeout
-        )
-        return result
+    async def _run(self, text: str) -> list[dict[str, Any]]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        session = self._session
 
-    async def _run(self, query: str) -> list[dict[str, Any]]:
-        async with asyncio.timeout(self._timeout + 0.5):
-            return await asyncio.to_thread(self._query, query)
+        def fetch() -> Awaitable[list[dict[str, Any]]]:
+            return query(session, self.address, text, timeout_s=self._timeout)
+
+        result: list[dict[str, Any]] = await self._shared.get(("prometheus", self.address, text, self._timeout), fetch,
+                                                              wait=self._wait, fresh_for=self._fresh_for)
+        return result
 
     async def read(self, now: float) -> SourceResult:
         jobs: list[asyncio.Future[list[dict[str, Any]]]] = []
@@ -90,7 +133,8 @@ class PrometheusSource:
                     errors.append(self._describe(res))
             else:
                 ttft = promql.decode_ttft_window(res, self._ttft_scale)
-        return SourceResult(replicas=replicas, ttft_window=ttft, errors=tuple(errors))
+        absent = self._with_replicas and not replicas
+        return SourceResult(replicas=replicas, ttft_window=ttft, errors=tuple(errors), absent=absent)
 
     def _remembered(self, now: float) -> list[str]:
         self._last_seen = {r: t for r, t in self._last_seen.items() if now - t <= self._forget_after}
@@ -111,10 +155,10 @@ class PrometheusSource:
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
-            return f"prometheus {self.address}: timed out after {self._timeout:g}s"
+            return f"prometheus {self.address}: no answer within {self._wait:g}s"
         return f"prometheus {self.address}: {type(exc).__name__}: {str(exc)[:300]}"
 
     async def aclose(self) -> None:
-        session = getattr(self._client, "_session", None)
-        if session is not None:
-            await asyncio.to_thread(session.close)
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+        self._session = None

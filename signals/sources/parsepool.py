@@ -1,0 +1,61 @@
+"""Parsing of large ``/metrics`` payloads in worker processes (an I/O-edge helper).
+
+Parsing is CPU work (prometheus_client's text parser: milliseconds for a realistic vLLM payload);
+done on the event loop it would delay the RPCs answered there, and done in the default thread pool
+it would share that pool with anything else. A :class:`ParsePool` owns its own process pool
+(``spawn``: no fork of a process that runs gRPC), created on first use; payloads below
+``inline_below`` bytes are parsed inline (cheaper than the round trip). A worker that dies is
+replaced; the payload it was parsing is reported unparseable (that replica unknown for that read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from signals.engines import parse_payload
+from signals.model import ReplicaSignal
+from signals.parsing import PayloadError
+
+
+def _parse(text: str, engine: str, max_bytes: int) -> ReplicaSignal:
+    return parse_payload(text, engine, max_bytes=max_bytes)
+
+
+def default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+class ParsePool:
+    def __init__(self, workers: int | None = None, *, inline_below: int = 32 * 1024) -> None:
+        self.workers = workers or default_workers()
+        self.inline_below = inline_below
+        self._executor: ProcessPoolExecutor | None = None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            self._executor = ProcessPoolExecutor(max_workers=self.workers,
+                                                 mp_context=multiprocessing.get_context("spawn"))
+        return self._executor
+
+    async def parse(self, text: str, engine: str, max_bytes: int) -> ReplicaSignal:
+        if len(text) < self.inline_below:
+            return parse_payload(text, engine, max_bytes=max_bytes)
+        pool = self._pool()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, _parse, text, engine, max_bytes)
+        except BrokenProcessPool as exc:
+            if self._executor is pool:
+                self._executor = None
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise PayloadError(f"parser worker failed: {exc}") from None
+
+    def close(self) -> None:
+        pool, self._executor = self._executor, None
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                pool.shutdown(wait=False, cancel_futures=True)
