@@ -197,7 +197,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     at_zero = state.last_desired == 0
     absent = not at_zero and (bool(snapshot.absent) or (not snapshot.replicas and not snapshot.queues))
     gap = state.last_decision_at is not None and now - state.last_decision_at > idle_gap_seconds(cfg)
-    uncertain = n_unknown > 0 or queue_unknown or absent or gap
+    # Ready pods the sources did not report at all (the API counts them): their load is unknown too.
+    unseen = snapshot.ready_replicas is not None and snapshot.ready_replicas > len(snapshot.replicas) > 0
+    uncertain = n_unknown > 0 or queue_unknown or absent or gap or unseen
     # Unknown replicas are assumed as loaded as the known ones (never idle).
     scale = (n_known + n_unknown) / n_known if n_known else 1.0
     load = (waiting + running) * scale + queue

@@ -1,0 +1,119 @@
+"""Property-based fuzzing of metrics payloads (bounded budget): the parsers never raise anything but
+``PayloadError``, a duplicated series is always malformed, and through the real scrape path a
+malformed payload is an unknown replica, never a number."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from signals.engines import parse_payload
+from signals.parsing import PayloadError, parse_text
+from signals.sources.base import Endpoint
+from signals.sources.scrape import scrape_endpoint
+from tests.servers import FakeEngine
+
+NAMES = st.sampled_from([
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:request_success_total", "vllm:time_to_first_token_seconds_bucket", "sglang:num_running_reqs",
+    "sglang:num_queue_reqs", "tgi_queue_size", "tgi_batch_current_size", "x", "a_b_c", "9bad", "",
+])  # fmt: skip
+LABEL_VALUES = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
+LABELS = st.dictionaries(st.sampled_from(["engine", "model_name", "le", "pod", "x y", '"']), LABEL_VALUES, max_size=3)
+VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-10, 10**6).map(str),
+    st.sampled_from(["NaN", "+Inf", "-Inf", "1e309", "0x10", "", "abc", "1 2 3"]),
+)
+
+
+@st.composite
+def sample_line(draw: st.DrawFn) -> str:
+    name = draw(NAMES)
+    labels = draw(LABELS)
+    body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{body}}} {draw(VALUES)}" if labels or draw(st.booleans()) else f"{name} {draw(VALUES)}"
+
+
+LINE = st.one_of(
+    sample_line(),
+    st.sampled_from(["# TYPE vllm:num_requests_running gauge", "# TYPE x counter", "# HELP x help text",
+                     "# TYPE tgi_queue_size histogram", "#", "# EOF", ""]),
+    st.text(max_size=30),
+)
+PAYLOAD = st.lists(LINE, max_size=25).map(lambda lines: "\n".join(lines)) | st.text(max_size=200)
+ENDING = st.sampled_from(["\n", "", "\r\n", "\x00"])
+
+VALID = (
+    "# TYPE vllm:num_requests_running gauge\n"
+    'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+    "# TYPE vllm:num_requests_waiting gauge\n"
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 1\n'
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(PAYLOAD, ENDING, st.sampled_from(["auto", "vllm", "sglang", "tgi", "trtllm", "triton", "ray"]))
+def test_parsers_raise_only_payload_errors(body: str, ending: str, engine: str) -> None:
+    try:
+        sig = parse_payload(body + ending, engine, max_bytes=64 * 1024)
+    except PayloadError:
+        return
+    assert math.isfinite(sig.waiting) and sig.waiting >= 0
+    assert math.isfinite(sig.running) and sig.running >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(PAYLOAD, st.data())
+def test_a_duplicated_series_is_always_malformed(body: str, data: st.DataObject) -> None:
+    text = VALID + body + "\n"
+    try:
+        idx = parse_text(text)
+    except PayloadError:
+        return
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    dup = data.draw(st.sampled_from(lines))
+    with pytest.raises(PayloadError):
+        parse_text(text + dup + "\n")
+    assert idx.samples  # the valid one parsed
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[FakeEngine]:
+    e = FakeEngine(VALID)
+    yield e
+    e.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(PAYLOAD, st.booleans())
+def test_a_malformed_payload_is_an_unknown_replica(engine: FakeEngine, body: str, duplicate: bool) -> None:
+    base = VALID + body + "\n"
+    text = base + ('vllm:num_requests_running{engine="0",model_name="m"} 3\n' if duplicate else "")
+    engine.serve(text)
+
+    async def scrape() -> object:
+        async with aiohttp.ClientSession() as s:
+            return await scrape_endpoint(s, Endpoint("r", engine.url), 1.0, engine="vllm", timeout_s=5,
+                                         max_bytes=64 * 1024)
+
+    reading = asyncio.run(scrape())
+    try:
+        parse_payload(text, "vllm", max_bytes=64 * 1024)
+        malformed = False
+    except PayloadError:
+        malformed = True
+    assert reading.known is not malformed  # type: ignore[attr-defined]
+    if duplicate:
+        assert not reading.known  # type: ignore[attr-defined]
+        try:
+            parse_payload(base, "vllm", max_bytes=64 * 1024)
+        except PayloadError:
+            return
+        assert "duplicate series" in (reading.error or "")  # type: ignore[attr-defined]

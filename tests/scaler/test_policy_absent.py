@@ -1,0 +1,60 @@
+"""Absent data is unknown, never idle (issue 10 item 1): the pure policy with an injected clock."""
+
+from __future__ import annotations
+
+from tests.scaler.test_policy import Run, cfg, replica, unknown
+
+ZERO = {"scaleToZero": "true", "minReplicas": "0", "idleWindowSeconds": "5", "scaleDownStabilizationSeconds": "0",
+        "timeToReadySeconds": "0", "targetInflightPerReplica": "10"}
+
+
+def test_a_replica_source_that_sees_nothing_holds_a_busy_workload() -> None:
+    run = Run(cfg(**ZERO))
+    assert run.step([replica("a", running=22), replica("b", running=22)]).desired == 5
+    for _ in range(60):
+        d = run.step([], absent=("prometheus",))
+        assert (d.desired, d.active, d.reason) == (5, True, "signals-unknown")
+
+
+def test_a_fresh_tracker_that_sees_nothing_never_goes_to_zero() -> None:
+    run = Run(cfg(**ZERO))
+    for _ in range(60):
+        d = run.step([], absent=("prometheus",))
+        assert d.active and d.desired >= 1
+
+
+def test_at_zero_an_empty_source_is_expected() -> None:
+    run = Run(cfg(**ZERO))
+    run.step([replica("a", requests=1)])
+    for _ in range(10):
+        d = run.step([replica("a", requests=1)])
+    assert (d.desired, d.active) == (0, False)
+    for _ in range(10):
+        d = run.step([], absent=("pods",))
+        assert (d.desired, d.active) == (0, False)
+
+
+def test_idle_window_restarts_after_unknown_or_a_hole() -> None:
+    run = Run(cfg(**ZERO))
+    run.step([replica("a", running=3, requests=1)])
+    for _ in range(20):  # unknown for a long time: no idle evidence accumulates
+        run.step([unknown("a")])
+    d = run.step([replica("a", requests=1)])
+    assert d.active  # the idle window starts now, not 20 s ago
+    for _ in range(3):
+        d = run.step([replica("a", requests=1)])
+    assert d.active
+    for _ in range(3):
+        d = run.step([replica("a", requests=1)])
+    assert not d.active  # 5 s of the engine's own idle data
+    run2 = Run(cfg(**ZERO))
+    run2.step([replica("a", requests=1)])
+    d = run2.step([replica("a", requests=1)], dt=30)  # no decision for 30 s (sources unreadable)
+    assert d.active
+
+
+def test_ready_pods_missing_from_the_sources_are_unknown() -> None:
+    run = Run(cfg(**ZERO))
+    for _ in range(10):
+        d = run.step([replica("a", requests=1)], ready_replicas=2)
+    assert d.active and d.desired >= 1
