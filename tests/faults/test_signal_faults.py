@@ -77,19 +77,19 @@ async def test_empty_prometheus_result_never_scales_a_busy_workload_to_zero(
         reasons = {d["reason"] for d in await scaler.decisions("prom-busy")}
         assert "idle" not in reasons
         # Recovery: the engines come back idle; zero only after the engines' own idle window.
+        t_back = time.monotonic()
         for e in engines:
             e.serve(vllm_payload(0))
-        prom.wait_for(f"count(vllm:num_requests_running{{{sel}}} == 0) == 2", timeout=15)
-        t_back = time.monotonic()
 
         async def zero() -> bool:
             value, active = await scaler.poll("prom-busy", meta)
             return not active and value == 0
 
-        took = await until(zero, within=20)
+        await until(zero, within=20)
+        took = time.monotonic() - t_back
         print(f"\nempty Prometheus result: held {time.monotonic() - t_empty - took:.1f}s; "
-              f"zero {took:.1f}s after the engines reported idle again (idle window 3s)")
-        assert took >= 3.0 - 0.5  # the idle window runs on the engines' data, not on the outage
+              f"zero {took:.1f}s after the engines came back idle (idle window 3s)")
+        assert took >= 3.0  # the idle window runs on the engines' data, not on the outage
     finally:
         for e in engines:
             e.close()
