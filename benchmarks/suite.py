@@ -2,16 +2,21 @@
 then one Markdown table of all results (``benchmarks/results/summary.md``).
 
     python -m benchmarks.cli suite [--skip-week] [--traces DIR] [--out DIR]
+
+Traces come from ``--traces DIR``, else ``$WARMSCALE_SHARED/traces``, else the package
+(:mod:`warmscale.traces`); the week-long rate curve is not shipped and is skipped, with a message
+saying where to get it, when none of those has it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
-from warmscale.demo.burst import shared_traces_dir
+from warmscale.traces import TraceNotFound, resolve
 
 # (trace file, profile, TTFT SLO s). Mooncake's prompts are very long (p99 85k tokens): prefill alone
 # takes 5 s on 8B and 12 s on 70B-TP4, so its SLO is 10 s / 20 s.
@@ -29,7 +34,8 @@ WEEK = "azure_llm_2024_conv_rate_10s.csv"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--traces", default=None, help="folder of the traces (default: shared/traces)")
+    parser.add_argument("--traces", default=None,
+                        help="folder searched first for the traces (else $WARMSCALE_SHARED/traces, then the package)")
     parser.add_argument("--out", default="benchmarks/results", help="where JSON, PNG and summary.md go")
     parser.add_argument("--skip-week", action="store_true", help="leave out the week-long rate curve")
 
@@ -37,16 +43,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from benchmarks.cli import main as bench
 
-    traces = Path(args.traces) if args.traces else shared_traces_dir()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     docs: list[tuple[dict, float]] = []
     for trace, profile, slo in RUNS:
         if args.skip_week and trace == WEEK:
             continue
+        try:
+            path = resolve(trace, args.traces)
+        except TraceNotFound as exc:
+            print(f"skipped: {exc}", file=sys.stderr)
+            continue
         stem = f"{Path(trace).stem}__{profile}"
         t0 = time.perf_counter()
-        bench(["trace", "--trace", str(traces / trace), "--profile", profile, "--slo-ttft", f"{slo:g}",
+        bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
                "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet"])
         docs.append((json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0))
     table = summary_table(docs)

@@ -21,12 +21,18 @@ from warmpool.startup_model import PROFILES, time_to_ready_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", required=True, help="per-request CSV or rate-curve CSV")
+    parser.add_argument("--trace", default="azure-code",
+                        help="a shipped trace by name (default azure-code; also azure-conv, mooncake-conv, "
+                             "servegen-deepseek-r1) or a per-request / rate-curve CSV path")
+    parser.add_argument("--traces", default=None,
+                        help="folder searched first for a trace given by name (else $WARMSCALE_SHARED/traces, "
+                             "then the package)")
     parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES),
                         help="engine + startup profile (default 8b-h100)")
     parser.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT SLO in seconds (default 2)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the rate-curve arrivals (default 1)")
-    parser.add_argument("--json", required=True, dest="json_out", help="where to write the results JSON")
+    parser.add_argument("--json", default=None, dest="json_out",
+                        help="where to write the results JSON (default: <trace>__<profile>.json here)")
     parser.add_argument("--plot", default=None, help="where to write the PNG plot")
     parser.add_argument("--tick", type=float, default=None,
                         help="simulation tick in seconds (default 1 for per-request traces, 5 for rate curves)")
@@ -57,14 +63,24 @@ def _progress(quiet: bool) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    wall0 = time.perf_counter()
-    path = Path(args.trace)
-    kind_tick = args.tick
-    from benchmarks.sim.arrivals import detect_kind
+    from benchmarks.sim.arrivals import default_tokens_for, detect_kind
+    from warmscale.traces import TraceNotFound, resolve
 
-    kind = detect_kind(path)
-    dt = kind_tick if kind_tick is not None else (1.0 if kind == "requests" else 5.0)
-    work = load_trace(path, dt=dt, seed=args.seed, tokens_from=args.tokens_from, rate_scale=args.rate_scale)
+    wall0 = time.perf_counter()
+    try:
+        path = resolve(args.trace, args.traces)
+        kind = detect_kind(path)
+        tokens_from: Path | None = None
+        if args.tokens_from:
+            tokens_from = resolve(args.tokens_from, args.traces)
+        elif kind == "rate" and not default_tokens_for(path).is_file():
+            # A rate curve away from the per-request traces: take the token sizes from the shipped ones.
+            tokens_from = resolve(default_tokens_for(path).name, args.traces)
+    except TraceNotFound as exc:
+        print(f"warmscale bench trace: {exc}", file=sys.stderr)
+        return 2
+    dt = args.tick if args.tick is not None else (1.0 if kind == "requests" else 5.0)
+    work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
     engine = ENGINE_PROFILES[args.profile]
@@ -84,10 +100,11 @@ def run(args: argparse.Namespace) -> int:
     results, meta = run_all(work, engine, startup, settings, bc, say)
     wall = time.perf_counter() - wall0
     doc = build_json(work, args, results, meta, engine, startup, settings, wall)
-    Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json_out).write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    json_out = Path(args.json_out or f"{path.stem}__{args.profile}.json")
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
     print(format_table(doc))
-    print(f"simulated in {wall:.1f} s")
+    print(f"simulated in {wall:.1f} s; results: {json_out}")
     if args.plot:
         plot(results, doc, args.plot)
     return 0

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from warmscale.logs import setup_logging
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("warmscale.demo", "run the embedded demo: simulated vLLM engines, the scaler, KEDA+HPA emulation"),
+    "demo": ("warmscale.demo.cli", "one real burst through today's KEDA+HPA setup and through warmscale, "
+                                   "side by side (simulated vLLM engines, no cluster)"),
     "scaler": ("scaler.cli", "run the KEDA external scaler (gRPC)"),
     "warmpool": ("warmpool.cli", "run the warm-pool controller"),
     "rbac": ("warmpool.rbac", "print the warm-pool controller's RBAC (cluster-wide, or --namespace NS: Roles per "

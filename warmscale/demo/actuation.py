@@ -1,81 +1,184 @@
-"""KEDA + HPA actuation, emulated against the real gRPC server (time-compressed for the demo).
+"""How a replica count reaches each demo fleet: today's common setup and warmscale, on one clock.
 
-KEDA part: ``GetMetricSpec`` once, then every ``polling_s`` ``GetMetrics`` followed by ``IsActive``
-(KEDA's two RPCs per poll), and an ``external-push`` ``StreamIsActive`` whose ``true`` activates a
-target at 0 replicas at once. HPA part: every ``hpa_sync_s`` the External/AverageValue arithmetic of
-:func:`scaler.hpa.hpa_replicas` with its tolerance, clamped to [max(min, 1), max].
+Both use the trace benchmark's emulation of the HPA controller and of KEDA's own loop
+(:mod:`benchmarks.sim.actuation`: the HPA's External/AverageValue arithmetic, stabilisation windows
+and rate limits; KEDA's polling and push activation), with their upstream defaults, on the demo's
+trace clock, so every interval is scaled by the demo's speed-up like the traffic and the startups.
+
+- :class:`TodaySetup`: Prometheus scrapes every pod's ``/metrics`` every 15 s (through the production
+  parsers); the KEDA Prometheus scaler's query is ``sum(vllm:num_requests_waiting)`` with an
+  AverageValue threshold of 5 per replica, polled every 30 s for activation; the HPA syncs every
+  15 s with its default behaviour (scale-down stabilisation 300 s).
+- :class:`WarmscaleActuation`: the real scaler over gRPC as KEDA calls it for an ``external-push``
+  trigger: ``StreamIsActive`` activates at once, ``IsActive`` on every 30 s poll, ``GetMetrics`` at
+  every HPA sync; the HPA behaviour is what the warm-pool controller writes into the ScaledObject it
+  owns (tolerance 0, no HPA stabilisation: the scaler stabilises).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
+from benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig
 from proto import externalscaler_pb2 as pb
 from proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.hpa import hpa_replicas
 from warmscale.demo.fleet import Fleet
+
+log = logging.getLogger("warmscale.demo")
+
+PROMETHEUS_SCRAPE_S = 15.0
+KEDA_POLLING_S = 30.0
+KEDA_PROMETHEUS_THRESHOLD = 5.0
+
+
+class Clock:
+    """Trace time: ``speed`` trace seconds per wall-clock second since :meth:`start`."""
+
+    def __init__(self, speed: float) -> None:
+        self.speed = speed
+        self.t0 = time.monotonic()
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+
+    def now(self) -> float:
+        return (time.monotonic() - self.t0) * self.speed
+
+    def wall(self, trace_s: float) -> float:
+        return trace_s / self.speed
+
+    async def sleep_until(self, t: float) -> None:
+        await asyncio.sleep(max(0.0, (t - self.now()) / self.speed))
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        try:
+            await t
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("demo actuation loop failed")
 
 
 @dataclass
-class KedaHpaEmulator:
+class TodaySetup:
+    """Prometheus (15 s scrape) -> KEDA Prometheus scaler (waiting > 5 per replica, 30 s poll) -> HPA."""
+
+    fleet: Fleet
+    clock: Clock
+    collector: Any  # signals' SnapshotCollector over the fleet's pods: what Prometheus scrapes
+    min_replicas: int
+    max_replicas: int
+    prom_waiting: float = 0.0  # sum(vllm:num_requests_waiting) as of the last scrape
+    hpa_target: int | None = None  # the HPA's last raw recommendation
+    keda: Keda = field(init=False)
+    hpa: Hpa = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.keda = Keda(KedaConfig(polling_interval_s=KEDA_POLLING_S, min_replicas=self.min_replicas,
+                                    max_replicas=self.max_replicas))
+        self.hpa = Hpa(self.min_replicas, self.max_replicas, HpaBehavior())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        tasks = [asyncio.create_task(self._prometheus()), asyncio.create_task(self._control())]
+        await stop.wait()
+        await _cancel_all(tasks)
+
+    async def _prometheus(self) -> None:
+        next_at = 0.0
+        while True:
+            await self.clock.sleep_until(next_at)
+            next_at += PROMETHEUS_SCRAPE_S
+            snap = await self.collector.collect(time.time())
+            # A pod Prometheus could not scrape has no sample: sum() leaves it out.
+            self.prom_waiting = sum(r.signal.waiting for r in snap.replicas if r.signal is not None)
+
+    async def _control(self) -> None:
+        while True:
+            await self.clock.sleep_until(min(self.keda.next_poll, self.hpa.next_sync))
+            now = self.clock.now()
+            spec = self.fleet.spec_replicas
+            if self.keda.poll_due(now):
+                n = self.keda.poll(now, self.keda.is_active_value(self.prom_waiting), spec)
+                self.fleet.scale_to(n, now)
+            spec = self.fleet.spec_replicas
+            if spec > 0 and self.hpa.due(now):
+                raw = self.hpa.raw_external_average(self.prom_waiting, KEDA_PROMETHEUS_THRESHOLD, spec)
+                self.hpa_target = raw
+                self.fleet.scale_to(self.hpa.sync(now, spec, raw), now)
+
+
+@dataclass
+class WarmscaleActuation:
+    """KEDA (external-push trigger) + HPA against the real scaler over gRPC."""
+
     channel: grpc.aio.Channel
     ref: pb.ScaledObjectRef
     fleet: Fleet
+    clock: Clock
     min_replicas: int
     max_replicas: int
-    polling_s: float = 2.0
-    hpa_sync_s: float = 3.0
-    tolerance: float = 0.1
     metric_value: float = 0.0
     target: float = 1.0
-    active: bool = True
-    scale_events: list[tuple[float, int, int]] = field(default_factory=list)
+    keda: Keda = field(init=False)
+    hpa: Hpa = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.keda = Keda(KedaConfig(polling_interval_s=KEDA_POLLING_S, min_replicas=self.min_replicas,
+                                    max_replicas=self.max_replicas))
+        self.hpa = Hpa(self.min_replicas, self.max_replicas,
+                       HpaBehavior(tolerance=0.0, scale_down_stabilization_s=0.0))
 
     async def run(self, stop: asyncio.Event) -> None:
         stub = pb_grpc.ExternalScalerStub(self.channel)
-        spec = await stub.GetMetricSpec(self.ref)
-        self.target = spec.metricSpecs[0].targetSizeFloat or float(spec.metricSpecs[0].targetSize)
-        tasks = [asyncio.create_task(self._poll(stub, stop)), asyncio.create_task(self._hpa(stop)),
-                 asyncio.create_task(self._push(stub, stop))]
+        spec = (await stub.GetMetricSpec(self.ref)).metricSpecs[0]
+        self.target = spec.targetSizeFloat or float(spec.targetSize)
+        tasks = [asyncio.create_task(self._push(stub)), asyncio.create_task(self._poll(stub)),
+                 asyncio.create_task(self._hpa(stub, spec.metricName))]
         await stop.wait()
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
-                await t
+        await _cancel_all(tasks)
 
-    async def _poll(self, stub: pb_grpc.ExternalScalerStub, stop: asyncio.Event) -> None:
-        name = (await stub.GetMetricSpec(self.ref)).metricSpecs[0].metricName
-        while not stop.is_set():
-            resp = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=self.ref, metricName=name))
+    async def _push(self, stub: pb_grpc.ExternalScalerStub) -> None:
+        async for msg in stub.StreamIsActive(self.ref):
+            now = self.clock.now()
+            self.fleet.scale_to(self.keda.push(now, msg.result, self.fleet.spec_replicas), now)
+
+    async def _poll(self, stub: pb_grpc.ExternalScalerStub) -> None:
+        while True:
+            await self.clock.sleep_until(self.keda.next_poll)
+            try:
+                active = (await stub.IsActive(self.ref)).result
+            except grpc.aio.AioRpcError as exc:  # KEDA logs it and tries again at the next poll
+                log.warning("IsActive failed", extra={"code": str(exc.code())})
+                self.keda.next_poll = self.clock.now() + self.keda.cfg.polling_interval_s
+                continue
+            now = self.clock.now()
+            self.fleet.scale_to(self.keda.poll(now, active, self.fleet.spec_replicas), now)
+
+    async def _hpa(self, stub: pb_grpc.ExternalScalerStub, metric_name: str) -> None:
+        while True:
+            await self.clock.sleep_until(self.hpa.next_sync)
+            try:
+                resp = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=self.ref, metricName=metric_name))
+            except grpc.aio.AioRpcError as exc:  # the HPA keeps the replicas and tries at the next sync
+                log.warning("GetMetrics failed", extra={"code": str(exc.code())})
+                self.hpa.next_sync = self.clock.now() + self.hpa.b.sync_period_s
+                continue
             v = resp.metricValues[0]
             self.metric_value = v.metricValueFloat if v.metricValueFloat > 0 else float(v.metricValue)
-            self.active = (await stub.IsActive(self.ref)).result
-            await asyncio.sleep(self.polling_s)
-
-    async def _push(self, stub: pb_grpc.ExternalScalerStub, stop: asyncio.Event) -> None:
-        async for msg in stub.StreamIsActive(self.ref):
-            if msg.result and self.fleet.spec_replicas == 0:
-                self._apply(max(self.min_replicas, 1))
-
-    async def _hpa(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await asyncio.sleep(self.hpa_sync_s)
-            current = self.fleet.spec_replicas
-            if current == 0:
+            now = self.clock.now()
+            spec = self.fleet.spec_replicas
+            if spec == 0:
+                self.hpa.next_sync = now + self.hpa.b.sync_period_s
                 continue  # KEDA owns 0 <-> 1; the HPA is not running at 0
-            want = hpa_replicas(self.metric_value, self.target, current, self.tolerance)
-            want = max(max(self.min_replicas, 1), min(self.max_replicas, want))
-            if want != current:
-                self._apply(want)
-
-    def _apply(self, n: int) -> None:
-        now = time.monotonic()
-        before = self.fleet.spec_replicas
-        self.fleet.scale_to(n, now)
-        self.scale_events.append((now, before, n))
+            raw = self.hpa.raw_external_average(self.metric_value, self.target, spec)
+            self.fleet.scale_to(self.hpa.sync(now, spec, raw), now)

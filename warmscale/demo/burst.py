@@ -1,4 +1,4 @@
-"""A short burst cut from a real per-request trace (``timestamp_s,input_tokens,output_tokens``)."""
+"""A burst cut from a real per-request trace (``timestamp_s,input_tokens,output_tokens``)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,15 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_TRACE = "azure_llm_2023_conv.csv"
+# The Azure coding trace (shipped in the package): on/off bursts, twelve of its 57 minutes idle.
+DEFAULT_TRACE = "azure-code"
 
 
 @dataclass(frozen=True)
 class Arrival:
-    at: float  # seconds since the start of the replay (wall clock, after speed-up)
+    at: float  # trace seconds since the start of the replayed window
     input_tokens: int
     output_tokens: int
-
-
-def shared_traces_dir() -> Path:
-    """``../shared/traces`` beside the repository (overridable with WARMSCALE_SHARED)."""
-    import os
-
-    root = os.environ.get("WARMSCALE_SHARED")
-    if root:
-        return Path(root) / "traces"
-    return Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 
 def load_trace(path: Path) -> list[tuple[float, int, int]]:
@@ -41,11 +32,12 @@ def busiest_minute(rows: list[tuple[float, int, int]]) -> float:
     return 60.0 * max(counts, key=lambda m: counts[m])
 
 
-def burst(rows: list[tuple[float, int, int]], lead_s: float, span_s: float, speed: float) -> list[Arrival]:
-    """Arrivals from ``lead_s`` before the busiest minute, ``span_s`` of trace time, ``speed`` x faster."""
-    start = max(0.0, busiest_minute(rows) - lead_s)
-    return [
-        Arrival((t - start) / speed, i, o)
-        for t, i, o in rows
-        if start <= t < start + span_s
-    ]
+def window_start(rows: list[tuple[float, int, int]], lead_s: float) -> float:
+    """``lead_s`` before the start of the busiest minute."""
+    return max(0.0, busiest_minute(rows) - lead_s)
+
+
+def burst(rows: list[tuple[float, int, int]], lead_s: float, span_s: float) -> list[Arrival]:
+    """Arrivals from ``lead_s`` before the busiest minute, ``span_s`` of trace time."""
+    start = window_start(rows, lead_s)
+    return [Arrival(t - start, i, o) for t, i, o in rows if start <= t < start + span_s]

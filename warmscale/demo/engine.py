@@ -1,10 +1,12 @@
 """A simulated vLLM replica: a small continuous-batching queueing model behind a real ``/metrics``.
 
-The model is deliberately small (the trace-replay benchmark has the detailed one): requests wait in
-FIFO order until a batch slot and their KV tokens are free; prefill runs at ``prefill_tps`` tokens/s
-and TTFT = queue wait + prefill; decode emits one token per sequence per step, and a step takes
-``tpot_base_s + tpot_per_seq_s * batch``. The exposition uses vLLM V1's metric names, labels and
-TTFT buckets, so the scaler reads it exactly as it reads a real engine.
+Times are the demo's trace time (the demo's clock runs faster than the wall clock). The model is
+deliberately small (the trace-replay benchmark has the detailed one): requests wait in
+FIFO order until a batch slot and their KV tokens are free; prefill runs at ``prefill_tps``
+tokens/s and TTFT = queue wait + prefill (a request counts as waiting until its prefill starts);
+decode emits one token per sequence per step, and a step takes ``tpot_base_s + tpot_per_seq_s * batch``.
+The exposition uses vLLM V1's metric names, labels and TTFT buckets, so the scaler reads it exactly
+as it reads a real engine.
 """
 
 from __future__ import annotations
@@ -23,11 +25,15 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 @dataclass(frozen=True)
 class EngineProfile:
-    max_num_seqs: int = 64
-    kv_capacity_tokens: int = 200_000
-    prefill_tps: float = 20_000.0
-    tpot_base_s: float = 0.012
-    tpot_per_seq_s: float = 0.0006
+    """Llama-3.1-8B on one H100, the numbers of the trace benchmark's ``8b-h100`` engine profile
+    (``benchmarks/sim/engine.py``, with their sources): vLLM's default 256 sequences, ~400k KV tokens,
+    ~16k prefill tokens/s, ~7 ms per decode step plus ~150 us per sequence (its KV read at ~2.5k tokens)."""
+
+    max_num_seqs: int = 256
+    kv_capacity_tokens: int = 400_000
+    prefill_tps: float = 16_000.0
+    tpot_base_s: float = 0.007
+    tpot_per_seq_s: float = 0.00015
 
 
 @dataclass
@@ -86,8 +92,9 @@ class SimulatedEngine:
         dt = max(0.0, now - self.last_step)
         self.last_step = now
         p = self.profile
-        # Admit in FIFO order while a slot and the KV tokens are free; prefill is serialised.
-        while self.waiting and len(self.running) < p.max_num_seqs:
+        # Admit in FIFO order while a slot and the KV tokens are free; prefill is serialised, and a
+        # request stays waiting until its prefill starts within this step (as vLLM V1 counts it).
+        while self.waiting and len(self.running) < p.max_num_seqs and self.prefill_busy_until <= now + dt:
             head = self.waiting[0]
             if self.kv_used() + head.kv_tokens > p.kv_capacity_tokens and self.running:
                 break

@@ -1,16 +1,22 @@
-"""The demo's event loop: traffic, engines, the real scaler, KEDA+HPA emulation, progress, plot."""
+"""The demo's event loop: one real burst through two fleets side by side, a live table, a summary, a plot.
+
+Everything runs on the trace clock (:class:`~warmscale.demo.actuation.Clock`, ``speed`` trace
+seconds per wall second): arrivals, the engines, Prometheus/KEDA/HPA, the startup ladder, and the
+scaler's own windows (its trigger metadata is the production default divided by ``speed``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import logging
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import aiohttp
 import grpc
@@ -18,215 +24,413 @@ import orjson
 from aiohttp import web
 
 from proto import externalscaler_pb2 as pb
-from scaler.config import ScalerConfig
+from scaler.config import ScalerConfig, parse_metadata
 from scaler.server import ScalerServer, ServerOptions
+from scaler.warm_status import WarmStatus
 from signals.model import Snapshot
 from signals.sources import Endpoint, build_collector
-from warmscale.demo.actuation import KedaHpaEmulator
-from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, shared_traces_dir
+from warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
+from warmscale.demo.actuation import (
+    KEDA_POLLING_S,
+    KEDA_PROMETHEUS_THRESHOLD,
+    PROMETHEUS_SCRAPE_S,
+    Clock,
+    TodaySetup,
+    WarmscaleActuation,
+)
+from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, window_start
 from warmscale.demo.engine import Request
 from warmscale.demo.fleet import Fleet
+from warmscale.traces import resolve
 
-TICK_S = 0.05
+TICK_S = 0.02  # wall seconds per loop turn
+SAMPLE_S = 5.0  # trace seconds between timeline samples (JSON, plot)
+TTFT_WINDOW_S = 20.0  # trace seconds of first tokens behind each row's p95 TTFT
+FLEETS = ("today", "warmscale")
+LABELS = {"today": "today's setup", "warmscale": "warmscale"}
+
+
+class DemoError(RuntimeError):
+    """The demo could not run as set up (the message says why)."""
 
 
 @dataclass(frozen=True)
 class DemoOptions:
-    trace: Path
-    speed: float = 2.5
-    span: float = 220.0
-    lead: float = 120.0
-    startup: float = 8.0
+    trace: str = DEFAULT_TRACE
+    traces_dir: str | None = None
+    speed: float = 8.0
+    span: float = 660.0
+    lead: float = 20.0
+    profile: str = "8b-h100"
+    standby: int = 2
+    initial: int = 1
     max_replicas: int = 8
-    slo_ttft: float = 1.0
+    slo_ttft: float = 2.0
+    every: float = 20.0
+    drain: float = 60.0
     plot: str = "warmscale-demo.png"
     json: str | None = None
+    log_file: str = "warmscale-demo.log"
     quiet: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DemoOptions:
-        trace = Path(args.trace) if args.trace else shared_traces_dir() / DEFAULT_TRACE
-        return cls(trace=trace, speed=args.speed, span=args.span, lead=args.lead, startup=args.startup,
-                   max_replicas=args.max_replicas, slo_ttft=args.slo_ttft, plot=args.plot, json=args.json,
-                   quiet=args.quiet)
+        return cls(trace=args.trace, traces_dir=args.traces, speed=args.speed, span=args.span, lead=args.lead,
+                   profile=args.profile, standby=args.standby, initial=args.initial,
+                   max_replicas=args.max_replicas, slo_ttft=args.slo_ttft, every=args.every, drain=args.drain,
+                   plot=args.plot, json=args.json, log_file=args.log_file, quiet=args.quiet)
 
     def metadata(self) -> dict[str, str]:
-        """The ScaledObject trigger metadata the demo's KEDA emulation sends."""
+        """The trigger metadata of warmscale's ScaledObject: production defaults, every duration / speed."""
+        s = self.speed
         return {
             "engine": "vllm",
             "podSelector": "app=vllm-demo",
-            "minReplicas": "1",
+            "minReplicas": str(self.initial),
             "maxReplicas": str(self.max_replicas),
-            "targetInflightPerReplica": "12",
-            "targetWaitingPerReplica": "2",
-            "ttftSloSeconds": str(self.slo_ttft),
-            "ttftWindowSeconds": "10",
-            "timeToReadySeconds": str(self.startup),
-            "trendWindowSeconds": "10",
-            "scaleDownStabilizationSeconds": "20",
-            "scrapeIntervalSeconds": "0.5",
+            "ttftSloSeconds": f"{self.slo_ttft:g}",  # TTFT itself is measured in trace seconds
+            "hpaTolerance": "0",  # as in the ScaledObject the warm-pool controller writes
+            "ttftWindowSeconds": f"{60.0 / s:g}",
+            "trendWindowSeconds": f"{60.0 / s:g}",
+            "timeToReadySeconds": f"{120.0 / s:g}",
+            "scaleDownStabilizationSeconds": f"{300.0 / s:g}",
+            "idleWindowSeconds": f"{60.0 / s:g}",
+            "stalenessSeconds": f"{30.0 / s:g}",
+            "scrapeIntervalSeconds": f"{max(1.0 / s, 0.1):g}",  # the scaler's floor is 0.1 s
             "scrapeTimeoutSeconds": "1",
-            "stalenessSeconds": "5",
         }
 
 
 class FleetEndpoints:
-    """The demo's pod discovery: the fleet's replicas that are up."""
+    """Pod discovery for one fleet: its replicas that are up."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, clock: Clock) -> None:
         self.fleet = fleet
+        self.clock = clock
 
     async def endpoints(self) -> Sequence[Endpoint]:
-        now = time.monotonic()
-        return [Endpoint(replica=url.rsplit("/", 2)[-2], url=url) for url in self.fleet.endpoints(now)]
+        return [Endpoint(replica=url.rsplit("/", 2)[-2], url=url) for url in self.fleet.endpoints(self.clock.now())]
 
 
-def _p(values: list[float], q: float) -> float | None:
+def _p(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-async def run_demo(opts: DemoOptions) -> dict[str, Any]:
-    arrivals = burst(load_trace(opts.trace), opts.lead, opts.span, opts.speed)
-    fleet = Fleet(startup_s=opts.startup)
-    runner = web.AppRunner(fleet.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    fleet.base_url = f"http://127.0.0.1:{port}"
-    fleet.scale_to(1, time.monotonic(), startup_s=0.0)
+def _mmss(t: float) -> str:
+    return f"{int(t // 60)}:{int(t % 60):02d}"
+
+
+@dataclass
+class FleetStats:
+    ttfts: list[float] = field(default_factory=list)
+    recent: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, now: float, values: list[float]) -> None:
+        self.ttfts.extend(values)
+        self.recent.extend((now, v) for v in values)
+
+    def p95_recent(self, now: float) -> float | None:
+        self.recent = [(t, v) for t, v in self.recent if t > now - TTFT_WINDOW_S]
+        return _p([v for _, v in self.recent], 0.95)
+
+
+class CountingHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+def _logs_to_file(path: str) -> tuple[CountingHandler, list[logging.Handler]]:
+    """Send every log record to ``path`` (JSON lines) so nothing interleaves with the table."""
+    from warmscale.logs import JsonFormatter
+
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    fh = logging.FileHandler(path, mode="w", encoding="utf-8")
+    fh.setFormatter(JsonFormatter())
+    counter = CountingHandler()
+    root.handlers[:] = [fh, counter]
+    return counter, saved
+
+
+async def run_demo(opts: DemoOptions, out: TextIO | None = None) -> dict[str, Any]:
+    out = out or sys.stdout
+    say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=out, flush=True))
+    parse_metadata(opts.metadata())  # a bad option combination fails here, naming the key
+    trace_path = resolve(opts.trace, opts.traces_dir)
+    rows = load_trace(trace_path)
+    arrivals = burst(rows, opts.lead, opts.span)
+    t_start = window_start(rows, opts.lead)
+    startup: StartupProfile = PROFILES[opts.profile]
+    ttr = time_to_ready_table(startup)
+    clock = Clock(opts.speed)
+    fleets = {"today": Fleet("today", startup), "warmscale": Fleet("warmscale", startup, standby=opts.standby)}
+
+    counter, saved_handlers = _logs_to_file(opts.log_file) if opts.log_file else (None, None)
+    say(f"warmscale demo: {len(arrivals):,} requests of {trace_path.name} (the busiest burst, trace "
+        f"{_mmss(t_start)}-{_mmss(t_start + opts.span)}), replayed {opts.speed:g}x faster; "
+        f"TTFT SLO {opts.slo_ttft:g} s")
+    say(f"  both fleets: simulated vLLM, {startup.gpus_per_replica} GPU per replica ({startup.name}), "
+        f"{opts.initial} replica at the start, at most {opts.max_replicas}")
+    say(f"  today     : Prometheus scrape {PROMETHEUS_SCRAPE_S:g} s -> KEDA Prometheus scaler (waiting requests, "
+        f"threshold {KEDA_PROMETHEUS_THRESHOLD:g}, polling {KEDA_POLLING_S:g} s) -> HPA; "
+        f"new replicas start cold: {ttr['cold']:.0f} s")
+    say(f"  warmscale : scaler reads the engines every 1 s, push activation, its policy; warm pool of "
+        f"{opts.standby} placeholders: {ttr['placeholder+staged']:.0f} s to ready (cold {ttr['cold']:.0f} s)")
+    if opts.log_file:
+        say(f"  logs      : {opts.log_file}")
+    say("")
+    say("  table     : replicas = ready+starting, warm = warm placeholders, ! = p95 TTFT over the SLO")
+    say("")
+    today_title, ws_title = " today's setup ", " warmscale "
+    say(f"{'':12}  {today_title:-^26}   {ws_title:-^55}")
+    say(f"{'time':>5} {'req/s':>6}  {'replicas':>8} {'queue':>6} {'p95 TTFT':>10}   {'replicas':>8} {'warm':>4} "
+        f"{'queue':>6} {'p95 TTFT':>10}  scaler's reason")
+
+    runners: list[web.AppRunner] = []
+    for fleet in fleets.values():
+        runner = web.AppRunner(fleet.app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        fleet.base_url = f"http://127.0.0.1:{port}"
+        runners.append(runner)
+        fleet.start_ready(opts.initial, 0.0)
 
     session = aiohttp.ClientSession()
-    discovery = FleetEndpoints(fleet)
-    collectors: dict[ScalerConfig, Any] = {}
+    collectors: dict[Any, Any] = {}
+    ws_fleet, today_fleet = fleets["warmscale"], fleets["today"]
+    ws_discovery = FleetEndpoints(ws_fleet, clock)
 
     async def reader(cfg: ScalerConfig, now: float, scope: tuple[str, str]) -> Snapshot:
         if cfg not in collectors:
-            collectors[cfg] = build_collector(cfg, session=session, pod_endpoints=discovery)
+            collectors[cfg] = build_collector(cfg, session=session, pod_endpoints=ws_discovery)
         snap: Snapshot = await collectors[cfg].collect(now)
-        ready, starting = fleet.counts(time.monotonic())
-        return replace(snap, ready_replicas=ready, starting_replicas=starting, current_replicas=fleet.spec_replicas)
+        ready, starting = ws_fleet.counts(clock.now())
+        return replace(snap, ready_replicas=ready, starting_replicas=starting, current_replicas=ws_fleet.spec_replicas)
+
+    prom_cfg = parse_metadata({"engine": "vllm", "podSelector": "app=today", "scrapeTimeoutSeconds": "1",
+                               "stalenessSeconds": f"{PROMETHEUS_SCRAPE_S * 2 / opts.speed:g}"})
+    prometheus = build_collector(prom_cfg, session=session, pod_endpoints=FleetEndpoints(today_fleet, clock))
+    collectors["prometheus"] = prometheus
 
     server = ScalerServer(ServerOptions(host="127.0.0.1", grpc_port=0, metrics_port=None), reader)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}")
     ref = pb.ScaledObjectRef(name="vllm-demo", namespace="demo", scalerMetadata=opts.metadata())
-    keda = KedaHpaEmulator(channel, ref, fleet, min_replicas=1, max_replicas=opts.max_replicas)
     stop = asyncio.Event()
-    keda_task = asyncio.create_task(keda.run(stop))
+    clock.start()
+    today = TodaySetup(today_fleet, clock, prometheus, min_replicas=opts.initial, max_replicas=opts.max_replicas)
+    ws = WarmscaleActuation(channel, ref, ws_fleet, clock, min_replicas=opts.initial, max_replicas=opts.max_replicas)
 
+    async def warm_pool_status() -> None:
+        """What the warm-pool controller publishes: warm capacity and time-to-ready (wall seconds)."""
+        while True:
+            now = clock.now()
+            ready, starting = ws_fleet.counts(now)
+            held = ws_fleet.placeholders_ready(now)
+            await server.store.put_warm_status("demo", "vllm-demo", WarmStatus(
+                namespace="demo", name="vllm-demo", updated_at=time.time(), placeholders_ready=held,
+                staged_nodes=held, ready_replicas=ready, starting_replicas=starting,
+                spec_replicas=ws_fleet.spec_replicas, min_ready_floor=opts.initial,
+                time_to_ready_s={k: v / opts.speed for k, v in ttr.items() if k in ("placeholder+staged", "cold")}))
+            await asyncio.sleep(clock.wall(5.0))
+
+    tasks = [asyncio.create_task(today.run(stop)), asyncio.create_task(ws.run(stop)),
+             asyncio.create_task(warm_pool_status())]
+
+    stats = {name: FleetStats() for name in FLEETS}
     timeline: list[dict[str, Any]] = []
-    ttfts: list[float] = []
-    recent: list[tuple[float, float]] = []
-    start = time.monotonic()
-    end_at = (arrivals[-1].at if arrivals else 0.0) + 2.0
+    arrived_at: list[float] = []
+    end_at = opts.span + opts.drain
     i = 0
-    next_report = 0.0
-    out = sys.stdout
-    if not opts.quiet:
-        print(f"warmscale demo: {len(arrivals)} requests from {opts.trace.name} ({opts.span:.0f} s of trace at "
-              f"{opts.speed:g}x), replicas start in {opts.startup:g} s, TTFT SLO {opts.slo_ttft:g} s", file=out)
-        print(f"{'t':>5}  {'ready':>5} {'start':>5} {'target':>6}  {'queue':>5} {'run':>4}  "
-              f"{'p95 TTFT 10s':>12}  {'reason':<24}", file=out)
+    next_row = 0.0
+    next_sample = 0.0
+    wall0 = time.monotonic()
     try:
         while True:
-            now = time.monotonic()
-            t = now - start
-            while i < len(arrivals) and arrivals[i].at <= t:
+            now = clock.now()
+            while i < len(arrivals) and arrivals[i].at <= now:
                 a: Arrival = arrivals[i]
-                fleet.submit(Request(start + a.at, a.input_tokens, a.output_tokens))
+                arrived_at.append(a.at)
+                for fleet in fleets.values():
+                    fleet.submit(Request(a.at, a.input_tokens, a.output_tokens), now)
                 i += 1
-            fleet.step(now)
-            for v in fleet.take_ttfts():
-                ttfts.append(v)
-                recent.append((t, v))
-            if t >= next_report:
-                next_report += 1.0
-                recent = [(ts, v) for ts, v in recent if ts > t - 10.0]
-                p95 = _p([v for _, v in recent], 0.95)
-                ready, starting = fleet.counts(now)
+            for name, fleet in fleets.items():
+                fleet.step(now)
+                stats[name].add(now, fleet.take_ttfts())
+            if now >= next_sample or now >= next_row:
+                row = _row(now, fleets, stats, arrived_at)
                 trackers = server.manager.trackers()
                 decision = await trackers[0].current() if trackers else None
-                row = {"t": round(t, 1), "ready": ready, "starting": starting,
-                       "desired": decision.desired if decision else None,
-                       "queue": fleet.queue(), "running": fleet.running(), "ttft_p95": p95,
-                       "reason": decision.reason if decision else ""}
-                timeline.append(row)
-                if not opts.quiet and int(t) % 2 == 0:
-                    shown = f"{p95:8.2f} s" if p95 is not None else "       -  "
-                    flag = " !" if p95 is not None and p95 > opts.slo_ttft else "  "
-                    print(f"{t:5.0f}  {ready:5d} {starting:5d} {row['desired'] or 0:6d}  {row['queue']:5d} "
-                          f"{row['running']:4d}  {shown}{flag}  {row['reason']:<24}", file=out, flush=True)
-            if t > end_at and fleet.queue() == 0 and fleet.running() == 0:
-                break
-            if t > end_at + 15:  # keep the demo short: stop draining after 15 s
+                row["warmscale"]["target"] = decision.desired if decision else None
+                row["warmscale"]["reason"] = decision.reason if decision else ""
+                row["today"]["target"] = today.hpa_target
+                if now >= next_sample:
+                    next_sample += SAMPLE_S
+                    timeline.append(row)
+                if now >= next_row:
+                    next_row += opts.every
+                    say(_format_row(row, opts.slo_ttft))
+            for t in tasks:
+                if t.done():  # an actuator or the warm-pool status loop died: say why, do not go on
+                    raise DemoError(f"a control loop stopped: {t.exception()!r}")
+            drained = all(f.queue() == 0 and f.running() == 0 for f in fleets.values())
+            if now >= end_at or (now >= opts.span and drained):
                 break
             await asyncio.sleep(TICK_S)
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await keda_task
+        stop.set()  # the actuators stop their own loops
+        tasks[-1].cancel()
+        for t in tasks:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await t
         await channel.close()
         await server.stop(grace=1.0)
         for c in collectors.values():
             await c.aclose()
         await session.close()
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
 
-    met = sum(1 for v in ttfts if v <= opts.slo_ttft)
-    summary: dict[str, Any] = {
-        "trace": opts.trace.name,
-        "requests": len(ttfts),
-        "slo_ttft_s": opts.slo_ttft,
-        "slo_attainment": met / len(ttfts) if ttfts else 0.0,
-        "ttft_p50_s": _p(ttfts, 0.5),
-        "ttft_p99_s": _p(ttfts, 0.99),
-        "max_replicas": max((r["ready"] + r["starting"] for r in timeline), default=0),
-        "replica_seconds": sum(r["ready"] + r["starting"] for r in timeline),
-        "scale_events": len(keda.scale_events),
-        "timeline": timeline,
-    }
-    if not opts.quiet:
-        attained = 100 * summary["slo_attainment"]
-        print(f"\n{summary['requests']} requests, TTFT <= {opts.slo_ttft:g} s for {attained:.1f}%"
-              f" (p50 {summary['ttft_p50_s'] or 0:.2f} s, p99 {summary['ttft_p99_s'] or 0:.2f} s), "
-              f"{summary['scale_events']} scale events, up to {summary['max_replicas']} replicas", file=out)
+    summary = _summary(opts, trace_path, arrivals, fleets, stats, timeline, clock.now(), time.monotonic() - wall0)
+    summary["window_start_s"] = t_start
+    say("")
+    for line in format_summary(summary):
+        say(line)
+    if counter is not None and counter.count:
+        say(f"{counter.count} warnings or errors were logged: see {opts.log_file}")
     if opts.json:
         await asyncio.to_thread(Path(opts.json).write_bytes, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if opts.plot:
-        await asyncio.to_thread(plot, summary, opts, Path(opts.plot))
-        if not opts.quiet:
-            print(f"plot: {opts.plot}", file=out)
+        await asyncio.to_thread(plot, summary, Path(opts.plot))
+        say(f"plot: {opts.plot}")
+    if saved_handlers is not None:
+        logging.getLogger().handlers[:] = saved_handlers
     return summary
 
 
-def plot(summary: dict[str, Any], opts: DemoOptions, path: Path) -> None:
+def _row(now: float, fleets: dict[str, Fleet], stats: dict[str, FleetStats], arrived_at: list[float]) -> dict[str, Any]:
+    rate = sum(1 for t in arrived_at[-2000:] if t > now - 10.0) / 10.0
+    row: dict[str, Any] = {"t": round(now, 1), "arrivals_per_s": rate}
+    for name, fleet in fleets.items():
+        ready, starting = fleet.counts(now)
+        row[name] = {"ready": ready, "starting": starting, "placeholders": fleet.placeholders_ready(now),
+                     "queue": fleet.queue(), "running": fleet.running(), "ttft_p95": stats[name].p95_recent(now)}
+    return row
+
+
+def _format_row(row: dict[str, Any], slo: float) -> str:
+    def cells(d: dict[str, Any]) -> tuple[str, str, str]:
+        reps = f"{d['ready']}" + (f"+{d['starting']}" if d["starting"] else "")
+        p95 = d["ttft_p95"]
+        ttft = "-" if p95 is None else f"{p95:.1f} s" + ("!" if p95 > slo else " ")
+        return reps, f"{d['queue']}", ttft
+
+    tr, tq, tt = cells(row["today"])
+    wr, wq, wt = cells(row["warmscale"])
+    w = row["warmscale"]
+    return (f"{_mmss(row['t']):>5} {row['arrivals_per_s']:6.1f}  {tr:>8} {tq:>6} {tt:>10}   {wr:>8} "
+            f"{w['placeholders']:>4} {wq:>6} {wt:>10}  {w.get('reason') or ''}")
+
+
+def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleets: dict[str, Fleet],
+             stats: dict[str, FleetStats], timeline: list[dict[str, Any]], ended: float, wall: float) -> dict[str, Any]:
+    n = len(arrivals)
+    out: dict[str, Any] = {
+        "trace": trace_path.name,
+        "window_start_s": None,
+        "span_s": opts.span,
+        "speed": opts.speed,
+        "profile": opts.profile,
+        "requests": n,
+        "slo_ttft_s": opts.slo_ttft,
+        "standby": opts.standby,
+        "trace_seconds": round(ended, 1),
+        "wall_seconds": round(wall, 1),
+        "fleets": {},
+        "timeline": timeline,
+    }
+    for name, fleet in fleets.items():
+        ttfts = stats[name].ttfts
+        met = sum(1 for v in ttfts if v <= opts.slo_ttft)
+        out["fleets"][name] = {
+            "slo_attainment": met / n if n else 0.0,  # requests without a first token count as misses
+            "served": len(ttfts),
+            "gpu_seconds": round(fleet.gpu_seconds, 1),
+            "ttft_p50_s": _p(ttfts, 0.5),
+            "ttft_p99_s": _p(ttfts, 0.99),
+            "starts": dict(fleet.starts),
+            "scale_events": len(fleet.scale_events),
+            "max_replicas": max((r[name]["ready"] + r[name]["starting"] for r in timeline), default=0),
+        }
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> list[str]:
+    slo = summary["slo_ttft_s"]
+    lines = [f"{summary['requests']:,} requests in {summary['trace_seconds'] / 60:.1f} min of trace time "
+             f"({summary['wall_seconds']:.0f} s here):",
+             f"{'':15} {'TTFT <= ' + format(slo, 'g') + ' s':>14} {'GPU-seconds':>12} {'TTFT p50':>9} "
+             f"{'TTFT p99':>9}  replica starts"]
+    for name in FLEETS:
+        f = summary["fleets"][name]
+        starts = ", ".join(f"{v} {k}" for k, v in sorted(f["starts"].items())) or "none"
+        lines.append(f"{LABELS[name]:15} {100 * f['slo_attainment']:13.1f}% {f['gpu_seconds']:12,.0f} "
+                     f"{f['ttft_p50_s'] or 0:8.2f}s {f['ttft_p99_s'] or 0:8.1f}s  {starts}")
+    t, w = summary["fleets"]["today"], summary["fleets"]["warmscale"]
+    dg = w["gpu_seconds"] - t["gpu_seconds"]
+    lines.append(f"warmscale: {100 * (w['slo_attainment'] - t['slo_attainment']):+.1f} points of SLO attainment "
+                 f"for {dg:+,.0f} GPU-seconds ({100 * dg / t['gpu_seconds'] if t['gpu_seconds'] else 0:+.0f}%), "
+                 "placeholders included")
+    return lines
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     tl = summary["timeline"]
-    t = [r["t"] for r in tl]
-    fig, (a1, a2, a3) = plt.subplots(3, 1, sharex=True, figsize=(9, 7))
-    a1.step(t, [r["ready"] for r in tl], where="post", label="ready")
-    a1.step(t, [r["ready"] + r["starting"] for r in tl], where="post", label="ready + starting", linestyle="--")
-    a1.step(t, [r["desired"] or 0 for r in tl], where="post", label="scaler target", alpha=0.7)
+    t = [r["t"] / 60 for r in tl]
+    colors = {"today": "tab:red", "warmscale": "tab:blue"}
+    fig, (a1, a2, a3) = plt.subplots(3, 1, sharex=True, figsize=(10, 8))
+    a0 = a1.twinx()
+    a0.fill_between(t, [r["arrivals_per_s"] for r in tl], step="post", color="grey", alpha=0.2, lw=0)
+    a0.set_ylabel("arrivals / s (grey)")
+    for name in FLEETS:
+        c = colors[name]
+        f = summary["fleets"][name]
+        label = f"{LABELS[name]}: {100 * f['slo_attainment']:.1f}% in SLO, {f['gpu_seconds']:,.0f} GPU-s"
+        a1.step(t, [r[name]["ready"] for r in tl], where="post", color=c, label=f"{LABELS[name]} ready")
+        a1.step(t, [r[name]["ready"] + r[name]["starting"] for r in tl], where="post", color=c, ls="--", lw=1,
+                label=f"{LABELS[name]} ready + starting")
+        a2.plot(t, [r[name]["queue"] for r in tl], color=c, label=LABELS[name])
+        a3.plot(t, [r[name]["ttft_p95"] if r[name]["ttft_p95"] is not None else float("nan") for r in tl],
+                color=c, label=label)
+    a1.step(t, [r["warmscale"]["placeholders"] for r in tl], where="post", color=colors["warmscale"], ls=":",
+            lw=1, label="warmscale warm placeholders")
     a1.set_ylabel("replicas")
-    a1.legend(loc="upper left")
-    a2.plot(t, [r["queue"] for r in tl], label="waiting")
-    a2.plot(t, [r["running"] for r in tl], label="running")
-    a2.set_ylabel("requests")
-    a2.legend(loc="upper left")
-    a3.plot(t, [r["ttft_p95"] if r["ttft_p95"] is not None else float("nan") for r in tl], label="p95 TTFT (10 s)")
-    a3.axhline(opts.slo_ttft, color="red", linestyle=":", label="SLO")
-    a3.set_ylabel("seconds")
-    a3.set_xlabel("demo time (s)")
-    a3.legend(loc="upper left")
-    fig.suptitle(f"warmscale demo: {summary['trace']}, SLO attainment {100 * summary['slo_attainment']:.1f}%")
+    a1.set_zorder(a0.get_zorder() + 1)
+    a1.patch.set_visible(False)
+    a1.legend(loc="upper right", fontsize=7)
+    a2.set_ylabel("requests waiting")
+    a2.legend(loc="upper right", fontsize=8)
+    a3.axhline(summary["slo_ttft_s"], color="black", ls=":", lw=1, label="SLO")
+    a3.set_yscale("log")
+    a3.set_ylabel(f"p95 TTFT, last {TTFT_WINDOW_S:g} s (s)")
+    a3.set_xlabel("trace time (min)")
+    a3.legend(loc="upper right", fontsize=8)
+    fig.suptitle(f"warmscale demo: {summary['trace']}, {summary['requests']:,} requests, {summary['profile']} "
+                 f"startup ladder, replayed {summary['speed']:g}x", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
