@@ -62,6 +62,9 @@ class ScalerMetrics:
                                  (*SO_LABELS, "reason"), registry=r)
         self.decision_age = Gauge("warmscale_decision_timestamp_seconds", "Unix time of the latest decision.",
                                   SO_LABELS, registry=r)
+        self.degraded = Gauge("warmscale_store_degraded",
+                              "1 while this instance decides locally: the store is unreachable, not writable, "
+                              "or serves a stale decision.", SO_LABELS, registry=r)
         self.leader = Gauge("warmscale_lease_held", "1 while this instance computes the ScaledObject's decision.",
                             SO_LABELS, registry=r)
         self.compute_seconds = Histogram("warmscale_decision_seconds", "Time to read a snapshot and decide.",
@@ -76,7 +79,7 @@ class ScalerMetrics:
 
     PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "ttft_slo", "known", "unknown", "signal_age",
               "scrape_errors", "ready", "starting", "time_to_ready", "desired", "active", "metric_value",
-              "decision_age", "leader")
+              "decision_age", "leader", "degraded")
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a ScaledObject's series (its tracker went idle)."""

@@ -174,6 +174,14 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         stabilised = recs[0][1]
         if stabilised > desired:
             desired, reason = stabilised, "scale-down-stabilization"
+    # Lost state (no stored window to stabilise with): hold for one window at what ran before.
+    if state.state_lost_at is not None:
+        if now - state.state_lost_at < window:
+            held = min(max(last or 0, obs.current_replicas or 0), cfg.max_replicas)
+            if desired < held:
+                desired, active, reason = held, True, "state-lost-hold"
+        else:
+            state = replace(state, state_lost_at=None)
     return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr, may_zero)
 
 

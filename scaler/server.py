@@ -60,8 +60,21 @@ class ExternalScalerService:
         self.metrics = metrics
         self.shutting_down = False
         self.inflight = 0
+        self.last_started = 0.0  # monotonic time the latest unary RPC reached its handler
         self._idle = asyncio.Event()
         self._idle.set()
+
+    async def wait_drained(self, quiet: float, within: float) -> bool:
+        """Wait until no unary RPC is in flight and none has reached a handler for ``quiet`` seconds
+        (or ``within`` seconds passed). RPCs gRPC core has received but not yet handed to a handler
+        would be killed (CANCELLED) by ``server.stop()``; a quiet dispatch queue means there are none."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while loop.time() < deadline:
+            if self.inflight == 0 and time.monotonic() - self.last_started >= quiet:
+                return True
+            await asyncio.sleep(min(0.01, quiet / 4))
+        return self.inflight == 0
 
     async def wait_unary_done(self, within: float) -> bool:
         """Wait until no unary RPC is in flight (or ``within`` seconds); True if none is left."""
@@ -86,6 +99,7 @@ class ExternalScalerService:
         t0 = time.perf_counter()
         code = "OK"
         self.inflight += 1
+        self.last_started = time.monotonic()
         self._idle.clear()
         try:
             return await body()
@@ -169,6 +183,8 @@ class ExternalScalerService:
         await self._stream("StreamMetricSpec", request, context, _spec)
 
 
+# On shutdown, the dispatch queue counts as drained after this long without a new unary RPC.
+DRAIN_QUIET_SECONDS = 0.1
 # The longest one shutdown step (gRPC core stop, trackers, HTTP, store) may take after the grace period.
 SHUTDOWN_STEP_SECONDS = 5.0
 
@@ -265,11 +281,18 @@ class ScalerServer:
         self.manager.wake_all()
         await asyncio.sleep(0)
         if self._server is not None:
-            # stop(grace) refuses new RPCs at once; once the unary RPCs in flight are done (or the
-            # grace period is over), stop(0) cancels what is left (health Watch streams).
+            # gRPC core kills the calls it has received but not yet dispatched when the server stops:
+            # keep dispatching until the queue is quiet and nothing is in flight (within the grace
+            # period), so every RPC received before SIGTERM is answered. Then stop(grace) refuses new
+            # RPCs; once the unary RPCs in flight are done (or the grace period is over), stop(0)
+            # cancels what is left (health Watch streams).
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace
+            await self.service.wait_drained(DRAIN_QUIET_SECONDS, grace)
             server = self._server
-            stopping = asyncio.create_task(server.stop(grace))
-            await self.service.wait_unary_done(grace)
+            left = max(0.0, deadline - loop.time())
+            stopping = asyncio.create_task(server.stop(left))
+            await self.service.wait_unary_done(left)
             await self._bounded("grpc server stop", server.stop(0))
             await self._bounded("grpc server stop (grace)", stopping)
         await self._bounded("trackers", self.manager.stop())

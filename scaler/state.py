@@ -54,6 +54,9 @@ class ScalerState:
     last_desired: int | None = None
     last_increase_at: float | None = None
     last_decision_at: float | None = None
+    # Set when the stored state was lost (Redis FLUSHALL, eviction, a store outage without a local
+    # copy): the policy then refuses any scale-down for one stabilisation window from this time.
+    state_lost_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +71,7 @@ class ScalerState:
             "last_desired": self.last_desired,
             "last_increase_at": self.last_increase_at,
             "last_decision_at": self.last_decision_at,
+            "state_lost_at": self.state_lost_at,
         }
 
     @classmethod
@@ -84,4 +88,5 @@ class ScalerState:
             last_desired=d.get("last_desired"),
             last_increase_at=d.get("last_increase_at"),
             last_decision_at=d.get("last_decision_at"),
+            state_lost_at=d.get("state_lost_at"),
         )

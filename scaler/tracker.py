@@ -22,7 +22,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -34,7 +34,9 @@ from scaler.policy import Decision, decide
 from scaler.state import ScalerState
 from scaler.store import Store as StoreProtocol
 from scaler.store import StoreError, TrackerRecord
+from scaler.warm_status import WarmStatus
 from signals.model import Snapshot
+from signals.redact import redact
 
 log = logging.getLogger("warmscale.scaler.tracker")
 
@@ -57,6 +59,11 @@ REGISTRY_TOUCH_SECONDS = 10.0
 # A warm status not republished for this long belongs to a workload the controller no longer manages
 # (disabled, deleted, controller gone for good): its floor and windows stop binding.
 WARM_BOUNDS_MAX_AGE = 600.0
+# The longest one store call may take before it counts as failed (the store is then "unreachable").
+STORE_CALL_SECONDS = 1.0
+# A stored decision older than this many scrape intervals is never served (the holder cannot write).
+STALE_DECISION_INTERVALS = 2.0
+T = TypeVar("T")
 
 
 def tracker_id(namespace: str, name: str, metadata: Mapping[str, str]) -> str:
@@ -96,6 +103,7 @@ class TrackerOptions:
     idle_seconds: float = 600.0
     lease_ttl_factor: float = 3.0  # lease TTL = factor x scrape interval (at least 2 s)
     janitor_seconds: float = 5.0
+    store_retry_seconds: float = 1.0  # degraded mode: how often the store is probed
 
 
 class Tracker:
@@ -120,6 +128,17 @@ class Tracker:
         self._last_touch = 0.0
         self._last_error_log = 0.0
         self._last_ok_snapshot: float | None = None
+        self._last_computed: float | None = None
+        self._created = time.monotonic()
+        # Degraded mode (store unreachable, not writable, or stale): decide locally, probe the store.
+        self.local = False
+        self._probe: asyncio.Task[Any] | None = None
+        self._probe_at = 0.0
+        # Last known warm-pool status (None with _warm_known: there is none); _warm_fresh: the last
+        # read of the store succeeded.
+        self._warm: WarmStatus | None = None
+        self._warm_known = False
+        self._warm_fresh = False
         self._series = _Series(manager.metrics, namespace, name)
 
     # -- RPC side -------------------------------------------------------------------------------
@@ -158,13 +177,15 @@ class Tracker:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for t in (task, self._probe):
+            if t is not None:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+        self._probe = None
         if self.owner:
             with contextlib.suppress(StoreError):
-                await self.manager.store.release(self.id, self.manager.instance_id)
+                await self._store_op(self.manager.store.release(self.id, self.manager.instance_id))
             self.owner = False
         self.wake()
 
@@ -192,30 +213,154 @@ class Tracker:
         now = time.monotonic()
         if now - self._last_error_log > 10.0:
             self._last_error_log = now
-            log.warning("store unavailable; serving the last decision", extra={"tracker": self.id, "op": op,
-                                                                                "error": str(exc)})
+            log.warning("store unavailable; deciding locally", extra={"tracker": self.id, "op": op,
+                                                                     "error": redact(str(exc))})
+
+    async def _store_op(self, aw: Awaitable[T]) -> T:
+        """One store call, bounded: a store that does not answer (SIGSTOP, partition) is an error
+        after STORE_CALL_SECONDS, never a stalled tick."""
+        try:
+            async with asyncio.timeout(STORE_CALL_SECONDS):
+                return await aw
+        except TimeoutError:
+            raise StoreError(f"no answer within {STORE_CALL_SECONDS:g}s") from None
+
+    def _ttl(self) -> float:
+        return max(2.0, self.manager.options.lease_ttl_factor * self.cfg.scrape_interval_seconds)
+
+    def _stale_after(self) -> float:
+        """A stored decision older than this is never served (two intervals)."""
+        return STALE_DECISION_INTERVALS * self.cfg.scrape_interval_seconds
+
+    def _go_local(self, why: str, op: str, exc: Exception | None) -> None:
+        """Degraded mode: the store is unreachable, not writable, or serves a stale decision. Decide
+        from this replica's own signals and state; probe the store in the background."""
+        if exc is not None:
+            self._store_error(op, exc)
+        if self.local:
+            return
+        self.local = True
+        self._probe_at = time.monotonic() + self.manager.options.store_retry_seconds
+        self._series.degraded.set(1)
+        log.warning("store degraded: deciding locally", extra={
+            "tracker": self.id, "why": why, "error": redact(str(exc)) if exc is not None else None})
+
+    def _leave_local(self) -> None:
+        if not self.local:
+            return
+        self.local = False
+        self._series.degraded.set(0)
+        log.info("store back: shared decisions resume", extra={"tracker": self.id, "owner": self.owner})
+
+    def _set_owner(self, owner: bool) -> None:
+        self.owner = owner
+        self._series.leader.set(1 if owner else 0)
+
+    def _continue_from(self, stored: ScalerState | None, now: float) -> ScalerState:
+        """The state to decide from: the stored one, unless this replica holds a newer one (it decided
+        locally while the store was away); with neither, a fresh state -- which after a decision was
+        already served means the state was lost: hold (no scale-down) for one stabilisation window."""
+        local = self._state
+        if stored is not None and (local is None or (local.last_decision_at or 0.0) <= (stored.last_decision_at
+                                                                                         or 0.0)):
+            return stored
+        if local is not None:
+            return local
+        served = self.decision
+        if served is not None:
+            log.warning("stored state lost; holding (no scale-down) for one stabilisation window",
+                        extra={"tracker": self.id, "desired": served.desired})
+            return ScalerState(last_desired=served.desired, state_lost_at=now)
+        return ScalerState()
+
+    def _adopt_stored(self, stored: dict[str, Any] | None, now: float) -> bool:
+        """Adopt the holder's stored decision if it is fresh; False if there is none or it is stale."""
+        if stored is None:
+            return False
+        at = float(stored.get("computed_at", 0.0))
+        if now - at > self._stale_after():
+            return False
+        self._adopt(decision_from_dict(stored), at, computed=False)
+        return True
 
     async def tick(self) -> None:
         m = self.manager
         now = m.clock()
-        await self._touch_registry(now)
-        ttl = max(2.0, m.options.lease_ttl_factor * self.cfg.scrape_interval_seconds)
-        try:
-            claim = await m.store.claim(self.id, m.instance_id, ttl)
-        except StoreError as exc:
-            self._store_error("claim", exc)
+        ttl = self._ttl()
+        if self.local:
+            await self._compute(now, ttl, save=False)
+            await self._probe_store(now, ttl)
             return
-        self.owner = claim.owner
-        self._series.leader.set(1 if claim.owner else 0)
+        await self._touch_registry(now)
+        try:
+            claim = await self._store_op(m.store.claim(self.id, m.instance_id, ttl))
+        except StoreError as exc:
+            self._go_local("store unreachable", "claim", exc)
+            await self._compute(now, ttl, save=False)
+            return
+        self._set_owner(claim.owner)
         if not claim.owner:
-            self._state = None
-            if claim.decision is not None:
-                self._adopt(decision_from_dict(claim.decision), float(claim.decision.get("computed_at", now)),
-                            computed=False)
+            if self._adopt_stored(claim.decision, now):
+                self._state = None
+                return
+            first_due = self._stale_after() + self.cfg.scrape_timeout_seconds
+            if claim.decision is None and time.monotonic() - self._created < first_due:
+                return  # a new holder's first decision is on its way
+            self._go_local("the stored decision is stale (the holder cannot write)", "stale", None)
+            stored = None
+            with contextlib.suppress(StoreError):
+                stored = await self._store_op(m.store.load_state(self.id))
+            self._state = self._continue_from(stored, now)
+            await self._compute(now, ttl, save=False)
             return
         if claim.acquired or self._state is None:
-            self._state = claim.state if claim.state is not None else ScalerState()
+            self._state = self._continue_from(claim.state, now)
+        await self._compute(now, ttl, save=True)
 
+    async def _probe_store(self, now: float, ttl: float) -> None:
+        """In degraded mode: claim in the background (never delaying a decision); act on the answer
+        at the next tick -- rejoin as holder (storing the local state) or follower (fresh decision)."""
+        probe = self._probe
+        if probe is None:
+            if time.monotonic() >= self._probe_at:
+                m = self.manager
+                self._probe = asyncio.create_task(self._store_op(m.store.claim(self.id, m.instance_id, ttl)))
+            return
+        if not probe.done():
+            return
+        self._probe = None
+        self._probe_at = time.monotonic() + self.manager.options.store_retry_seconds
+        try:
+            claim = probe.result()
+        except Exception as exc:
+            self._store_error("claim", exc)
+            return
+        self._set_owner(claim.owner)
+        if not claim.owner:
+            if self._adopt_stored(claim.decision, now):
+                self._state = None
+                self._leave_local()
+            return
+        self._state = self._continue_from(claim.state if claim.acquired else None, now)
+        if self.decision is not None and self._last_computed is not None:
+            m = self.manager
+            try:
+                saved = await self._store_op(m.store.save(
+                    self.id, m.instance_id, self._state, decision_to_dict(self.decision, self._last_computed,
+                                                                          m.instance_id), ttl))
+            except StoreError as exc:
+                self._store_error("save", exc)
+                return  # still not writable: stay local
+            if not saved:
+                self._set_owner(False)
+                return
+        self._leave_local()
+
+    async def _compute(self, now: float, ttl: float, *, save: bool) -> None:
+        """Read a snapshot, decide from ``self._state``, store (``save``: as the lease holder), adopt."""
+        m = self.manager
+        if self._state is None:
+            self._state = self._continue_from(None, now)
         t0 = time.perf_counter()
         try:
             read = m.reader(self.cfg, now, (self.namespace, self.name))
@@ -240,17 +385,20 @@ class Tracker:
         obs, state = observe(snapshot, self._state, self.cfg)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
         m.metrics.compute_seconds.observe(time.perf_counter() - t0)
-        try:
-            saved = await m.store.save(self.id, m.instance_id, state, decision_to_dict(decision, now, m.instance_id),
-                                       ttl)
-        except StoreError as exc:
-            self._store_error("save", exc)
-            saved = True  # keep deciding locally while the store is away; the lease expires meanwhile
-        if not saved:  # lost the lease between claim and save: someone else decides now
-            self.owner = False
-            self._state = None
-            return
+        if save:
+            try:
+                saved = await self._store_op(m.store.save(
+                    self.id, m.instance_id, state, decision_to_dict(decision, now, m.instance_id), ttl))
+            except StoreError as exc:
+                # Not writable (OOM, read-only replica, gone): keep deciding locally; the lease expires.
+                self._go_local("store not writable", "save", exc)
+                saved = True
+            if not saved:  # lost the lease between claim and save: someone else decides now
+                self._set_owner(False)
+                self._state = None
+                return
         self._state = state
+        self._last_computed = now
         self._observe_metrics(obs, snapshot, now)
         self._adopt(decision, now, computed=True)
 
@@ -266,7 +414,7 @@ class Tracker:
         age = time.monotonic() - self.last_asked
         record = TrackerRecord(self.namespace, self.name, self.metadata, last_seen=now - age)
         try:
-            await self.manager.store.touch_tracker(self.id, record)
+            await self._store_op(self.manager.store.touch_tracker(self.id, record))
             self._last_touch = now
         except StoreError as exc:
             self._store_error("touch_tracker", exc)
@@ -274,20 +422,30 @@ class Tracker:
     async def _with_warm_status(self, snapshot: Snapshot) -> Snapshot:
         """Fill the look-ahead (and pod counts the sources could not see) from the warm-pool status
         published under the workload's namespace/name: the ScaledObject's name (the controller names
-        the ScaledObjects it creates after the workload), else the scale target's when it is known."""
-        names = [self.name]
-        if snapshot.target_name and snapshot.target_name != self.name:
-            names.append(snapshot.target_name)
-        ws = None
-        for name in names:
+        the ScaledObjects it creates after the workload), else the scale target's when it is known.
+        While the store is away (degraded mode, or a failed read) the last known status is used."""
+        if not self.local:
+            names = [self.name]
+            if snapshot.target_name and snapshot.target_name != self.name:
+                names.append(snapshot.target_name)
             try:
-                ws = await self.manager.store.get_warm_status(self.namespace, name)
+                ws = None
+                for name in names:
+                    ws = await self._store_op(self.manager.store.get_warm_status(self.namespace, name))
+                    if ws is not None:
+                        break
+                self._warm, self._warm_known, self._warm_fresh = ws, True, True
             except StoreError as exc:
+                self._warm_fresh = False
                 self._store_error("get_warm_status", exc)
-                return snapshot
-            if ws is not None:
-                break
+        else:
+            self._warm_fresh = False
+        ws = self._warm
         if ws is None:
+            if not self._warm_known:
+                # The store never answered: the warm pool's floor and scale-to-zero windows are
+                # unknown, and unknown never permits zero.
+                return replace(snapshot, zero_allowed=False)
             return snapshot
         age = snapshot.taken_at - ws.updated_at
         fresh = age <= max(3 * self.cfg.staleness_seconds, 60.0)
@@ -295,7 +453,8 @@ class Tracker:
         # The warm pool's floor and scale-to-zero windows, evaluated at this snapshot's time. They are
         # configuration, so they bind as long as the controller keeps publishing (a status older than
         # WARM_BOUNDS_MAX_AGE belongs to a workload no longer managed: the ScaledObject's bounds apply).
-        bounds = ws.bounds(snapshot.taken_at) if age <= WARM_BOUNDS_MAX_AGE else None
+        # While the store is away the last known status binds whatever its age (it cannot be renewed).
+        bounds = ws.bounds(snapshot.taken_at) if age <= WARM_BOUNDS_MAX_AGE or not self._warm_fresh else None
         if bounds is not None:
             changes["warm_floor"] = bounds.floor
             changes["zero_allowed"] = bounds.zero_allowed
@@ -384,6 +543,7 @@ class _Series:
     metric_value: Any
     decision_age: Any
     leader: Any
+    degraded: Any
 
 
 def _answer(d: Decision) -> tuple[bool, float, float, int]:
