@@ -1,7 +1,9 @@
 """`warmscale bench trace`: replay a trace through every policy on the same arrivals.
 
-Prints a table, writes the JSON the evaluation reads (shape in issue 5 / docs/benchmarks.md) and,
-with ``--plot``, a PNG: replicas and queue over time per policy, and SLO attainment vs GPU-hours.
+Prints a table, writes the JSON the evaluation reads (shape in issues 5 and 11 / docs/benchmarks.md)
+and, with ``--plot``, a PNG: replicas and queue over time per policy, and SLO attainment vs GPU-hours.
+With ``--ensemble N`` it also runs N-1 perturbed copies of the trace (arrival jitter, rotations) in
+parallel processes and adds min/median/max per policy.
 """
 
 from __future__ import annotations
@@ -9,14 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sim.arrivals import load_trace
+from benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
 from benchmarks.sim.engine import ENGINE_PROFILES
-from benchmarks.sim.runner import POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
+from benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
 from warmpool.startup_model import PROFILES, time_to_ready_table
 
 
@@ -45,6 +48,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset of policies")
     parser.add_argument("--warmscale-meta", action="append", default=[], metavar="KEY=VALUE",
                         help="override a warmscale trigger metadata key (repeatable)")
+    parser.add_argument("--start-replicas", type=int, default=None,
+                        help="ready replicas every policy starts with (default: the oracle's need, max over the "
+                             "first 5 minutes)")
+    parser.add_argument("--max-replicas", type=int, default=None,
+                        help="maxReplicas of every reactive policy (default: the profile's documented value)")
+    parser.add_argument("--fast-signals", action="store_true",
+                        help="build the policies' snapshots from the engine objects instead of rendering and "
+                             "parsing Prometheus text (equal tick by tick; tests/bench/test_signal_path.py)")
+    parser.add_argument("--ensemble", type=int, default=1, metavar="N",
+                        help="run N members: the trace plus N-1 perturbations (jitter, rotations)")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel processes for ensemble members (default 2)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -83,23 +97,34 @@ def run(args: argparse.Namespace) -> int:
     work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
-    engine = ENGINE_PROFILES[args.profile]
-    startup = PROFILES[args.profile]
-    overrides = dict(kv.split("=", 1) for kv in args.warmscale_meta)
-    names = tuple(n.strip() for n in args.policies.split(",") if n.strip())
-    long_run = work.span_s > 6 * 3600
-    settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
-                           progress=_progress(args.quiet))
-    if long_run and "scrapeIntervalSeconds" not in overrides:
-        overrides["scrapeIntervalSeconds"] = "15"
-    bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
-                     oracle_iterations=args.oracle_iterations, policies=names)
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     say(f"{work.name}: {work.requests} requests over {work.span_s / 3600:.2f} h, profile {args.profile}, "
-        f"tick {dt:g}s, SLO TTFT {args.slo_ttft:g}s")
-    results, meta = run_all(work, engine, startup, settings, bc, say)
+        f"tick {dt:g}s, SLO TTFT {args.slo_ttft:g}s" + (f", ensemble of {args.ensemble}" if args.ensemble > 1 else ""))
+    members = ensemble_members(max(1, args.ensemble), args.seed)
+    jobs = [(i, kind_, params) for i, (kind_, params) in enumerate(members)]
+    outcomes: dict[int, tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]] = {}
+    if len(jobs) == 1:
+        outcomes[0] = _member(args, work, dt, 0, "unperturbed", {}, say)
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        with ctx.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
+            pending = [pool.apply_async(_member_job, (args, work, dt, i, k, p)) for i, k, p in jobs]
+            for res in pending:
+                i, out = res.get()
+                outcomes[i] = out
+                say(f"ensemble member {i} ({members[i][0]}) done at {time.perf_counter() - wall0:.1f}s")
+    results, meta, settings = outcomes[0]
     wall = time.perf_counter() - wall0
+    engine = ENGINE_PROFILES[args.profile]
+    startup = PROFILES[args.profile]
     doc = build_json(work, args, results, meta, engine, startup, settings, wall)
+    if len(jobs) > 1:
+        doc["ensemble"] = ensemble_summary({i: o[0] for i, o in outcomes.items()})
+        doc["details"]["ensemble_members"] = [
+            {"member": i, "kind": members[i][0], **members[i][1], "initial_replicas": outcomes[i][1]["initial_replicas"]}
+            for i in sorted(outcomes)]
     json_out = Path(args.json_out or f"{path.stem}__{args.profile}.json")
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
@@ -108,6 +133,73 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot(results, doc, args.plot)
     return 0
+
+
+def _member_job(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str,
+                params: dict[str, float]) -> tuple[int, Any]:
+    quiet = (lambda m: None)
+    return i, _member(args, perturbed(work, kind, params), dt, i, kind, params, quiet)
+
+
+def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str, params: dict[str, float],
+            say: Any) -> tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]:
+    engine = ENGINE_PROFILES[args.profile]
+    startup = PROFILES[args.profile]
+    overrides = dict(kv.split("=", 1) for kv in args.warmscale_meta)
+    names = tuple(n.strip() for n in args.policies.split(",") if n.strip())
+    long_run = work.span_s > 6 * 3600
+    settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
+                           fast_signals=args.fast_signals,
+                           progress=_progress(args.quiet) if i == 0 else None)
+    if long_run and "scrapeIntervalSeconds" not in overrides:
+        overrides["scrapeIntervalSeconds"] = "15"
+    bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
+                     oracle_iterations=args.oracle_iterations, policies=names, profile=args.profile,
+                     start_replicas=args.start_replicas, max_replicas=args.max_replicas)
+    results, meta = run_all(work, engine, startup, settings, bc, say)
+    settings.progress = None
+    if i != 0:
+        for r in results.values():  # members only report numbers
+            r.timeline = {}
+            r.misses = []
+    return results, meta, settings
+
+
+def _stat(values: list[float]) -> dict[str, float | None]:
+    xs = sorted(v for v in values if math.isfinite(v))
+    if not xs:
+        return {"min": None, "median": None, "max": None}
+    return {"min": _clean(xs[0]), "median": _clean(float(statistics.median(xs))), "max": _clean(xs[-1])}
+
+
+def ensemble_summary(members: dict[int, dict[str, PolicyResult]]) -> dict[str, Any]:
+    """The ``ensemble`` object of the JSON (issue 11, item 7)."""
+    names = list(members[0])
+    out: dict[str, Any] = {}
+    for name in names:
+        att = [m[name].slo_attainment for m in members.values()]
+        att_w = [m[name].slo_attainment_warm for m in members.values()]
+        gx: list[float] = []
+        gx_w: list[float] = []
+        for m in members.values():
+            o = m.get("oracle")
+            gx.append(m[name].gpu_hours / o.gpu_hours if o is not None and o.gpu_hours > 0 else math.nan)
+            gx_w.append(m[name].gpu_hours_warm / o.gpu_hours_warm if o is not None and o.gpu_hours_warm > 0
+                        else math.nan)
+        dominated: list[str] = []
+        for other in names:
+            if other == name or other in CLAIRVOYANT:
+                continue
+            for m in members.values():
+                a, b = m[other], m[name]
+                ge = a.slo_attainment_warm >= b.slo_attainment_warm and a.gpu_hours_warm <= b.gpu_hours_warm
+                strict = a.slo_attainment_warm > b.slo_attainment_warm or a.gpu_hours_warm < b.gpu_hours_warm
+                if ge and strict:
+                    dominated.append(other)
+                    break
+        out[name] = {"slo_attainment": _stat(att), "slo_attainment_warm": _stat(att_w),
+                     "gpu_x_oracle": _stat(gx), "gpu_x_oracle_warm": _stat(gx_w), "dominated_by": dominated}
+    return {"members": len(members), "policies": out}
 
 
 def _truncate(work: Any, seconds: float) -> Any:
@@ -131,11 +223,15 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
         "slo_ttft_s": float(args.slo_ttft),
         "requests": int(work.requests),
         "policies": policies,
+        "warmup_excluded": {name: {"slo_attainment": _clean(r.slo_attainment_warm),
+                                   "gpu_hours": _clean(r.gpu_hours_warm)} for name, r in results.items()},
         # Everything below is context; the keys above are the contract.
         "details": {
             "kind": work.kind,
             "span_s": work.span_s,
             "seed": args.seed,
+            "fast_signals": bool(args.fast_signals),
+            "warmup_s": settings.warmup_s,
             "tick_s": settings.dt,
             "tokens_from": work.tokens_from,
             "rate_scale": args.rate_scale if work.kind == "rate" else None,

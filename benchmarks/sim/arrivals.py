@@ -131,6 +131,53 @@ def load_trace(path: str | Path, *, dt: float, seed: int, tokens_from: str | Pat
     return load_rate(p, load_requests(tok), dt=dt, seed=seed, scale=rate_scale)
 
 
+def _reordered(work: Workload, t: np.ndarray, name: str) -> Workload:
+    order = np.argsort(t, kind="stable")
+    return Workload(name=name, kind=work.kind, t=t[order], n=work.n[order], inp=work.inp[order],
+                    out=work.out[order], span_s=work.span_s, tokens_from=work.tokens_from)
+
+
+def jittered(work: Workload, seed: int, half_width_s: float = 0.5) -> Workload:
+    """Every arrival moved by an independent uniform offset in [-half_width, +half_width] s (clipped
+    to the trace), then re-sorted."""
+    rng = np.random.default_rng(seed)
+    t = np.clip(work.t + rng.uniform(-half_width_s, half_width_s, len(work.t)), 0.0, work.span_s)
+    return _reordered(work, t, work.name)
+
+
+def rotated(work: Workload, fraction: float) -> Workload:
+    """The trace started ``fraction`` of its length in: arrivals at t >= offset move to t - offset,
+    the earlier ones to the end (t - offset + span)."""
+    span = work.span_s
+    if span <= 0:
+        return work
+    offset = fraction * span
+    t = work.t - offset
+    t = np.where(t < 0.0, t + span, t)
+    return _reordered(work, t, work.name)
+
+
+def ensemble_members(n: int, seed: int) -> list[tuple[str, dict[str, float]]]:
+    """Member 0 is the trace as is; then odd members jitter arrivals by +-0.5 s (seed ``seed*1000+i``)
+    and even members rotate the trace by k/(R+1) of its length, k = 1..R, R = (n-1)//2."""
+    out: list[tuple[str, dict[str, float]]] = [("unperturbed", {})]
+    rotations = (n - 1) // 2
+    for i in range(1, n):
+        if i % 2 == 1:
+            out.append(("jitter", {"seed": float(seed * 1000 + i), "half_width_s": 0.5}))
+        else:
+            out.append(("rotate", {"fraction": (i // 2) / (rotations + 1)}))
+    return out
+
+
+def perturbed(work: Workload, kind: str, params: dict[str, float]) -> Workload:
+    if kind == "jitter":
+        return jittered(work, int(params["seed"]), params.get("half_width_s", 0.5))
+    if kind == "rotate":
+        return rotated(work, params["fraction"])
+    return work
+
+
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     if len(values) == 0:
         return math.nan

@@ -8,13 +8,22 @@
   the ones in flight (graceful drain); their node then idles or becomes a placeholder again.
 - Every GPU that is held costs: starting, serving and draining pods, idle nodes and placeholders
   (also while they are being provisioned and staged).
+- The warm-pool controller's part uses its pure code: the standby count comes from the workload's
+  ``warmscale.io/*`` annotations through :func:`warmpool.annotations.parse_annotations`, the warm
+  state a replica started from is :func:`warmpool.planning.warm_state`, and the measured
+  time-to-ready per warm state is :class:`warmpool.planning.TimeToReady` (rolling median), published
+  as a :class:`scaler.warm_status.WarmStatus` like the controller does.
+- Time is continuous: requests reach engines at their arrival time, pods become ready at their
+  ready time (held requests are released then); the control loop runs every ``dt``.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 
 from benchmarks.sim.engine import Engine, EngineProfile, Request
+from warmpool.planning import TimeToReady, warm_state
 from warmpool.startup_model import (
     COLD,
     PLACEHOLDER_STAGED,
@@ -27,7 +36,7 @@ from warmpool.startup_model import (
 
 
 class Pod:
-    __slots__ = ("busy_mark", "created_at", "engine", "name", "ready_at", "state", "util_mark", "warm")
+    __slots__ = ("created_at", "engine", "name", "ready_at", "state", "util_mark", "warm")
 
     def __init__(self, name: str, created_at: float, ready_at: float, warm: str, engine: Engine) -> None:
         self.name = name
@@ -41,10 +50,11 @@ class Pod:
     def gpu_util(self, now: float) -> float:
         """Busy share since the previous read (DCGM_FI_DEV_GPU_UTIL over the scrape interval), 0..1."""
         t0, b0 = self.util_mark
+        self.engine.sync(now)
         b1 = self.engine.busy_s
         self.util_mark = (now, b1)
         span = now - t0
-        return min(1.0, (b1 - b0) / span) if span > 0 else 0.0
+        return max(0.0, min(1.0, (b1 - b0) / span)) if span > 0 else 0.0
 
 
 class Cluster:
@@ -59,6 +69,7 @@ class Cluster:
         self.max_pods = max_pods
         self.spec = 0
         self.pods: list[Pod] = []  # starting + ready, creation order
+        self.ready: list[Pod] = []
         self.draining: list[Pod] = []
         self.idle_nodes: list[float] = []  # expiry times
         self.placeholders: list[float] = []  # available-at times (GPU held from creation)
@@ -69,17 +80,20 @@ class Cluster:
         self.starts: Counter[str] = Counter()
         self.max_replicas = 0
         self._seq = 0
+        self.next_ready = math.inf
         self.ttft_sink: list[tuple[float, float, int]] = []
+        self.ttr = TimeToReady()
+        self.now = 0.0
 
     # ---- views ---------------------------------------------------------------------------------
     def ready_pods(self) -> list[Pod]:
-        return [p for p in self.pods if p.state == "ready"]
+        return self.ready
 
     def n_ready(self) -> int:
-        return sum(1 for p in self.pods if p.state == "ready")
+        return len(self.ready)
 
     def n_starting(self) -> int:
-        return sum(1 for p in self.pods if p.state == "starting")
+        return len(self.pods) - len(self.ready)
 
     def placeholders_ready(self, now: float) -> int:
         return sum(1 for t in self.placeholders if t <= now)
@@ -95,13 +109,14 @@ class Cluster:
             pod = self._new_pod(now, now, "initial")
             pod.state = "ready"
             self.pods.append(pod)
+            self.ready.append(pod)
         self.spec = n
         self.placeholders = [now] * self.standby
         self.max_replicas = max(self.max_replicas, n)
 
     def _new_pod(self, now: float, ready_at: float, warm: str) -> Pod:
         self._seq += 1
-        return Pod(f"pod-{self._seq}", now, ready_at, warm, Engine(self.ep))
+        return Pod(f"pod-{self._seq}", now, ready_at, warm, Engine(self.ep, self.ttft_sink, now))
 
     # ---- actuation -------------------------------------------------------------------------------
     def set_spec(self, n: int, now: float) -> None:
@@ -122,18 +137,20 @@ class Cluster:
             label, ttr = "instant", 0.0
         elif avail:
             self.placeholders.pop(avail[0])
-            warm, label = PLACEHOLDER_STAGED, "placeholder+staged"
+            warm, label = PLACEHOLDER_STAGED, warm_state(node_staged=True, took_placeholder=True)
             ttr = time_to_ready(self.sp, warm)
         elif self.idle_nodes:
             self.idle_nodes.pop(0)
             warm, label = RETAINED_NODE, "retained-node"
             ttr = time_to_ready(self.sp, warm)
         else:
-            warm, label = COLD, "cold"
+            warm, label = COLD, warm_state(node_staged=False, took_placeholder=False)
             ttr = time_to_ready(self.sp, warm)
             self.cold_starts += 1
         self.starts[label] += 1
-        self.pods.append(self._new_pod(now, now + ttr, label))
+        pod = self._new_pod(now, now + ttr, label)
+        self.pods.append(pod)
+        self.next_ready = min(self.next_ready, pod.ready_at)
         self._replenish(now)
 
     def _replenish(self, now: float) -> None:
@@ -151,17 +168,22 @@ class Cluster:
         starting.sort(key=lambda p: -p.created_at)
         victims = starting[:k]
         if len(victims) < k:
-            ready = sorted(self.ready_pods(), key=lambda p: (p.engine.outstanding, -p.created_at))
+            for p in self.ready:
+                p.engine.sync(now)
+            ready = sorted(self.ready, key=lambda p: (p.engine.outstanding, -p.created_at))
             victims += ready[: k - len(victims)]
         for pod in victims:
             self.pods.remove(pod)
             if pod.state == "starting":
                 self._free_node(now)
             else:
+                self.ready.remove(pod)
                 pod.state = "draining"
-                for r in pod.engine.take_waiting():
+                for r in pod.engine.take_waiting(now):
                     self._hold(r)
                 self.draining.append(pod)
+        if self.gateway and self.ready:
+            self._flush_gateway(now)
 
     def _free_node(self, now: float) -> None:
         if len(self.placeholders) < self.standby:
@@ -170,16 +192,37 @@ class Cluster:
             self.idle_nodes.append(now + self.node_idle_s)
 
     # ---- time ------------------------------------------------------------------------------------
+    def events_until(self, t: float) -> None:
+        """Pods becoming ready up to ``t``, each at its own ready time (held requests go out then)."""
+        while self.next_ready <= t:
+            at = self.next_ready
+            nxt = math.inf
+            became = False
+            for p in self.pods:
+                if p.state == "starting":
+                    if p.ready_at <= at + 1e-12:
+                        p.state = "ready"
+                        p.engine.clock = p.ready_at
+                        p.util_mark = (p.ready_at, 0.0)
+                        self.ready.append(p)
+                        self.ttr.observe(p.name, p.warm, p.ready_at - p.created_at)
+                        became = True
+                    else:
+                        nxt = min(nxt, p.ready_at)
+            self.next_ready = nxt
+            if became and self.gateway:
+                self._flush_gateway(at)
+
     def advance(self, now: float) -> None:
-        became_ready = False
-        for p in self.pods:
-            if p.state == "starting" and p.ready_at <= now + 1e-9:
-                p.state = "ready"
-                p.util_mark = (now, p.engine.busy_s)
-                became_ready = True
+        """Control-tick housekeeping at ``now``: engines run up to it, drained pods leave, idle nodes expire."""
+        self.events_until(now)
+        self.now = now
+        for p in self.ready:
+            p.engine.advance_to(now)
         if self.draining:
             still = []
             for p in self.draining:
+                p.engine.advance_to(now)
                 if p.engine.idle:
                     self._free_node(now)
                 else:
@@ -187,41 +230,43 @@ class Cluster:
             self.draining = still
         if self.idle_nodes:
             self.idle_nodes = [t for t in self.idle_nodes if t > now]
-        if became_ready or (self.gateway and self.pods):
-            self._flush_gateway()
+        if self.gateway and self.ready:
+            self._flush_gateway(now)
 
     def _hold(self, r: Request) -> None:
         self.gateway.append(r)
         self.gateway_n += r.n
 
-    def _flush_gateway(self) -> None:
-        ready = self.ready_pods()
+    def _flush_gateway(self, now: float) -> None:
+        ready = self.ready
         if not ready:
             return
         while self.gateway:
             r = self.gateway.popleft()
             self.gateway_n -= r.n
-            self._route(r, ready)
+            self._route(r, ready, now)
 
     def dispatch(self, r: Request) -> None:
-        ready = self.ready_pods()
+        """A request arrives at ``r.t_arr`` (after :meth:`events_until` of that time)."""
+        ready = self.ready
         if not ready:
             self._hold(r)
             return
-        self._route(r, ready)
+        self._route(r, ready, r.t_arr)
 
     @staticmethod
-    def _route(r: Request, ready: list[Pod]) -> None:
+    def _route(r: Request, ready: list[Pod], now: float) -> None:
         """Least outstanding requests (what an inference gateway's queue/KV-aware picker does);
         a cohort is water-filled across the ready pods."""
+        for p in ready:
+            p.engine.advance_to(now)
         if r.n == 1 or len(ready) == 1:
-            best = min(ready, key=lambda p: (p.engine.outstanding, p.engine.kv_used))
-            best.engine.enqueue(r)
+            best = min(ready, key=lambda p: (p.engine.outstanding, -p.engine.free_blocks))
+            best.engine.enqueue(r, now)
             return
         loads = sorted(((p.engine.outstanding, i) for i, p in enumerate(ready)))
         n = r.n
         m = len(loads)
-        # Water level L such that sum(max(0, L - load_i)) = n.
         level = 0.0
         prefix = 0.0
         for j in range(m):
@@ -244,18 +289,13 @@ class Cluster:
             if k <= 0:
                 continue
             part = r.split(k) if k < r.n else r
-            ready[i].engine.enqueue(part)
+            ready[i].engine.enqueue(part, now)
             if part is r:
                 break
 
-    def step_engines(self, t0: float, dt: float) -> None:
-        sink = self.ttft_sink
-        for p in self.pods:
-            if p.state == "ready":
-                p.engine.step(t0, dt, sink)
-        for p in self.draining:
-            p.engine.step(t0, dt, sink)
-
-    def account(self, now: float, dt: float) -> None:
+    def account(self, dt: float) -> None:
         units = len(self.pods) + len(self.draining) + len(self.idle_nodes) + len(self.placeholders)
         self.gpu_seconds += units * self.gpus * dt
+
+    def units(self) -> int:
+        return len(self.pods) + len(self.draining) + len(self.idle_nodes) + len(self.placeholders)

@@ -1,39 +1,81 @@
-"""A continuous-batching inference engine, advanced in ticks (vLLM-V1-like, chunked prefill).
+"""A vLLM-V1-faithful engine, simulated step by step in continuous time (event-driven).
 
-Model (see docs/benchmarks.md for the derivation and the sources of the numbers):
+Scheduler (what ``vllm/v1/core/sched/scheduler.py`` does each step, FCFS, chunked prefill on):
 
-- Requests wait FIFO until the scheduler admits them: admission needs a free sequence slot
-  (``max_num_seqs``) and KV room for the prompt (``kv_capacity_tokens`` minus a 1% watermark).
-- Every engine step decodes one token for each running sequence and fills the rest of the token
-  budget (``max_num_batched_tokens``) with prefill chunks, FIFO. A step takes
-  ``step_fixed_s + B * step_per_seq_s + kv_tokens * step_per_kv_token_s`` (weights and KV read
-  from HBM) plus ``chunk / prefill_tps`` for the prefill tokens it carries.
-- Within a tick, steps are treated as a fluid: the prefill backlog drains at
-  ``chunk / mixed_step`` tokens/s while decoders gain one token per step. A prompt's first token
-  comes when its last prefill token is processed, so TTFT = queue wait + prefill (+ the decode
-  slow-down from sharing steps). TPOT is the step time at the current batch size.
-- KV usage grows by one token per generated token; when it overflows, the newest running
-  sequences are preempted (recompute) back to the head of the queue (``preemptions_total``).
+- A per-step token budget ``max_num_batched_tokens`` is shared by the running requests first (one
+  token per decoding sequence, the next prompt chunk of a request still prefilling), then by waiting
+  requests in FIFO order while fewer than ``max_num_seqs`` run. A request stays *waiting* (counted
+  in ``vllm:num_requests_waiting``) until a step schedules its first chunk.
+- KV cache in blocks of ``block_size`` tokens, allocated as tokens are scheduled (prefill chunk by
+  chunk, one decode token at a time) and freed when the request finishes. When a running request
+  cannot get its blocks, the newest running request is preempted (recompute: its blocks are freed,
+  it goes back to the head of the queue and later recomputes prompt + generated tokens); no waiting
+  request is admitted in a step that preempted. A waiting request is admitted only if the blocks for
+  its first chunk are free.
+- Step time = ``step_fixed_s`` + ``step_per_seq_s`` x sequences in the batch + ``step_per_kv_token_s``
+  x KV tokens read + ``prefill tokens / prefill_tps``. The step that computes a prompt's last chunk
+  samples its first token (TTFT = that step's end - arrival).
 
-A :class:`Request` may stand for ``n`` identical requests (a cohort); the rate-curve replay uses
-cohorts so that a week of traffic costs per tick, not per request. Per-request traces use n = 1.
+Time is continuous: the engine advances in *segments* of identical steps (same requests, same
+per-request tokens) and jumps over them in one computation (their durations grow linearly with the
+KV read, an arithmetic series). A segment ends where the batch composition changes (a prompt
+finishes, a sequence finishes, the KV cache would run out); an arrival or an observation cuts the
+segment at the first step boundary after it (a step in progress completes first; a request is never
+scheduled before it arrives). ``tests/bench/test_engine_v1.py`` checks the segment engine against
+stepping one iteration at a time.
+
+A :class:`Request` may stand for ``n`` identical requests (a cohort: rate-curve replays); its members
+prefill one after another and get their first tokens with the last one, TTFT recorded for the mean
+member. Per-request traces use n = 1.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass
 
-from signals.histogram import Histogram
-
-# vLLM's bucket bounds for vllm:time_to_first_token_seconds (V1; shared/reference/engine-metrics.md).
+# --- vLLM V1 metric buckets (vllm/v1/metrics/loggers.py; shared/reference/engine-metrics.md) -------------
 VLLM_TTFT_BUCKETS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )
-_INF = float("inf")
-_BOUNDS_WITH_INF = (*VLLM_TTFT_BUCKETS, _INF)
+VLLM_ITL_BUCKETS: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
+VLLM_REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+)
+VLLM_ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
+)
+
+
+class Hist:
+    """A Prometheus histogram's state: per-bucket (non-cumulative) counts, +Inf last, sum, count."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0.0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.count = 0.0
+
+    def observe(self, v: float, n: float = 1.0) -> None:
+        self.counts[bisect.bisect_left(self.bounds, v)] += n
+        self.sum += v * n
+        self.count += n
+
+    def cumulative(self) -> list[tuple[float, float]]:
+        out = []
+        cum = 0.0
+        for le, c in zip((*self.bounds, math.inf), self.counts, strict=True):
+            cum += c
+            out.append((le, cum))
+        return out
 
 
 @dataclass(frozen=True)
@@ -48,56 +90,65 @@ class EngineProfile:
     kv_capacity_tokens: float
     max_num_seqs: int
     max_num_batched_tokens: int
+    block_size: int = 16
     sources: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.kv_capacity_tokens // self.block_size)
 
     def decode_step_s(self, batch: float, kv_tokens: float) -> float:
         return self.step_fixed_s + batch * self.step_per_seq_s + kv_tokens * self.step_per_kv_token_s
 
     def prefill_rate(self, batch: float, kv_tokens: float) -> float:
-        """Prefill tokens/s while ``batch`` sequences decode alongside (chunked prefill)."""
+        """Prefill tokens/s while ``batch`` sequences decode alongside (full chunked-prefill steps)."""
         chunk = max(self.max_num_batched_tokens - batch, 256.0)
         return chunk / (self.decode_step_s(batch, kv_tokens) + chunk / self.prefill_tps)
 
 
 _H100_HBM_BPS = 3.35e12  # H100 SXM HBM3 bandwidth (NVIDIA datasheet)
 _MBU = 0.8  # memory-bandwidth utilisation reached by decode kernels (assumption, stated in docs)
+_V1_DEFAULTS = ("vLLM V1 OpenAI server defaults on a >= 70 GiB GPU that is not an A100 (H100): "
+                "max_num_seqs 1024, max_num_batched_tokens 8192 - vllm-project/vllm 99d7eb5 (v0.11 line), "
+                "vllm/engine/arg_utils.py EngineArgs._set_default_args: "
+                "`if device_memory >= 70 * GiB_bytes and \"a100\" not in device_name:`; block_size 16 (CUDA default)")
 
 ENGINE_PROFILES: dict[str, EngineProfile] = {
     "8b-h100": EngineProfile(
         name="8b-h100",
-        model="Llama-3.1-8B-Instruct BF16, vLLM, 1x H100 SXM 80GB",
+        model="Llama-3.1-8B-Instruct BF16, vLLM V1, 1x H100 SXM 80GB",
         gpus_per_replica=1,
         prefill_tps=16_000.0,
         step_fixed_s=16.1e9 / (_H100_HBM_BPS * _MBU) + 0.001,
         step_per_seq_s=20e-6,
         step_per_kv_token_s=131_072 / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=400_000.0,
-        max_num_seqs=256,
+        max_num_seqs=1024,
         max_num_batched_tokens=8192,
         sources=(
             ("prefill_tps", "llm-d token-aware guide: measured peak prefill 15,928 tok/s (autoscalers.md (c)); "
                             "= 2*8e9 FLOP/token at ~26% of H100 989 TFLOPS BF16"),
-            ("step_fixed_s", "16.1 GB of weights read per step at 80% of 3.35 TB/s HBM + 1 ms scheduling: 7.0 ms "
-                             "(vLLM reports ~7-10 ms TPOT for 8B on H100 at low batch)"),
+            ("step_fixed_s", "16.1 GB of weights read per step at 80% of 3.35 TB/s HBM + 1 ms scheduling: 7.0 ms"),
             ("step_per_kv_token_s", "128 KiB KV/token (32 layers x 8 KV heads x 128 x 2 x BF16) read per step"),
             ("step_per_seq_s", "20 us per sequence per step (sampling, scheduling; assumption)"),
             ("kv_capacity_tokens", "(0.9 x 80 GB - 16 GB weights - ~4 GB activations/graphs) / 128 KiB = ~400k "
                                    "tokens; cf. num_gpu_blocks=28217 x 16 = 451k tokens for a 7B in "
                                    "shared/reference/metrics-samples/vllm-idle.prom"),
-            ("max_num_seqs", "vLLM default 256"),
-            ("max_num_batched_tokens", "vLLM V1 chunked-prefill budget for the OpenAI server on H100: 8192"),
+            ("max_num_seqs", _V1_DEFAULTS),
+            ("max_num_batched_tokens", _V1_DEFAULTS),
+            ("calibration", "docs/benchmarks.md, 'Engine calibration'"),
         ),
     ),
     "70b-h100-tp4": EngineProfile(
         name="70b-h100-tp4",
-        model="Llama-3.3-70B-Instruct BF16, vLLM, TP=4 on 4x H100 SXM 80GB",
+        model="Llama-3.3-70B-Instruct BF16, vLLM V1, TP=4 on 4x H100 SXM 80GB",
         gpus_per_replica=4,
         prefill_tps=7_000.0,
         step_fixed_s=(141e9 / 4) / (_H100_HBM_BPS * _MBU) + 0.004,
         step_per_seq_s=30e-6,
         step_per_kv_token_s=(327_680 / 4) / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=400_000.0,
-        max_num_seqs=256,
+        max_num_seqs=1024,
         max_num_batched_tokens=8192,
         sources=(
             ("prefill_tps", "2*70e9 FLOP/token on 4x 989 TFLOPS at the same ~26% as the 8B anchor: ~7k tok/s"),
@@ -105,20 +156,20 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             ("step_per_kv_token_s", "320 KiB KV/token (80 layers x 8 KV heads x 128 x 2 x BF16) split over 4 GPUs"),
             ("step_per_seq_s", "30 us per sequence per step (assumption)"),
             ("kv_capacity_tokens", "4 x (0.9 x 80 - 35 - 4) GB / 320 KiB = ~400k tokens"),
-            ("max_num_seqs", "vLLM default 256"),
-            ("max_num_batched_tokens", "8192"),
+            ("max_num_seqs", _V1_DEFAULTS),
+            ("max_num_batched_tokens", _V1_DEFAULTS),
         ),
     ),
     "70b-h100-tp8": EngineProfile(
         name="70b-h100-tp8",
-        model="Llama-3.3-70B-Instruct BF16, vLLM, TP=8 on 8x H100 SXM 80GB",
+        model="Llama-3.3-70B-Instruct BF16, vLLM V1, TP=8 on 8x H100 SXM 80GB",
         gpus_per_replica=8,
         prefill_tps=12_000.0,
         step_fixed_s=(141e9 / 8) / (_H100_HBM_BPS * _MBU) + 0.004,
         step_per_seq_s=30e-6,
         step_per_kv_token_s=(327_680 / 8) / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=1_200_000.0,
-        max_num_seqs=256,
+        max_num_seqs=1024,
         max_num_batched_tokens=8192,
         sources=(
             ("prefill_tps", "twice TP4's FLOPs at ~85% TP scaling efficiency: ~12k tok/s (assumption)"),
@@ -126,64 +177,90 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             ("step_per_kv_token_s", "320 KiB KV/token split over 8 GPUs"),
             ("step_per_seq_s", "30 us per sequence per step (assumption)"),
             ("kv_capacity_tokens", "8 x (0.9 x 80 - 17.6 - 4) GB / 320 KiB = ~1.2M tokens"),
-            ("max_num_seqs", "vLLM default 256"),
-            ("max_num_batched_tokens", "8192"),
+            ("max_num_seqs", _V1_DEFAULTS),
+            ("max_num_batched_tokens", _V1_DEFAULTS),
         ),
     ),
 }
 
 
 class Request:
-    """``n`` identical requests that arrived (on average) at ``t_arr``."""
+    """``n`` identical requests that arrived at ``t_arr`` (n = 1 for per-request traces)."""
 
-    __slots__ = ("first_token_at", "gen", "inp", "n", "out", "pre_left", "preempted", "t_arr")
+    __slots__ = ("blocks", "done", "gen", "inp", "kv", "n", "out", "t_arr", "t_first", "t_sched", "target")
 
     def __init__(self, t_arr: float, inp: float, out: float, n: int = 1) -> None:
         self.t_arr = t_arr
-        self.inp = max(1.0, inp)
-        self.out = max(1.0, out)
+        self.inp = max(1, round(inp))
+        self.out = max(1, round(out))
         self.n = n
-        self.gen = 0.0  # tokens generated per member
-        self.pre_left = 0.0  # prefill tokens still to compute (all members)
-        self.first_token_at: float | None = None
-        self.preempted = False
+        self.gen = 0  # tokens generated per member
+        self.done = 0  # prefill tokens computed (all members) since the last (re)start
+        self.target = self.inp * n  # prefill tokens to compute: prompt (+ generated, after a preemption)
+        self.kv = 0  # KV tokens held (all members)
+        self.blocks = 0  # KV blocks held
+        self.t_sched: float | None = None  # first scheduled
+        self.t_first: float | None = None  # first token
 
     def split(self, k: int) -> Request:
-        """Detach ``k`` members into a new request (same state); this one keeps ``n - k``."""
+        """Detach ``k`` members (not yet scheduled) into a new request; this one keeps ``n - k``."""
         other = Request(self.t_arr, self.inp, self.out, k)
         other.gen = self.gen
-        other.first_token_at = self.first_token_at
-        other.preempted = self.preempted
+        other.t_first = self.t_first
+        other.t_sched = self.t_sched
+        other.target = self.target // self.n * k
         self.n -= k
+        self.target = self.target // (self.n + k) * self.n
         return other
 
-    def context(self) -> float:
-        return self.inp + self.gen
+    @property
+    def prefilling(self) -> bool:
+        return self.done < self.target
+
+
+def _blocks(r: Request, kv_tokens: int, bs: int) -> int:
+    if r.n == 1:
+        return -(-kv_tokens // bs)
+    per = -(-kv_tokens // r.n)
+    return r.n * -(-per // bs)
 
 
 class Engine:
-    """One replica's engine. ``step(t0, dt, ttft_sink)`` advances it by one tick."""
+    """One replica's engine. Feed it with :meth:`enqueue`; :meth:`advance_to` runs it up to a time;
+    :meth:`sync` brings its state to the first step boundary at or after a time (for observation)."""
 
-    def __init__(self, profile: EngineProfile) -> None:
+    def __init__(self, profile: EngineProfile, ttft_sink: list[tuple[float, float, int]] | None = None,
+                 now: float = 0.0) -> None:
         self.p = profile
+        self.bs = profile.block_size
+        self.total_blocks = profile.num_blocks
+        self.free_blocks = self.total_blocks
         self.waiting: deque[Request] = deque()
-        self.prefilling: deque[Request] = deque()
-        self.decoding: list[Request] = []
+        self.running: list[Request] = []
         self.waiting_n = 0
         self.running_n = 0
-        self.kv_used = 0.0
-        self.kv_limit = profile.kv_capacity_tokens * 0.99
-        # Counters (lifetime totals, as the engine exports them).
+        self.clock = now  # start of the next step (engine idle: time it became idle)
+        self.sink = ttft_sink
+        # Segment being executed: (composition, k steps, A, g); None when idle.
+        self._seg: tuple[list[tuple[Request, int, bool]], int, float, float] | None = None
+        self.seg_end = math.inf
+        # Counters and histograms, lifetime totals as the engine exports them.
         self.requests_total = 0.0
         self.prompt_tokens_total = 0.0
         self.generation_tokens_total = 0.0
         self.preemptions_total = 0.0
-        self.ttft_counts = [0.0] * len(_BOUNDS_WITH_INF)  # per bucket (not cumulative)
-        self.ttft_sum = 0.0
-        self.ttft_count = 0.0
-        self.busy_s = 0.0  # cumulative seconds with work on the GPU (DCGM GPU_UTIL's notion)
+        self.rejected_total = 0.0
+        self.steps_total = 0
+        self.busy_s = 0.0
+        self.h_ttft = Hist(VLLM_TTFT_BUCKETS)
+        self.h_itl = Hist(VLLM_ITL_BUCKETS)
+        self.h_e2e = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
+        self.h_queue = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
+        self.h_prefill = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
+        self.h_decode = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
+        self.h_iter = Hist(VLLM_ITERATION_TOKENS_BUCKETS)
 
-    # ---- load balancer view ------------------------------------------------------------------
+    # ---- views -----------------------------------------------------------------------------------
     @property
     def outstanding(self) -> int:
         return self.waiting_n + self.running_n
@@ -193,148 +270,238 @@ class Engine:
         return self.waiting_n == 0 and self.running_n == 0
 
     def kv_usage(self) -> float:
-        return min(1.0, self.kv_used / self.p.kv_capacity_tokens)
+        """``vllm:kv_cache_usage_perc``: share of the KV blocks in use (0..1)."""
+        return 1.0 - self.free_blocks / self.total_blocks if self.total_blocks else 0.0
 
-    def enqueue(self, req: Request) -> None:
+    def kv_tokens(self) -> int:
+        return sum(r.kv for r in self.running)
+
+    # ---- input -----------------------------------------------------------------------------------
+    def enqueue(self, req: Request, now: float) -> None:
+        """A request reaches the engine at ``now`` (it joins the first step that starts after it)."""
+        self.sync(now)
+        if req.target + req.n > self.total_blocks * self.bs:
+            self.rejected_total += req.n  # longer than the whole cache: vLLM rejects it (max_model_len)
+            return
+        if self._seg is None:
+            self.clock = max(self.clock, now)
         self.waiting.append(req)
         self.waiting_n += req.n
+        self._plan()
 
-    def take_waiting(self) -> list[Request]:
-        """Remove and return every queued (not admitted) request (a replica going away)."""
-        out = list(self.waiting)
-        self.waiting.clear()
-        self.waiting_n = 0
+    def take_waiting(self, now: float) -> list[Request]:
+        """Remove and return every request not yet scheduled (a replica going away)."""
+        self.sync(now)
+        out = [r for r in self.waiting if r.t_sched is None]
+        keep = deque(r for r in self.waiting if r.t_sched is not None)
+        self.waiting = keep
+        self.waiting_n = sum(r.n for r in keep)
+        self._plan()
         return out
 
-    # ---- signals -----------------------------------------------------------------------------
-    def ttft_histogram(self) -> Histogram:
-        cum = 0.0
-        buckets = []
-        for le, c in zip(_BOUNDS_WITH_INF, self.ttft_counts, strict=True):
-            cum += c
-            buckets.append((le, cum))
-        return Histogram(buckets=tuple(buckets), sum=self.ttft_sum, count=self.ttft_count)
+    # ---- time ------------------------------------------------------------------------------------
+    def advance_to(self, t: float) -> None:
+        """Complete every segment that ends at or before ``t``."""
+        while self._seg is not None and self.seg_end <= t:
+            self._apply(self._seg[1])
+            self._plan()
 
-    def _record_ttft(self, ttft: float, n: int, sink: list[tuple[float, float, int]] | None, t_arr: float) -> None:
-        idx = bisect.bisect_left(VLLM_TTFT_BUCKETS, ttft)
-        self.ttft_counts[idx] += n
-        self.ttft_sum += ttft * n
-        self.ttft_count += n
-        if sink is not None:
-            sink.append((t_arr, ttft, n))
-
-    # ---- one tick ------------------------------------------------------------------------------
-    def _admit(self) -> None:
-        p = self.p
-        while self.waiting:
-            r = self.waiting[0]
-            need = r.context() if r.preempted else r.inp
-            slots = p.max_num_seqs - self.running_n
-            room = self.kv_limit - self.kv_used
-            k = min(r.n, slots, int(room // need)) if need > 0 else min(r.n, slots)
-            if k <= 0:
-                if self.running_n == 0 and r.n > 0:
-                    k = 1  # a prompt larger than the whole cache still runs alone (no deadlock)
-                else:
-                    break
-            if k < r.n:
-                part = r.split(k)
-            else:
-                part = self.waiting.popleft()
-            self.waiting_n -= k
-            part.pre_left = need * k
-            self.kv_used += need * k
-            self.running_n += k
-            self.prefilling.append(part)
-
-    def step(self, t0: float, dt: float, ttft_sink: list[tuple[float, float, int]] | None = None) -> None:
-        p = self.p
-        self._admit()
-        if not self.prefilling and not self.decoding:
+    def sync(self, t: float) -> None:
+        """Run up to ``t`` and complete the step in progress at ``t`` (if any)."""
+        self.advance_to(t)
+        seg = self._seg
+        if seg is None or self.clock >= t:
             return
-        batch = 0
-        for r in self.decoding:
-            batch += r.n
-        s_d = max(p.decode_step_s(batch, self.kv_used), 1e-6)
-        n_old = len(self.decoding)
-        pending = 0.0
-        for r in self.prefilling:
-            pending += r.pre_left
-        steps = 0.0
-        if pending > 0:
-            rate = p.prefill_rate(batch, self.kv_used)
-            chunk = max(p.max_num_batched_tokens - batch, 256.0)
-            s_m = chunk / rate
-            mixed = min(dt, pending / rate)
-            steps = mixed / s_m + ((dt - mixed) / s_d if batch else 0.0)
-            self.busy_s += dt if batch else mixed
-            # Prefill FIFO: each prompt's first token at the time its last token is computed.
-            done_tokens = 0.0
-            budget = rate * mixed
-            while self.prefilling:
-                r = self.prefilling[0]
-                if r.pre_left <= budget - done_tokens + 1e-9:
-                    done_tokens += r.pre_left
-                    r.pre_left = 0.0
-                    self.prefilling.popleft()
-                    t_done = t0 + done_tokens / rate
-                    if r.first_token_at is None:
-                        own = r.inp / rate
-                        # A cohort's members finish one after another: use the mean member.
-                        t_mean = t_done - (r.n - 1) * own / 2.0
-                        ttft = max(t_mean - r.t_arr, own)
-                        r.first_token_at = r.t_arr + ttft
-                        self._record_ttft(ttft, r.n, ttft_sink, r.t_arr)
-                        self.prompt_tokens_total += r.inp * r.n
-                    r.gen = max(r.gen, 1.0)
-                    r.preempted = False
-                    self.kv_used += r.n  # the first generated token
-                    self.generation_tokens_total += r.n
-                    self.decoding.append(r)
-                    if r.gen >= r.out:
-                        self._finish(r)
-                else:
-                    r.pre_left -= budget - done_tokens
+        _, k, a, g = seg
+        j = min(k, max(1, self._steps_started_before(t - self.clock, a, g)))
+        self._apply(j)
+        self._plan()
+
+    def _dur(self, j: int, a: float, g: float) -> float:
+        return j * a + self.p.step_per_kv_token_s * g * j * (j - 1) / 2.0
+
+    def _steps_started_before(self, span: float, a: float, g: float) -> int:
+        """Number of steps i >= 0 with start ``dur(i) < span``."""
+        c2 = self.p.step_per_kv_token_s * g / 2.0
+        if c2 <= 0.0:
+            return math.ceil(span / a) if a > 0 else 1 << 30
+        b = a - c2
+        root = (-b + math.sqrt(b * b + 4 * c2 * span)) / (2 * c2)
+        j = math.ceil(root)
+        while j > 0 and self._dur(j - 1, a, g) >= span:
+            j -= 1
+        while self._dur(j, a, g) < span:
+            j += 1
+        return j
+
+    # ---- scheduler (one V1 step's decisions at self.clock) -----------------------------------------
+    def _preempt(self, r: Request) -> None:
+        self.free_blocks += r.blocks
+        r.blocks = 0
+        r.kv = 0
+        r.done = 0
+        r.target = r.n * (r.inp + r.gen)
+        self.running_n -= r.n
+        self.waiting.appendleft(r)
+        self.waiting_n += r.n
+        self.preemptions_total += r.n
+
+    def _schedule(self) -> list[tuple[Request, int, bool]]:
+        p = self.p
+        bs = self.bs
+        budget = p.max_num_batched_tokens
+        comp: list[tuple[Request, int, bool]] = []
+        running = self.running
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            pre = r.done < r.target
+            t = min(r.target - r.done, budget) if pre else r.n
+            if t > budget:
+                break
+            need = _blocks(r, r.kv + t, bs) - r.blocks
+            victim_was_r = False
+            while need > self.free_blocks:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    victim_was_r = True
                     break
-        else:
-            steps = dt / s_d
-            self.busy_s += dt
-        # Decode: sequences that were decoding at the start of the tick gain `steps` tokens.
-        if batch and steps > 0:
-            still: list[Request] = []
-            for r in self.decoding[:n_old]:
-                gain = min(steps, r.out - r.gen)
-                r.gen += gain
-                self.kv_used += gain * r.n
-                self.generation_tokens_total += gain * r.n
-                if r.gen >= r.out - 1e-9:
-                    self._release(r)
-                else:
-                    still.append(r)
-            still.extend(self.decoding[n_old:])
-            self.decoding = still
-            self._preempt_if_full()
-        else:
-            self.decoding = [r for r in self.decoding if r.gen < r.out]
+            if victim_was_r:
+                break
+            if need > 0:
+                r.blocks += need
+                self.free_blocks -= need
+            comp.append((r, t, pre))
+            budget -= t
+            i += 1
+        if not preempted:
+            while self.waiting and budget > 0 and self.running_n < p.max_num_seqs:
+                r = self.waiting[0]
+                slots = p.max_num_seqs - self.running_n
+                if r.n > slots:
+                    r = r.split(slots)
+                    self.waiting.appendleft(r)
+                t = min(r.target - r.done, budget)
+                need = _blocks(r, r.kv + t, bs) - r.blocks
+                if need > self.free_blocks:
+                    break
+                self.waiting.popleft()
+                self.waiting_n -= r.n
+                running.append(r)
+                self.running_n += r.n
+                if r.t_sched is None:
+                    r.t_sched = self.clock
+                    self.h_queue.observe(self.clock - r.t_arr, r.n)
+                if need > 0:
+                    r.blocks += need
+                    self.free_blocks -= need
+                comp.append((r, t, True))
+                budget -= t
+        return comp
 
-    def _finish(self, r: Request) -> None:
-        # Finished right at prefill (one-token outputs): release now, drop from decoding.
-        self._release(r)
-        self.decoding.remove(r)
+    def _plan(self) -> None:
+        if not self.running and not self.waiting:
+            self._seg = None
+            self.seg_end = math.inf
+            return
+        comp = self._schedule()
+        if not comp:  # nothing can run (cannot happen with requests that fit the cache); stay idle
+            self._seg = None
+            self.seg_end = math.inf
+            return
+        p = self.p
+        k = 1 << 30
+        n_pre = 0
+        nseq = 0
+        new_tok = 0
+        pre_tok = 0
+        kv0 = 0
+        for r, t, pre in comp:
+            nseq += r.n
+            new_tok += t
+            kv0 += r.kv
+            if pre:
+                n_pre += 1
+                pre_tok += t
+                left = r.target - r.done
+                k = min(k, left // t if left > t else 1)
+            else:
+                k = min(k, r.out - r.gen)
+        if n_pre > 1:
+            k = 1
+        # A queue head left waiting with budget and slots to spare did not fit the KV cache: that stays
+        # so until a finish frees blocks (the KV only grows meanwhile), so the segment may go on.
+        if k > 1:
+            extra = 0
+            bs = self.bs
+            for r, t, _ in comp:
+                extra += _blocks(r, r.kv + k * t, bs) - r.blocks
+            if extra > self.free_blocks:
+                k = 1
+        k = max(1, k)
+        a = p.step_fixed_s + p.step_per_seq_s * nseq + pre_tok / p.prefill_tps + p.step_per_kv_token_s * kv0
+        g = float(new_tok)
+        self._seg = (comp, k, a, g)
+        self.seg_end = self.clock + self._dur(k, a, g)
 
-    def _release(self, r: Request) -> None:
-        self.kv_used -= r.context() * r.n
-        if self.kv_used < 1e-6:
-            self.kv_used = 0.0
+    def _apply(self, j: int) -> None:
+        """Execute the first ``j`` steps of the current segment."""
+        seg = self._seg
+        assert seg is not None
+        comp, _k, a, g = seg
+        dur = self._dur(j, a, g)
+        t_end = self.clock + dur
+        self.busy_s += dur
+        self.steps_total += j
+        self.h_iter.observe(g, j)
+        bs = self.bs
+        step = dur / j
+        finished: list[Request] = []
+        for r, t, pre in comp:
+            add = t * j
+            r.kv += add
+            b = _blocks(r, r.kv, bs)
+            if b > r.blocks:
+                self.free_blocks -= b - r.blocks
+                r.blocks = b
+            if pre:
+                r.done += add
+                if r.done >= r.target:
+                    if r.t_first is None:
+                        t0 = r.t_sched if r.t_sched is not None else r.t_arr
+                        first = t_end if r.n == 1 else t0 + (t_end - t0) * (r.n + 1) / (2 * r.n)
+                        r.t_first = first
+                        ttft = first - r.t_arr
+                        self.h_ttft.observe(ttft, r.n)
+                        self.h_prefill.observe(first - t0, r.n)
+                        self.prompt_tokens_total += r.inp * r.n
+                        if self.sink is not None:
+                            self.sink.append((r.t_arr, ttft, r.n))
+                    else:
+                        self.h_itl.observe(step, r.n)
+                    r.gen += 1
+                    self.generation_tokens_total += r.n
+                    if r.gen >= r.out:
+                        finished.append(r)
+            else:
+                r.gen += j
+                self.generation_tokens_total += r.n * j
+                self.h_itl.observe(step, r.n * j)
+                if r.gen >= r.out:
+                    finished.append(r)
+        self.clock = t_end
+        for r in finished:
+            self._finish(r, t_end)
+
+    def _finish(self, r: Request, now: float) -> None:
+        self.free_blocks += r.blocks
+        r.blocks = 0
+        self.running.remove(r)
         self.running_n -= r.n
         self.requests_total += r.n
-
-    def _preempt_if_full(self) -> None:
-        while self.kv_used > self.p.kv_capacity_tokens and len(self.decoding) > 1:
-            r = self.decoding.pop()  # newest
-            self.kv_used -= r.context() * r.n
-            self.running_n -= r.n
-            self.preemptions_total += r.n
-            r.preempted = True
-            self.waiting.appendleft(r)
-            self.waiting_n += r.n
+        self.h_e2e.observe(now - r.t_arr, r.n)
+        if r.t_first is not None:
+            self.h_decode.observe(now - r.t_first, r.n)

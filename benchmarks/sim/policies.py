@@ -1,26 +1,37 @@
 """The autoscaling policies compared by the trace replay, each with its actuation path.
 
-``warmscale`` runs the production pure code path: per-pod engine signals -> :class:`Snapshot` ->
-:func:`scaler.observation.observe` -> :func:`scaler.policy.decide` -> KEDA (push activation) ->
-HPA (External AverageValue, ``metric_value`` compensating the tolerance) -> Deployment; its warm
-pool holds ``standby`` placeholders on staged nodes, and the scaler's look-ahead is the
-:class:`scaler.warm_status.WarmStatus` the warm-pool controller would publish.
+``warmscale`` runs the production code path end to end: each ready replica renders its ``/metrics``
+text, :class:`benchmarks.sim.exposition.SimScrapeSource` parses it with the production parser, the
+production :class:`signals.sources.collector.SnapshotCollector` gathers the snapshot and a production
+:class:`scaler.tracker.Tracker` (in-memory store, simulated clock) runs ``observe`` + ``decide`` every
+``scrapeIntervalSeconds`` (production default 1 s), filling its look-ahead from the
+:class:`scaler.warm_status.WarmStatus` the warm-pool controller publishes (measured time-to-ready
+medians from :class:`warmpool.planning.TimeToReady`; the config's ``timeToReadySeconds`` until a
+measurement exists). The decision goes through KEDA (push activation) and the HPA (External
+AverageValue, ``metric_value`` compensating the tolerance) to the Deployment.
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+from dataclasses import replace
 from typing import Any
 
-from benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig, PrometheusScrape
+from benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
 from benchmarks.sim.cluster import Cluster
+from benchmarks.sim.exposition import PromScrape, SimScrapeSource
 from scaler.config import ScalerConfig, parse_metadata
-from scaler.observation import observe
-from scaler.policy import Decision, decide
-from scaler.state import ScalerState
+from scaler.decision_log import DecisionLog
+from scaler.metrics import ScalerMetrics
+from scaler.policy import Decision
+from scaler.store import MemoryStore
+from scaler.tracker import ScaledObjectKey, Tracker, TrackerManager
 from scaler.warm_status import WarmStatus
-from signals.model import QueueReading, ReplicaReading, ReplicaSignal, Snapshot
-from warmpool.startup_model import StartupProfile, time_to_ready_table
+from signals.model import Snapshot
+from signals.sources.collector import SnapshotCollector
+from warmpool.startup_model import StartupProfile
+
+NAMESPACE, WORKLOAD = "bench", "llm"
 
 
 class Policy:
@@ -37,12 +48,15 @@ class Policy:
     def control(self, cluster: Cluster, now: float, dt: float) -> None:
         raise NotImplementedError
 
+    def close(self) -> None:
+        pass
+
 
 # ---- warmscale ---------------------------------------------------------------------------------
 
 def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, str] | None = None) -> dict[str, str]:
     md = {
-        "endpoints": "http://simulated-engine:8000/metrics",  # the simulator stands in for scraping
+        "endpoints": "http://simulated-engine:8000/metrics",  # the simulator's SimScrapeSource serves it
         "engine": "vllm",
         "minReplicas": "1",
         "maxReplicas": str(max_replicas),
@@ -52,7 +66,6 @@ def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, 
         "targetInflightPerReplica": "32",
         "targetWaitingPerReplica": "4",
         "scaleDownStabilizationSeconds": "600",
-        "scrapeIntervalSeconds": "5",
     }
     md.update(overrides or {})
     return md
@@ -62,72 +75,78 @@ class WarmscalePolicy(Policy):
     name = "warmscale"
 
     def __init__(self, metadata: dict[str, str], startup: StartupProfile, standby: int,
-                 hpa_behavior: HpaBehavior, keda: KedaConfig) -> None:
+                 hpa_behavior: HpaBehavior, keda: KedaConfig, *, fast_signals: bool = False) -> None:
         self.metadata = metadata
         self.cfg: ScalerConfig = parse_metadata(metadata)
         self.sp = startup
         self.standby = standby
-        self.state = ScalerState()
         self.last: Decision | None = None
         self.hpa = Hpa(keda.min_replicas, self.cfg.max_replicas, hpa_behavior)
         self.keda = Keda(keda)
         self.keda_cfg = keda
         self.next_scrape = 0.0
-        self.ttr_table = time_to_ready_table(startup)
         self.decisions = 0
         self.reasons: dict[str, int] = {}
+        self.fast = fast_signals
+        self.now = 0.0
+        self.cluster: Cluster | None = None
+        self.loop = asyncio.new_event_loop()
+        self.store = MemoryStore(clock=lambda: self.now)
+        self.source = SimScrapeSource(self._pods, self._queue, fast=fast_signals)
+        self.collector = SnapshotCollector([self.source], staleness_seconds=self.cfg.staleness_seconds,
+                                           deadline=self.cfg.scrape_timeout_seconds + 1.0, clock=lambda: self.now)
+        self.manager = TrackerManager(self.store, self._read, ScalerMetrics(), DecisionLog(), instance_id="bench",
+                                      clock=lambda: self.now)
+        self.tracker = Tracker(self.manager, NAMESPACE, WORKLOAD, dict(metadata), self.cfg)
+        self.snapshots: list[Snapshot] | None = None  # set to a list to record every snapshot (tests)
 
     def params(self) -> dict[str, Any]:
         return {"metadata": self.metadata, "standby_placeholders": self.standby,
-                "hpa": self.hpa.b.to_dict(), "keda": self.keda_cfg.to_dict(), "trigger": "external-push"}
+                "hpa": self.hpa.b.to_dict(), "keda": self.keda_cfg.to_dict(), "trigger": "external-push",
+                "signals": "rendered text -> production parsers" if not self.fast else "fast (engine objects)",
+                "scrape_interval_s": self.cfg.scrape_interval_seconds}
 
-    def _snapshot(self, cluster: Cluster, now: float) -> Snapshot:
-        readings = []
-        for pod in cluster.ready_pods():
-            e = pod.engine
-            sig = ReplicaSignal(
-                engine="vllm",
-                waiting=float(e.waiting_n),
-                running=float(e.running_n),
-                kv_usage=e.kv_usage(),
-                ttft=e.ttft_histogram(),
-                prompt_tokens_total=e.prompt_tokens_total,
-                generation_tokens_total=e.generation_tokens_total,
-                requests_total=e.requests_total,
-                preemptions_total=e.preemptions_total,
-                max_running=float(e.p.max_num_seqs),
-            )
-            readings.append(ReplicaReading(replica=pod.name, observed_at=now, signal=sig))
-        status = WarmStatus(
-            namespace="bench", name="llm", updated_at=now,
-            placeholders_ready=cluster.placeholders_ready(now), staged_nodes=cluster.placeholders_ready(now),
-            ready_replicas=cluster.n_ready(), starting_replicas=cluster.n_starting(), spec_replicas=cluster.spec,
-            time_to_ready_s={"placeholder+staged": self.ttr_table["placeholder+staged"],
-                             "staged": self.ttr_table["staged"], "cold": self.ttr_table["cold"]},
-        )
-        queues = (QueueReading(name="gateway", observed_at=now, length=float(cluster.gateway_n)),)
-        return Snapshot(
-            taken_at=now,
-            replicas=tuple(readings),
-            queues=queues,
-            ready_replicas=cluster.n_ready(),
-            starting_replicas=cluster.n_starting(),
-            time_to_ready_s=status.expected_time_to_ready(self.cfg.time_to_ready_seconds),
-            warm_capacity=status.placeholders_ready,
-            current_replicas=cluster.spec,
-        )
+    def _pods(self) -> list[Any]:
+        assert self.cluster is not None
+        return list(self.cluster.ready_pods())
+
+    def _queue(self) -> float:
+        assert self.cluster is not None
+        return float(self.cluster.gateway_n)
+
+    async def _read(self, cfg: ScalerConfig, now: float, key: ScaledObjectKey) -> Snapshot:
+        """The scaler's snapshot reader: the collector, plus the pod counts pod discovery reports."""
+        c = self.cluster
+        assert c is not None
+        snap = await self.collector.collect(now)
+        snap = replace(snap, ready_replicas=c.n_ready(), starting_replicas=c.n_starting(),
+                       current_replicas=c.spec, target_name=WORKLOAD)
+        if self.snapshots is not None:
+            self.snapshots.append(snap)
+        return snap
+
+    async def _tick(self, c: Cluster, now: float) -> None:
+        # The warm-pool controller publishes its status (measured time-to-ready) as in production.
+        status = WarmStatus(namespace=NAMESPACE, name=WORKLOAD, updated_at=now,
+                            placeholders_ready=c.placeholders_ready(now), staged_nodes=c.placeholders_ready(now),
+                            ready_replicas=c.n_ready(), starting_replicas=c.n_starting(), spec_replicas=c.spec,
+                            time_to_ready_s=c.ttr.medians())
+        await self.store.put_warm_status(NAMESPACE, WORKLOAD, status)
+        await self.tracker.tick()
 
     def control(self, cluster: Cluster, now: float, dt: float) -> None:
+        self.cluster = cluster
         if now + 1e-9 >= self.next_scrape:
             self.next_scrape = now + max(self.cfg.scrape_interval_seconds, dt)
-            snap = self._snapshot(cluster, now)
-            obs, self.state = observe(snap, self.state, self.cfg)
-            decision, self.state = decide(obs, self.state, self.cfg, now)
-            self.last = decision
-            self.decisions += 1
-            self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
-            if decision.active and cluster.spec == 0:  # StreamIsActive(true): KEDA scales 0 -> 1 now
-                cluster.set_spec(self.keda.push(now, True, 0), now)
+            self.now = now
+            self.loop.run_until_complete(self._tick(cluster, now))
+            decision = self.tracker.decision
+            if decision is not None:
+                self.last = decision
+                self.decisions += 1
+                self.reasons[decision.reason] = self.reasons.get(decision.reason, 0) + 1
+                if decision.active and cluster.spec == 0:  # StreamIsActive(true): KEDA scales 0 -> 1 now
+                    cluster.set_spec(self.keda.push(now, True, 0), now)
         if self.last is None:
             return
         if self.keda.poll_due(now):
@@ -140,6 +159,9 @@ class WarmscalePolicy(Policy):
             if n != cluster.spec:
                 cluster.set_spec(n, now)
 
+    def close(self) -> None:
+        self.loop.close()
+
 
 # ---- Prometheus-fed KEDA/HPA baselines --------------------------------------------------------
 
@@ -147,7 +169,8 @@ class PromHpaPolicy(Policy):
     """KEDA Prometheus scaler (or prometheus-adapter) -> HPA, metric read from Prometheus."""
 
     def __init__(self, name: str, metric: str, target: float, max_replicas: int, *, scrape_s: float = 15.0,
-                 behavior: HpaBehavior | None = None, keda: KedaConfig | None = None, use_keda: bool = True) -> None:
+                 behavior: HpaBehavior | None = None, keda: KedaConfig | None = None, use_keda: bool = True,
+                 fast_signals: bool = False) -> None:
         self.name = name
         self.metric = metric  # "waiting" | "kv" | "util"
         self.target = target
@@ -155,7 +178,7 @@ class PromHpaPolicy(Policy):
         self.scrape_s = scrape_s
         self.behavior = behavior or HpaBehavior()
         self.keda = (keda or KedaConfig(max_replicas=max_replicas)) if use_keda else None
-        self.prom = PrometheusScrape(self.scrape_s)
+        self.prom = PromScrape(self.scrape_s, fast=fast_signals)
         self.hpa = Hpa(1, self.max_replicas, self.behavior)
         self.kedal = Keda(self.keda) if self.keda is not None else None
 
@@ -182,6 +205,107 @@ class PromHpaPolicy(Policy):
                 avg, self.target, len(self.prom.samples), cluster.spec)
         else:
             raw = self.hpa.raw_external_average(self.prom.sum(self.metric), self.target, cluster.spec)
+        n = self.hpa.sync(now, cluster.spec, raw)
+        if n != cluster.spec:
+            cluster.set_spec(n, now)
+
+
+class LlmdQueueGuardPolicy(Policy):
+    """llm-d's recommended path (KEDA Prometheus scaler on the endpoint picker's metrics, the
+    "queue-guard" overlay; ``shared/reference/autoscalers.md``, llm-d): a scalingModifiers formula
+    ``max(queue/1, running/16)`` where ``queue`` counts requests waiting anywhere (engines + held by
+    the router), minus the pods still pending (kube-state-metrics), floored at the current replicas
+    while pods are pending; External AverageValue target 1 (the formula is a replica count);
+    pollingInterval 15 s, HPA scale-up stabilisation 0, scale-down stabilisation 300 s."""
+
+    name = "llm-d-queue-guard"
+
+    def __init__(self, max_replicas: int, *, fast_signals: bool = False) -> None:
+        self.max_replicas = max_replicas
+        self.prom = PromScrape(15.0, fast=fast_signals)
+        self.keda_cfg = KedaConfig(polling_interval_s=15.0, cooldown_period_s=300.0, min_replicas=1,
+                                   max_replicas=max_replicas)
+        self.keda = Keda(self.keda_cfg)
+        self.behavior = HpaBehavior(scale_up_stabilization_s=0.0, scale_down_stabilization_s=300.0)
+        self.hpa = Hpa(1, max_replicas, self.behavior)
+        self.value = 0.0
+
+    def params(self) -> dict[str, Any]:
+        return {"formula": "max(queue/1, running/16) - pending, floored at current replicas while pending > 0",
+                "queue": "sum(vllm:num_requests_waiting) + llm_d_epp_flow_control_queue_size",
+                "running": "sum(vllm:num_requests_running)", "target": "AverageValue 1",
+                "prometheus_scrape_s": 15.0, "keda": self.keda_cfg.to_dict(), "hpa": self.behavior.to_dict(),
+                "max_replicas": self.max_replicas}
+
+    def formula(self, current: int) -> float:
+        queue = self.prom.sum("waiting") + self.prom.router_queue
+        running = self.prom.sum("running")
+        want = max(queue / 1.0, running / 16.0)
+        pending = self.prom.pending
+        if pending > 0:
+            return max(float(current), want - pending)
+        return want
+
+    def control(self, cluster: Cluster, now: float, dt: float) -> None:
+        self.prom.maybe_scrape(now, cluster.ready_pods(), cluster.gateway_n, cluster.n_starting())
+        if self.keda.poll_due(now):
+            self.value = self.formula(cluster.spec)
+            n = self.keda.poll(now, self.keda.is_active_value(self.value), cluster.spec)
+            if n != cluster.spec:
+                cluster.set_spec(n, now)
+        if cluster.spec == 0 or not self.hpa.due(now):
+            return
+        raw = self.hpa.raw_external_average(self.value, 1.0, cluster.spec)
+        n = self.hpa.sync(now, cluster.spec, raw)
+        if n != cluster.spec:
+            cluster.set_spec(n, now)
+
+
+class WvaSaturationPolicy(Policy):
+    """A WVA-style saturation analyzer (llm-d workload-variant-autoscaler, ``autoscalers.md``): every
+    30 s cycle, from Prometheus (15 s scrape), the fleet is saturated when the mean KV usage per
+    replica reaches 0.8 or the mean queue per replica reaches 5: +1 replica. It scales down by 1 only
+    if the load spread over N-1 replicas stays under both thresholds. The desired count goes to the HPA
+    (AverageValue 1) with a 120 s scale-down stabilisation (WVA's recommended minimum)."""
+
+    name = "wva-saturation"
+
+    def __init__(self, max_replicas: int, *, kv: float = 0.8, queue: float = 5.0, cycle_s: float = 30.0,
+                 fast_signals: bool = False) -> None:
+        self.max_replicas = max_replicas
+        self.kv = kv
+        self.queue = queue
+        self.cycle_s = cycle_s
+        self.prom = PromScrape(15.0, fast=fast_signals)
+        self.next_cycle = 0.0
+        self.behavior = HpaBehavior(scale_up_stabilization_s=0.0, scale_down_stabilization_s=120.0)
+        self.hpa = Hpa(1, max_replicas, self.behavior)
+        self.desired: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"kv_threshold": self.kv, "queue_threshold": self.queue, "cycle_s": self.cycle_s,
+                "prometheus_scrape_s": 15.0, "hpa": self.behavior.to_dict(), "max_replicas": self.max_replicas}
+
+    def analyze(self, current: int) -> int:
+        n = len(self.prom.samples)
+        if n == 0:
+            return current
+        kv = self.prom.sum("kv")
+        q = self.prom.sum("waiting") + self.prom.router_queue
+        if kv / n >= self.kv or q / n >= self.queue:
+            return min(self.max_replicas, current + 1)
+        if current > 1 and n > 1 and kv / (n - 1) < self.kv and q / (n - 1) < self.queue:
+            return current - 1
+        return current
+
+    def control(self, cluster: Cluster, now: float, dt: float) -> None:
+        self.prom.maybe_scrape(now, cluster.ready_pods(), cluster.gateway_n, cluster.n_starting())
+        if now + 1e-9 >= self.next_cycle:
+            self.next_cycle = now + self.cycle_s
+            self.desired = self.analyze(cluster.spec)
+        if self.desired is None or not self.hpa.due(now):
+            return
+        raw = self.hpa.raw_external_average(float(self.desired), 1.0, cluster.spec)
         n = self.hpa.sync(now, cluster.spec, raw)
         if n != cluster.spec:
             cluster.set_spec(n, now)
@@ -235,5 +359,10 @@ class SchedulePolicy(Policy):
             cluster.set_spec(want, now)
 
 
-def default_max_replicas(peak: int) -> int:
-    return max(peak + 4, math.ceil(peak * 2))
+# maxReplicas an operator would write per profile (a GPU budget), the same for every reactive policy:
+# about twice the largest need the oracle finds on the shipped traces for that profile.
+MAX_REPLICAS: dict[str, int] = {"8b-h100": 32, "70b-h100-tp4": 32, "70b-h100-tp8": 16}
+
+
+def max_replicas_for(profile: str) -> int:
+    return MAX_REPLICAS.get(profile, 32)

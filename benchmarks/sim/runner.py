@@ -1,4 +1,11 @@
-"""Run one policy over a workload, and all of them (with the oracle's sizing) on the same arrivals."""
+"""Run one policy over a workload, and all of them (with the oracle's sizing) on the same arrivals.
+
+Time is continuous (see :mod:`benchmarks.sim.engine`): requests reach the router at their arrival
+times and engines run step by step in between; the control loops (scrapes, KEDA, HPA, schedules)
+run every ``dt`` (default 1 s; ``tests/bench/test_convergence.py`` shows halving it changes no
+result materially). Every policy starts at t = 0 from the same fleet of ``initial`` ready replicas,
+charged from t = 0 like every other held GPU.
+"""
 
 from __future__ import annotations
 
@@ -17,17 +24,20 @@ from benchmarks.sim.cluster import Cluster
 from benchmarks.sim.engine import EngineProfile, Request
 from benchmarks.sim.policies import (
     KpaPolicy,
+    LlmdQueueGuardPolicy,
     Policy,
     PromHpaPolicy,
     SchedulePolicy,
     WarmscalePolicy,
-    default_max_replicas,
+    WvaSaturationPolicy,
+    max_replicas_for,
     warmscale_metadata,
 )
 from warmpool.startup_model import COLD, StartupProfile, time_to_ready
 
 POLICY_NAMES = ("warmscale", "keda-prometheus-queue", "keda-prometheus-kv", "hpa-gpu-util", "kpa-concurrency",
-                "static-peak", "oracle", "oracle-instant")
+                "llm-d-queue-guard", "wva-saturation", "static-peak-clairvoyant", "oracle", "oracle-instant")
+CLAIRVOYANT = ("oracle", "oracle-instant", "static-peak-clairvoyant")
 
 
 @dataclass
@@ -44,6 +54,8 @@ class PolicyResult:
     wall_s: float
     starts: dict[str, int]
     timeline: dict[str, list[float]]
+    slo_attainment_warm: float = 1.0
+    gpu_hours_warm: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
     misses: list[tuple[float, float]] = field(default_factory=list)  # (arrival, ttft) of SLO misses
 
@@ -65,6 +77,8 @@ class SimSettings:
     drain_max_s: float = 1800.0
     sample_s: float = 10.0
     node_idle_s: float = 600.0
+    warmup_s: float = 0.0  # results also reported for arrivals (and GPU time) after this
+    fast_signals: bool = False
     progress: Callable[[str, float], None] | None = None
 
 
@@ -79,9 +93,12 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
     m = len(T)
     ptr = 0
     dt = s.dt
+    step_i = 0
     t = 0.0
     span = work.span_s
     end_limit = span + s.drain_max_s
+    warm = s.warmup_s
+    gpu_warm = 0.0
     tl_t: list[float] = []
     tl_spec: list[float] = []
     tl_ready: list[float] = []
@@ -89,15 +106,25 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
     tl_hold: list[float] = []
     next_sample = 0.0
     next_progress = span / 20 if span > 0 else math.inf
+    policy.control(cluster, 0.0, dt)
     while True:
-        cluster.advance(t)
-        t_next = t + dt
+        step_i += 1
+        t_next = step_i * dt
+        # Arrivals of (t, t_next], each at its own time.
         while ptr < m and T[ptr] < t_next:
-            cluster.dispatch(Request(T[ptr], IN[ptr], OUT[ptr], N[ptr]))
+            ta = T[ptr]
+            cluster.events_until(ta)
+            cluster.dispatch(Request(ta, IN[ptr], OUT[ptr], N[ptr]))
             ptr += 1
-        cluster.step_engines(t, dt)
+        cluster.advance(t_next)
         if t < span:
-            cluster.account(t, min(dt, span - t))
+            seg = min(t_next, span) - t
+            units = cluster.units() * cluster.gpus
+            cluster.gpu_seconds += units * seg
+            lo = max(t, warm)
+            hi = min(t_next, span)
+            if hi > lo:
+                gpu_warm += units * (hi - lo)
         t = t_next
         policy.control(cluster, t, dt)
         if t >= next_sample and t <= span + dt:
@@ -114,6 +141,7 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
             busy = cluster.gateway_n > 0 or any(not p.engine.idle for p in cluster.pods) or cluster.draining
             if not busy or t >= end_limit:
                 break
+    policy.close()
     # Metrics.
     sink = cluster.ttft_sink
     arr = np.array([x[0] for x in sink], dtype=np.float64)
@@ -122,15 +150,21 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
     served = int(w.sum())
     unserved = total_n - served
     if unserved > 0:  # never got a first token before the drain limit: a lower bound on their TTFT
-        ttft = np.concatenate([ttft, [max(s.drain_max_s, 0.0)]])
-        w = np.concatenate([w, [float(unserved)]])
-        arr = np.concatenate([arr, [span]])
-    ok = float(w[ttft <= s.slo_ttft].sum())
-    attain = ok / total_n if total_n else 1.0
+        never = _unserved_arrivals(work, sink)
+        ttft = np.concatenate([ttft, np.full(len(never), float(s.drain_max_s))])
+        w = np.concatenate([w, [float(x[1]) for x in never]])
+        arr = np.concatenate([arr, [x[0] for x in never]])
+    ok = ttft <= s.slo_ttft
+    attain = float(w[ok].sum()) / total_n if total_n else 1.0
+    late = arr >= warm
+    n_warm = float(w[late].sum())
+    attain_warm = float(w[late & ok].sum()) / n_warm if n_warm > 0 else 1.0
     misses: list[tuple[float, float]] = []
     if keep_misses:
-        bad = ttft > s.slo_ttft
+        bad = ~ok
         misses = list(zip(arr[bad].tolist(), ttft[bad].tolist(), strict=True))
+    params = policy.params()
+    params["initial_replicas"] = initial
     return PolicyResult(
         name=policy.name,
         slo_attainment=attain,
@@ -144,9 +178,28 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
         wall_s=time.perf_counter() - wall0,
         starts=dict(cluster.starts),
         timeline={"t": tl_t, "spec": tl_spec, "ready": tl_ready, "waiting": tl_wait, "held": tl_hold},
-        params=policy.params(),
+        slo_attainment_warm=attain_warm,
+        gpu_hours_warm=gpu_warm / 3600.0,
+        params=params,
         misses=misses,
     )
+
+
+def _unserved_arrivals(work: Workload, sink: list[tuple[float, float, int]]) -> list[tuple[float, int]]:
+    """(arrival, count) of the requests that never got a first token (by arrival time multiset)."""
+    served: dict[float, int] = {}
+    for ta, _, n in sink:
+        served[ta] = served.get(ta, 0) + n
+    out = []
+    for ta, n in zip(work.t.tolist(), work.n.tolist(), strict=True):
+        got = served.get(ta, 0)
+        if got >= n:
+            served[ta] = got - n
+            continue
+        if got:
+            served[ta] = 0
+        out.append((ta, n - got))
+    return out
 
 
 # ---- oracle sizing --------------------------------------------------------------------------------
@@ -277,28 +330,45 @@ class BenchConfig:
     warmscale_overrides: dict[str, str] = field(default_factory=dict)
     oracle_iterations: int = 3
     policies: tuple[str, ...] = POLICY_NAMES
+    profile: str = "8b-h100"
+    start_replicas: int | None = None  # default: start_replicas_from_need (first 5 minutes)
+    max_replicas: int | None = None  # default: MAX_REPLICAS[profile]
+    start_window_s: float = 300.0
+
+
+def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
+    """What an operator sizes the fleet to before the run: the most replicas the oracle's need asks
+    for in the first ``window_s`` seconds (at least 1)."""
+    cells = max(1, math.ceil(window_s / curve.grid_s))
+    return max(1, int(curve.need[:cells].max()))
 
 
 def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: EngineProfile,
                    startup: StartupProfile, s: SimSettings, bc: BenchConfig) -> list[Policy]:
-    max_r = default_max_replicas(peak)
+    max_r = bc.max_replicas or max_replicas_for(bc.profile)
     ttr_cold = time_to_ready(startup, COLD)
+    fast = s.fast_signals
     out: list[Policy] = []
     for name in names:
         if name == "warmscale":
             md = warmscale_metadata(max_r, s.slo_ttft, bc.warmscale_overrides)
             beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
-            out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r)))
+            out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r),
+                                       fast_signals=fast))
         elif name == "keda-prometheus-queue":
-            out.append(PromHpaPolicy(name, "waiting", 5.0, max_r))
+            out.append(PromHpaPolicy(name, "waiting", 5.0, max_r, fast_signals=fast))
         elif name == "keda-prometheus-kv":
-            out.append(PromHpaPolicy(name, "kv", 0.8, max_r))
+            out.append(PromHpaPolicy(name, "kv", 0.8, max_r, fast_signals=fast))
         elif name == "hpa-gpu-util":
-            out.append(PromHpaPolicy(name, "util", 0.8, max_r, use_keda=False))
+            out.append(PromHpaPolicy(name, "util", 0.8, max_r, use_keda=False, fast_signals=fast))
         elif name == "kpa-concurrency":
             out.append(KpaPolicy(KpaConfig(max_replicas=max_r)))
-        elif name == "static-peak":
-            out.append(SchedulePolicy(name, [0.0], [peak], info={"replicas": peak}))
+        elif name == "llm-d-queue-guard":
+            out.append(LlmdQueueGuardPolicy(max_r, fast_signals=fast))
+        elif name == "wva-saturation":
+            out.append(WvaSaturationPolicy(max_r, fast_signals=fast))
+        elif name == "static-peak-clairvoyant":
+            out.append(SchedulePolicy(name, [0.0], [peak], info={"replicas": peak, "knows": "the oracle's peak need"}))
         elif name == "oracle":
             breakeven = ttr_cold + s.node_idle_s
             times, vals = schedule_from_need(curve, lead_s=ttr_cold, breakeven_s=breakeven)
@@ -319,23 +389,19 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
     curve = need_curve(work, engine, s.slo_ttft, grid)
     curve, _ = refine_need(work, curve, engine, startup, s, bc.oracle_iterations, say)
     peak = int(curve.need.max())
-    head = int(curve.need[: max(1, int(120 // grid))].max())
+    initial = bc.start_replicas if bc.start_replicas is not None else start_replicas_from_need(curve, bc.start_window_s)
+    if s.warmup_s <= 0:
+        s.warmup_s = time_to_ready(startup, COLD)
     policies = build_policies(bc.policies, curve, peak, engine, startup, s, bc)
     results: dict[str, PolicyResult] = {}
     for pol in policies:
-        initial = peak if pol.name == "static-peak" else (curve.at(0) if pol.name.startswith("oracle") else head)
-        if pol.name == "oracle":
-            initial = max(initial, _sched_at(pol, 0.0))
         res = simulate(work, pol, engine, startup, initial, s)
         results[pol.name] = res
         say(f"{pol.name:24s} attainment {res.slo_attainment:.4f}  gpu-h {res.gpu_hours:8.2f}  "
             f"p99 {res.ttft_p99_s:7.2f}s  max {res.max_replicas:3d}  ({res.wall_s:.1f}s)")
-    meta = {"peak_need": peak, "initial_replicas": head, "max_replicas_bound": default_max_replicas(peak),
-            "need_grid_s": grid}
+    meta = {"peak_need": peak, "initial_replicas": initial,
+            "initial_replicas_rule": ("--start-replicas" if bc.start_replicas is not None else
+                                      f"max of the oracle's need over the first {bc.start_window_s:g} s"),
+            "max_replicas": bc.max_replicas or max_replicas_for(bc.profile), "need_grid_s": grid,
+            "warmup_s": s.warmup_s}
     return results, meta
-
-
-def _sched_at(pol: Policy, t: float) -> int:
-    if isinstance(pol, SchedulePolicy):
-        return pol.counts[0]
-    return 1
