@@ -1,7 +1,8 @@
-"""`warmscale bench suite`: the trace replay on every shipped per-request trace and two rate curves,
-then one Markdown table of all results (``benchmarks/results/summary.md``).
+"""`warmscale bench suite`: the trace replay on every shipped per-request trace (ensembles of
+``--ensemble`` members, 8 by default) and two rate curves (single runs), with ``--fast-signals``, then
+one Markdown table of all results (``benchmarks/results/summary.md``).
 
-    python -m benchmarks.cli suite [--skip-week] [--traces DIR] [--out DIR]
+    python -m benchmarks.cli suite [--skip-week] [--ensemble 8] [--only STEMS] [--traces DIR] [--out DIR]
 
 Traces come from ``--traces DIR``, else ``$WARMSCALE_SHARED/traces``, else the package
 (:mod:`warmscale.traces`); the week-long rate curve is not shipped and is skipped, with a message
@@ -38,6 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="folder searched first for the traces (else $WARMSCALE_SHARED/traces, then the package)")
     parser.add_argument("--out", default="benchmarks/results", help="where JSON, PNG and summary.md go")
     parser.add_argument("--skip-week", action="store_true", help="leave out the week-long rate curve")
+    parser.add_argument("--ensemble", type=int, default=8, help="members per per-request trace (default 8)")
+    parser.add_argument("--only", default=None, help="comma-separated trace stems to run (default: all)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,9 +58,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"skipped: {exc}", file=sys.stderr)
             continue
         stem = f"{Path(trace).stem}__{profile}"
+        if args.only and Path(trace).stem not in args.only.split(",") and stem not in args.only.split(","):
+            if (out / f"{stem}.json").exists():
+                doc = json.loads((out / f"{stem}.json").read_text())
+                docs.append((doc, float(doc.get("details", {}).get("wall_s", 0.0))))
+            continue
         t0 = time.perf_counter()
+        rate = "_rate_" in trace
+        extra = [] if rate else ["--ensemble", str(args.ensemble)]
         bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
-               "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet"])
+               "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
+               "--fast-signals", *extra])
         docs.append((json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0))
     table = summary_table(docs)
     (out / "summary.md").write_text(table + "\n")
@@ -65,16 +76,35 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _x(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def summary_table(docs: list[tuple[dict, float]]) -> str:
-    rows = ["| trace | profile | SLO | policy | SLO att. | GPU-h | x oracle | TTFT p50 s | TTFT p99 s | cold | max |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| trace | profile | SLO | policy | SLO att. % | GPU-h | x oracle | warm-up excl. att. % | "
+            "ensemble att. % min/med/max | ensemble x oracle min/med/max | dominated by | TTFT p99 s | cold | max |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for doc, wall in docs:
         oracle = doc["policies"].get("oracle", {}).get("gpu_hours") or float("nan")
+        ens = (doc.get("ensemble") or {}).get("policies", {})
+        warm = doc.get("warmup_excluded", {})
         for name, p in doc["policies"].items():
+            e = ens.get(name)
+            att = "/".join(_pct(e["slo_attainment"][k]) for k in ("min", "median", "max")) if e else "-"
+            gx = "/".join(_x(e["gpu_x_oracle"][k]) for k in ("min", "median", "max")) if e else "-"
+            dom = ", ".join(e["dominated_by"]) if e and e["dominated_by"] else ("none" if e else "-")
+            w = warm.get(name, {}).get("slo_attainment")
             rows.append(
                 f"| {Path(doc['trace']).stem} | {doc['profile']} | {doc['slo_ttft_s']:g} s | {name} | "
-                f"{100 * p['slo_attainment']:.2f}% | {p['gpu_hours']:.1f} | {p['gpu_hours'] / oracle:.2f} | "
-                f"{p['ttft_p50_s']:.2f} | {p['ttft_p99_s']:.1f} | {p['cold_starts']} | {p['max_replicas']} |"
+                f"{100 * p['slo_attainment']:.2f} | {p['gpu_hours']:.1f} | {p['gpu_hours'] / oracle:.2f} | "
+                f"{_pct(w)} | {att} | {gx} | {dom} | {p['ttft_p99_s']:.1f} | {p['cold_starts']} | "
+                f"{p['max_replicas']} |"
             )
-        rows.append(f"| | | | *{doc['requests']:,} requests, simulated in {wall:.1f} s* | | | | | | | |")
+        members = (doc.get("ensemble") or {}).get("members", 1)
+        rows.append(f"| | | | *{doc['requests']:,} requests, start {doc['details']['oracle']['initial_replicas']} "
+                    f"replicas, {members} member(s), {wall:.0f} s* | | | | | | | | | | |")
     return "\n".join(rows)

@@ -109,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
         import multiprocessing as mp
 
         ctx = mp.get_context("fork")
+        plain = argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
         with ctx.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
-            pending = [pool.apply_async(_member_job, (args, work, dt, i, k, p)) for i, k, p in jobs]
+            pending = [pool.apply_async(_member_job, (plain, work, dt, i, k, p)) for i, k, p in jobs]
             for res in pending:
                 i, out = res.get()
                 outcomes[i] = out
@@ -123,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if len(jobs) > 1:
         doc["ensemble"] = ensemble_summary({i: o[0] for i, o in outcomes.items()})
         doc["details"]["ensemble_members"] = [
-            {"member": i, "kind": members[i][0], **members[i][1], "initial_replicas": outcomes[i][1]["initial_replicas"]}
-            for i in sorted(outcomes)]
+            {"member": i, "kind": members[i][0], **members[i][1],
+             "initial_replicas": outcomes[i][1]["initial_replicas"]} for i in sorted(outcomes)]
     json_out = Path(args.json_out or f"{path.stem}__{args.profile}.json")
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
@@ -137,8 +138,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _member_job(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str,
                 params: dict[str, float]) -> tuple[int, Any]:
-    quiet = (lambda m: None)
-    return i, _member(args, perturbed(work, kind, params), dt, i, kind, params, quiet)
+    return i, _member(args, perturbed(work, kind, params), dt, i, kind, params, _quiet)
+
+
+def _quiet(message: str) -> None:
+    return None
 
 
 def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str, params: dict[str, float],

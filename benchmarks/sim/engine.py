@@ -241,6 +241,7 @@ class Engine:
         self.running_n = 0
         self.clock = now  # start of the next step (engine idle: time it became idle)
         self.sink = ttft_sink
+        self.max_jump = 1 << 30  # 1: one iteration per segment (the per-iteration reference, tests)
         # Segment being executed: (composition, k steps, A, g); None when idle.
         self._seg: tuple[list[tuple[Request, int, bool]], int, float, float] | None = None
         self.seg_end = math.inf
@@ -280,8 +281,8 @@ class Engine:
     def enqueue(self, req: Request, now: float) -> None:
         """A request reaches the engine at ``now`` (it joins the first step that starts after it)."""
         self.sync(now)
-        if req.target + req.n > self.total_blocks * self.bs:
-            self.rejected_total += req.n  # longer than the whole cache: vLLM rejects it (max_model_len)
+        if _blocks(req, req.n * (req.inp + req.out), self.bs) > self.total_blocks:
+            self.rejected_total += req.n  # prompt + output exceed the whole cache: vLLM rejects it (max_model_len)
             return
         if self._seg is None:
             self.clock = max(self.clock, now)
@@ -441,7 +442,7 @@ class Engine:
                 extra += _blocks(r, r.kv + k * t, bs) - r.blocks
             if extra > self.free_blocks:
                 k = 1
-        k = max(1, k)
+        k = max(1, min(k, self.max_jump))
         a = p.step_fixed_s + p.step_per_seq_s * nseq + pre_tok / p.prefill_tps + p.step_per_kv_token_s * kv0
         g = float(new_tok)
         self._seg = (comp, k, a, g)

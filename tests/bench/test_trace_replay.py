@@ -34,7 +34,7 @@ def _run(tmp_path: Path, trace: Path, name: str, *extra: str) -> dict:
 
 def test_json_shape_and_determinism(tmp_path: Path) -> None:
     trace = _requests_csv(tmp_path / "t.csv")
-    a = _run(tmp_path, trace, "a", "--plot", str(tmp_path / "p.png"))
+    a = _run(tmp_path, trace, "a", "--plot", str(tmp_path / "p.png"), "--fast-signals")
     assert set(a) >= {"trace", "profile", "slo_ttft_s", "requests", "policies"}
     assert a["requests"] == 2400 and a["profile"] == "8b-h100" and a["slo_ttft_s"] == 2.0
     assert set(a["policies"]) == set(POLICY_NAMES)
@@ -43,10 +43,44 @@ def test_json_shape_and_determinism(tmp_path: Path) -> None:
         assert 0.0 <= p["slo_attainment"] <= 1.0 and p["gpu_hours"] > 0
     pol = a["policies"]
     assert pol["oracle-instant"]["gpu_hours"] <= pol["oracle"]["gpu_hours"] + 1e-9
-    assert pol["static-peak"]["cold_starts"] == 0
+    assert set(a["warmup_excluded"]) == set(POLICY_NAMES)
+    for w in a["warmup_excluded"].values():
+        assert set(w) == {"slo_attainment", "gpu_hours"}
+    start = a["details"]["oracle"]["initial_replicas"]
+    assert all(p["params"]["initial_replicas"] == start for p in a["details"]["per_policy"].values())
     assert (tmp_path / "p.png").stat().st_size > 1000
-    b = _run(tmp_path, trace, "b")
+    b = _run(tmp_path, trace, "b", "--fast-signals")
     assert a["policies"] == b["policies"]
+    assert "ensemble" not in a
+
+
+STAT = {"min", "median", "max"}
+
+
+def test_ensemble_json_contract_and_determinism_per_seed(tmp_path: Path) -> None:
+    trace = _requests_csv(tmp_path / "t.csv")
+    args = ("--ensemble", "3", "--fast-signals", "--policies", "warmscale,hpa-gpu-util,static-peak-clairvoyant,oracle")
+    a = _run(tmp_path, trace, "e1", *args)
+    ens = a["ensemble"]
+    assert set(ens) == {"members", "policies"} and ens["members"] == 3
+    assert set(ens["policies"]) == {"warmscale", "hpa-gpu-util", "static-peak-clairvoyant", "oracle"}
+    for p in ens["policies"].values():
+        assert set(p) == {"slo_attainment", "slo_attainment_warm", "gpu_x_oracle", "gpu_x_oracle_warm", "dominated_by"}
+        for k in ("slo_attainment", "slo_attainment_warm", "gpu_x_oracle", "gpu_x_oracle_warm"):
+            assert set(p[k]) == STAT and p[k]["min"] <= p[k]["median"] <= p[k]["max"]
+        assert isinstance(p["dominated_by"], list)
+        assert not set(p["dominated_by"]) & {"oracle", "oracle-instant", "static-peak-clairvoyant"}
+    assert ens["policies"]["oracle"]["gpu_x_oracle"] == {"min": 1.0, "median": 1.0, "max": 1.0}
+    kinds = [m["kind"] for m in a["details"]["ensemble_members"]]
+    assert kinds == ["unperturbed", "jitter", "rotate"]
+    # the unperturbed member is today's single run
+    single = _run(tmp_path, trace, "s", *args[2:])
+    assert single["policies"] == a["policies"]
+    # determinism per seed: same seed same numbers, another seed other jitter
+    assert _run(tmp_path, trace, "e2", *args)["ensemble"] == ens
+    c = _run(tmp_path, trace, "e3", *args, "--seed", "9")
+    assert c["policies"] == a["policies"]
+    assert c["details"]["ensemble_members"][1]["seed"] != a["details"]["ensemble_members"][1]["seed"]
 
 
 def test_rate_curve_arrivals_are_seeded_poisson(tmp_path: Path) -> None:
@@ -76,7 +110,7 @@ def test_warmscale_runs_the_production_policy(tmp_path: Path, monkeypatch) -> No
         calls["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("benchmarks.sim.policies.decide", counting)
+    monkeypatch.setattr("scaler.tracker.decide", counting)
     trace = _requests_csv(tmp_path / "t.csv")
     doc = _run(tmp_path, trace, "w", "--policies", "warmscale,oracle,oracle-instant")
     assert calls["n"] > 100
