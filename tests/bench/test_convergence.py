@@ -11,9 +11,9 @@ from benchmarks.sim.arrivals import load_trace
 from benchmarks.sim.engine import ENGINE_PROFILES
 from benchmarks.sim.runner import BenchConfig, SimSettings, run_all
 from warmpool.startup_model import PROFILES
-from warmscale.demo.burst import shared_traces_dir
+from warmscale.traces import resolve
 
-TRACE = shared_traces_dir() / "azure_llm_2023_code.csv"
+TRACE = resolve("azure_llm_2023_code.csv")
 
 
 def _run(dt: float, hours: float | None) -> dict:

@@ -18,9 +18,9 @@ from benchmarks.sim.runner import SimSettings, simulate
 from signals.engines import parse_payload
 from signals.parsing import parse_text
 from warmpool.startup_model import PROFILES
-from warmscale.demo.burst import shared_traces_dir
+from warmscale.traces import resolve
 
-TRACE = shared_traces_dir() / "azure_llm_2023_code.csv"
+TRACE = resolve("azure_llm_2023_code.csv")
 
 
 def _busy_engine() -> Engine:
