@@ -60,6 +60,13 @@ class ScalerConfig:
     max_payload_bytes: int = 4 * 1024 * 1024
     hpa_tolerance: float = 0.1
     metric_name: str = "warmscale-desired-replicas"
+    epp_address: str | None = None
+    epp_pool: str | None = None
+    epp_saturation_target: float = 0.8
+    role: str = "both"
+    pd_group: str | None = None
+    decode_per_prefill_min: float | None = None
+    decode_per_prefill_max: float | None = None
 
     @property
     def read_budget_seconds(self) -> float:
@@ -308,6 +315,46 @@ KEYS: tuple[Key, ...] = (
     Key("metricName", "metric_name", str.strip, bool, "Name of the metric reported to KEDA."),
 )
 
+ROLES = ("both", "prefill", "decode")
+
+
+def _parse_role(raw: str) -> str:
+    r = raw.strip().lower()
+    if r not in ROLES:
+        raise ValueError(f"expected one of {', '.join(ROLES)}, got {raw!r}")
+    return r
+
+
+def _dns_label(v: str) -> bool:
+    """A Kubernetes object name (DNS subdomain, at most 253 characters)."""
+    return 0 < len(v) <= 253 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", v) is not None
+
+
+KEYS = (
+    *KEYS,
+    Key("eppAddress", "epp_address", lambda r: _parse_url(r, ("http", "https")), None,
+        "URL of an endpoint picker's metrics (llm-d router or Gateway API Inference Extension EPP, e.g. "
+        "`http://llama-epp.llm:9090/metrics`). Its flow-control queue counts as demand (scale from zero "
+        "without pods or Redis), its pool saturation sizes the pool, stale endpoints hold scale-down."),
+    Key("eppPool", "epp_pool", str.strip, _dns_label,
+        "InferencePool whose picker series are read (`inference_pool`/`name` labels). With "
+        "prometheusAddress and no eppAddress, the picker's series are read from Prometheus."),
+    Key("eppSaturationTarget", "epp_saturation_target", _parse_float, Range(0.1, 2),
+        "Picker pool saturation (1.0 = its gating set point) to size for when saturation runs above it "
+        ""),
+    Key("role", "role", _parse_role, None,
+        "prefill, decode or both: which signals size this ScaledObject (disaggregated serving). prefill: "
+        "backlog, TTFT, the picker's prefill saturation; decode: KV usage, running sequences, the picker's "
+        "decode saturation."),
+    Key("pdGroup", "pd_group", str.strip, _dns_label,
+        "Name shared by the prefill and the decode ScaledObject of one disaggregated deployment (same "
+        "namespace); the ratio bounds hold between them through the store."),
+    Key("decodePerPrefillMin", "decode_per_prefill_min", _parse_float, Range(0, 64, lo_open=True),
+        "Lower bound of decode replicas per prefill replica in the pdGroup; raises decode."),
+    Key("decodePerPrefillMax", "decode_per_prefill_max", _parse_float, Range(0, 64, lo_open=True),
+        "Upper bound of decode replicas per prefill replica in the pdGroup; raises prefill."),
+)
+
 # Keys KEDA itself reads from an external trigger's metadata; accepted and ignored.
 KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tlsClientCert", "tlsClientKey"})
 _BY_NAME = {k.name: k for k in KEYS}
@@ -344,12 +391,29 @@ def _check_consistency(cfg: ScalerConfig) -> None:
     if (cfg.redis_address is None) != (cfg.redis_queue is None):
         missing = "redisQueue" if cfg.redis_queue is None else "redisAddress"
         raise ConfigError(missing, "redisAddress and redisQueue go together")
-    if not (cfg.endpoints or cfg.prometheus_address or cfg.redis_address or cfg.pod_selector or cfg.metrics_port):
+    if not (cfg.endpoints or cfg.prometheus_address or cfg.redis_address or cfg.pod_selector or cfg.metrics_port
+            or cfg.epp_address):
         raise ConfigError(
-            "endpoints", "no signal source: set endpoints, prometheusAddress, redisAddress, podSelector or metricsPort"
+            "endpoints",
+            "no signal source: set endpoints, prometheusAddress, redisAddress, podSelector, metricsPort or eppAddress",
         )
+    if cfg.epp_pool is not None and not (cfg.epp_address or cfg.prometheus_address):
+        raise ConfigError("eppPool", "needs eppAddress or prometheusAddress")
+    _check_pd(cfg)
     if cfg.kv_cache_target > cfg.kv_cache_high:
         raise ConfigError("kvCacheTarget", "must not exceed kvCacheHigh")
+
+
+def _check_pd(cfg: ScalerConfig) -> None:
+    bounds = cfg.decode_per_prefill_min is not None or cfg.decode_per_prefill_max is not None
+    if cfg.pd_group is not None and cfg.role == "both":
+        raise ConfigError("role", "pdGroup needs role prefill or decode")
+    if bounds and cfg.pd_group is None:
+        key = "decodePerPrefillMin" if cfg.decode_per_prefill_min is not None else "decodePerPrefillMax"
+        raise ConfigError(key, "a decode/prefill ratio bound needs pdGroup")
+    lo, hi = cfg.decode_per_prefill_min, cfg.decode_per_prefill_max
+    if lo is not None and hi is not None and lo > hi:
+        raise ConfigError("decodePerPrefillMin", f"{lo:g} exceeds decodePerPrefillMax {hi:g}")
 
 
 def defaults_table() -> str:

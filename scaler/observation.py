@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from scaler.config import ScalerConfig
+from scaler.gateway import gateway_view
 from scaler.state import ReplicaMemory, ScalerState
 from signals.histogram import Histogram, merge
 from signals.model import Snapshot
@@ -46,11 +47,13 @@ class Observation:
     # A replica source saw no replica at all (and the workload was not at zero): their load is unknown.
     absent: bool = False
     queues_known: int = 0
+    stale_endpoints: float = 0.0  # endpoints the picker has no fresh metrics for
+    saturation: float | None = None  # the picker's saturation of this role's stage
 
     @property
     def uncertain(self) -> bool:
         """Some of the data is unknown: no scale-down, no zero (partial-data rules)."""
-        return self.unknown_replicas > 0 or self.queue_unknown or self.absent
+        return self.unknown_replicas > 0 or self.queue_unknown or self.absent or self.stale_endpoints > 0
 
     @property
     def all_unknown(self) -> bool:
@@ -189,17 +192,22 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     waiting = sum(r.signal.waiting for r in known if r.signal is not None)
     running = sum(r.signal.running for r in known if r.signal is not None)
     queue_lengths = [q.length for q in snapshot.queues if q.length is not None]
-    queue_unknown = any(q.length is None for q in snapshot.queues)
-    queue = float(sum(queue_lengths))
+    gw = gateway_view(snapshot, cfg)
+    queue_unknown = any(q.length is None for q in snapshot.queues) or gw.unknown
+    queue = float(sum(queue_lengths)) + gw.queue  # the endpoint picker's flow-control queue is demand
+    if not known and not snapshot.replicas and gw.running is not None:
+        running = gw.running  # no engine read directly: the picker's in-flight requests
+    ready_replicas = snapshot.ready_replicas if snapshot.ready_replicas is not None else gw.ready_endpoints
     kvs = [r.signal.kv_usage for r in known if r.signal is not None and r.signal.kv_usage is not None]
 
     n_known, n_unknown = len(known), len(snapshot.replicas) - len(known)
     at_zero = state.last_desired == 0
-    absent = not at_zero and (bool(snapshot.absent) or (not snapshot.replicas and not snapshot.queues))
+    absent = not at_zero and (bool(snapshot.absent)
+                              or (not snapshot.replicas and not snapshot.queues and not snapshot.gateways))
     gap = state.last_decision_at is not None and now - state.last_decision_at > idle_gap_seconds(cfg)
     # Ready pods the sources did not report at all (the API counts them): their load is unknown too.
     unseen = snapshot.ready_replicas is not None and snapshot.ready_replicas > len(snapshot.replicas) > 0
-    uncertain = n_unknown > 0 or queue_unknown or absent or gap or unseen
+    uncertain = n_unknown > 0 or queue_unknown or absent or gap or unseen or gw.stale_endpoints > 0
     # Unknown replicas are assumed as loaded as the known ones (never idle).
     scale = (n_known + n_unknown) / n_known if n_known else 1.0
     load = (waiting + running) * scale + queue
@@ -237,14 +245,16 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         waiting_slope=_growth_or_recent_decline(waiting_samples),
         completion_rate=completion_rate,
         idle_for=max(0.0, now - last_activity) if not reset_idle else 0.0,
-        ready_replicas=snapshot.ready_replicas,
+        ready_replicas=ready_replicas,
         starting_replicas=snapshot.starting_replicas,
         current_replicas=snapshot.current_replicas,
         time_to_ready_s=snapshot.time_to_ready_s,
         warm_floor=snapshot.warm_floor,
         zero_allowed=snapshot.zero_allowed,
         absent=absent,
-        queues_known=len(queue_lengths),
+        queues_known=len(queue_lengths) + sum(1 for g in snapshot.gateways if g.signal is not None),
+        stale_endpoints=gw.stale_endpoints,
+        saturation=gw.saturation,
     )
     new_state = replace(
         state,

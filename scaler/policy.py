@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from scaler.config import ScalerConfig
+from scaler.gateway import saturation_rule, select_rules
 from scaler.hpa import metric_value_for
 from scaler.observation import Observation
 from scaler.state import ScalerState
@@ -145,6 +146,12 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
             if q is not None and q > cfg.ttft_slo_seconds:
                 ratio = min(q / cfg.ttft_slo_seconds, cfg.scale_up_max_step)
                 rules["ttft"] = max(provisioned, _ceil(ready * ratio))
+
+    # 5. Endpoint-picker saturation of the stage this ScaledObject serves.
+    sat = saturation_rule(obs.saturation, obs.stale_endpoints, ready, provisioned, cfg)
+    if sat is not None:
+        rules["saturation"] = sat
+    rules = select_rules(rules, cfg.role)
 
     reason = max(rules, key=lambda k: rules[k])
     desired = rules[reason]

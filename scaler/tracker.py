@@ -375,7 +375,7 @@ class Tracker:
             return
         if snapshot.source_errors:
             self._series.scrape_errors.inc(len(snapshot.source_errors))
-        if not snapshot.replicas and not snapshot.queues and snapshot.source_errors:
+        if not snapshot.replicas and not snapshot.queues and not snapshot.gateways and snapshot.source_errors:
             # Nothing read at all: unknown, which must never look like "idle".
             self._log_scrape_error("; ".join(snapshot.source_errors))
             return

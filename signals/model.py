@@ -98,6 +98,41 @@ class QueueReading:
 
 
 @dataclass(frozen=True)
+class GatewaySignal:
+    """What an endpoint picker (llm-d router / Gateway API Inference Extension EPP) reports for one
+    InferencePool. ``None`` means "this picker does not expose it", never zero.
+
+    ``queue``: requests held in the picker's flow control (demand no engine sees yet).
+    ``saturation``: pool saturation by stage (``prefill``, ``decode``, ``effective``); 1.0 is the
+    picker's gating set point, above it the pool is oversubscribed; an empty pool reads 1.0.
+    ``stale_endpoints``: endpoints whose metrics the picker has not refreshed (it scores them saturated).
+    """
+
+    flavor: str
+    queue: float
+    saturation: dict[str, float] = field(default_factory=dict)
+    running: float | None = None
+    ready_endpoints: float | None = None
+    stale_endpoints: float | None = None
+
+    def stage_saturation(self, stage: str) -> float | None:
+        """Saturation of ``stage`` (``prefill``/``decode``), else of the whole pool (``effective``)."""
+        if stage in self.saturation:
+            return self.saturation[stage]
+        return self.saturation.get("effective")
+
+
+@dataclass(frozen=True)
+class GatewayReading:
+    """One endpoint picker's signal for an InferencePool, or why it is unknown (never idle)."""
+
+    name: str
+    observed_at: float
+    signal: GatewaySignal | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the sources saw for one ScaledObject at ``taken_at``.
 
@@ -113,6 +148,7 @@ class Snapshot:
     ``absent`` names the replica sources that saw no replica at all this time (no endpoint or pod
     to scrape, an empty Prometheus result, a failed discovery): absent data is unknown, never idle,
     unless the workload was scaled to zero (then there is nothing to see).
+    ``gateways`` are endpoint-picker readings (flow-control queue, saturation, stale endpoints).
     """
 
     taken_at: float
@@ -127,6 +163,7 @@ class Snapshot:
     target_name: str | None = None
     warm_floor: int | None = None
     zero_allowed: bool | None = None
+    gateways: tuple[GatewayReading, ...] = ()
     source_errors: tuple[str, ...] = field(default_factory=tuple)
     absent: tuple[str, ...] = ()
 

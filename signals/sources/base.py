@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from signals.histogram import Histogram
-from signals.model import QueueReading, ReplicaReading
+from signals.model import GatewayReading, QueueReading, ReplicaReading
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class SourceResult:
     ttft_window: Histogram | None = None
     errors: tuple[str, ...] = ()
     absent: bool = False
+    gateways: tuple[GatewayReading, ...] = ()
 
 
 @runtime_checkable

@@ -22,8 +22,9 @@ import aiohttp
 
 from scaler.config import ScalerConfig
 from signals.histogram import Histogram
-from signals.model import QueueReading, ReplicaReading, Snapshot
+from signals.model import GatewayReading, QueueReading, ReplicaReading, Snapshot
 from signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
+from signals.sources.gateway import EppPrometheusSource, EppScrapeSource
 from signals.sources.prometheus import PrometheusSource
 from signals.sources.redis_queue import RedisQueueSource
 from signals.sources.scrape import ParseFn, ScrapeSource
@@ -97,7 +98,8 @@ def build_sources(
                 selector=cfg.prometheus_selector,
                 ttft_window_seconds=cfg.ttft_window_seconds,
                 timeout=cfg.scrape_timeout_seconds,
-                replicas=not direct,
+                # With eppPool read from Prometheus the picker stands for the pool (no engine replicas).
+                replicas=not direct and not (cfg.epp_pool and not cfg.epp_address),
                 forget_after_seconds=cfg.staleness_seconds,
                 session=session,
                 shared=shared,
@@ -105,6 +107,12 @@ def build_sources(
                 fresh_for=fresh_for,
             )
         )
+    if cfg.epp_address:
+        sources.append(EppScrapeSource(cfg.epp_address, session, pool=cfg.epp_pool, timeout=cfg.scrape_timeout_seconds,
+                                       max_payload_bytes=cfg.max_payload_bytes))
+    elif cfg.epp_pool and cfg.prometheus_address:
+        sources.append(EppPrometheusSource(cfg.prometheus_address, cfg.epp_pool, session,
+                                           selector=cfg.prometheus_selector, timeout=cfg.scrape_timeout_seconds))
     if cfg.redis_address and cfg.redis_queue:
         sources.append(
             RedisQueueSource(
@@ -150,6 +158,7 @@ class SnapshotCollector:
         results = await asyncio.gather(*(self._read(s, taken) for s in self.sources))
         replicas: list[ReplicaReading] = []
         queues: list[QueueReading] = []
+        gateways: list[GatewayReading] = []
         errors: list[str] = []
         absent: list[str] = []
         ttft: Histogram | None = None
@@ -158,6 +167,7 @@ class SnapshotCollector:
                 absent.append(source.name)
             replicas.extend(r.stale(taken, self.staleness_seconds) for r in res.replicas)
             queues.extend(res.queues)
+            gateways.extend(res.gateways)
             errors.extend(res.errors)
             if ttft is None and res.ttft_window is not None:
                 ttft = res.ttft_window
@@ -166,6 +176,7 @@ class SnapshotCollector:
             replicas=tuple(replicas),
             queues=tuple(queues),
             ttft_window=ttft,
+            gateways=tuple(gateways),
             source_errors=tuple(errors),
             absent=tuple(absent),
         )

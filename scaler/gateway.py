@@ -1,0 +1,85 @@
+"""Endpoint-picker signals and prefill/decode roles in the policy (pure, no I/O).
+
+- The picker's flow-control queue is demand: it adds to the gateway queue (so a pool with no pods and
+  no Redis still activates), and an unknown picker makes the queue unknown (never idle).
+- Stale endpoints (the picker has no fresh metrics for them and scores them saturated) are unknown
+  capacity: they hold scale-down and scale to zero, and they disable the saturation rule (a stale-driven
+  saturation is a metrics problem, not load).
+- The picker's ready endpoints stand in for the ready replica count when the API server gave none, and
+  its running requests for the engines' when no engine is read directly.
+- The saturation of the stage a ScaledObject serves (``role``: prefill -> ``prefill``, decode ->
+  ``decode``, both -> ``effective``) sizes the pool proportionally above ``eppSaturationTarget``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scaler.config import ScalerConfig
+from signals.model import Snapshot
+
+STAGE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "both": "effective"}
+
+# Which policy rules size each role (item 2, before token-capacity sizing): prefill replicas are sized by
+# their backlog and TTFT, decode replicas by KV pressure and running sequences; both by everything.
+ROLE_RULES: dict[str, frozenset[str]] = {
+    "both": frozenset({"demand", "queue", "kv", "ttft", "saturation"}),
+    "prefill": frozenset({"demand", "queue", "ttft", "saturation"}),
+    "decode": frozenset({"demand", "kv", "saturation"}),
+}
+
+
+@dataclass(frozen=True)
+class GatewayView:
+    queue: float = 0.0
+    unknown: bool = False
+    running: float | None = None
+    ready_endpoints: int | None = None
+    stale_endpoints: float = 0.0
+    saturation: float | None = None
+
+
+def gateway_view(snapshot: Snapshot, cfg: ScalerConfig) -> GatewayView:
+    """What the snapshot's picker readings contribute, for ``cfg.role``."""
+    if not snapshot.gateways:
+        return GatewayView()
+    stage = STAGE_OF_ROLE.get(cfg.role, "effective")
+    queue, stale = 0.0, 0.0
+    unknown = False
+    running: float | None = None
+    ready: int | None = None
+    sats: list[float] = []
+    for g in snapshot.gateways:
+        sig = g.signal
+        if sig is None:
+            unknown = True
+            continue
+        queue += sig.queue
+        if sig.stale_endpoints:
+            stale += sig.stale_endpoints
+        if sig.running is not None:
+            running = (running or 0.0) + sig.running
+        if sig.ready_endpoints is not None:
+            ready = (ready or 0) + round(sig.ready_endpoints)
+        s = sig.stage_saturation(stage)
+        if s is not None:
+            sats.append(s)
+    return GatewayView(queue=queue, unknown=unknown, running=running, ready_endpoints=ready, stale_endpoints=stale,
+                       saturation=max(sats) if sats else None)
+
+
+def saturation_rule(saturation: float | None, stale: float, ready: int, provisioned: int,
+                    cfg: ScalerConfig) -> int | None:
+    """Replicas that would bring the picker's saturation of this stage to ``eppSaturationTarget``;
+    ``None`` when it does not apply (no saturation, nothing ready: an empty pool reads 1.0, stale endpoints)."""
+    if saturation is None or ready <= 0 or stale > 0 or saturation <= cfg.epp_saturation_target:
+        return None
+    need = math.ceil(ready * saturation / cfg.epp_saturation_target - 1e-9)
+    return max(provisioned, min(need, math.ceil(ready * cfg.scale_up_max_step - 1e-9)))
+
+
+def select_rules(rules: dict[str, int], role: str) -> dict[str, int]:
+    """The rules ``role`` is sized by (demand always stays: it is what activates the role)."""
+    allowed = ROLE_RULES.get(role, ROLE_RULES["both"])
+    return {k: v for k, v in rules.items() if k in allowed}
