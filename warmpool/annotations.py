@@ -73,6 +73,8 @@ class WarmConfig:
     scaler_address: str | None = None
     trigger_metadata: Mapping[str, str] = field(default_factory=dict)
     stage_pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    role: str = "both"
+    pd_group: str | None = None
 
     def floor_at(self, now: datetime) -> tuple[int, bool]:
         """(ScaledObject minReplicaCount at ``now``, whether a 0 floor was raised to 1)."""
@@ -108,6 +110,20 @@ def _parse_positive_float(raw: str) -> float:
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"expected a positive number, got {raw!r}")
     return v
+
+
+def _parse_role(raw: str) -> str:
+    r = raw.strip().lower()
+    if r not in ("both", "prefill", "decode"):
+        raise ValueError(f"expected prefill, decode or both, got {raw!r}")
+    return r
+
+
+def _parse_group(raw: str) -> str:
+    s = raw.strip()
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", s):
+        raise ValueError(f"expected a lowercase DNS name, got {raw!r}")
+    return s
 
 
 def _parse_str_map(raw: str) -> dict[str, str]:
@@ -176,6 +192,10 @@ KEYS: tuple[Key, ...] = (
         "JSON object of extra trigger metadata (scaler keys, see docs/metadata.md)."),
     Key("stage-pod-annotations", "stage_pod_annotations", _parse_str_map, "{}",
         "JSON object of annotations for the staging Job's pods (e.g. to disable sidecar injection)."),
+    Key("role", "role", _parse_role, "both",
+        "Disaggregated serving: `prefill`, `decode` or `both`; passed to the owned ScaledObject's trigger (`role`)."),
+    Key("pd-group", "pd_group", _parse_group, "(none)",
+        "Name shared by the prefill and decode workloads of one deployment; passed as `pdGroup` (needs a role)."),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 
@@ -210,6 +230,8 @@ def parse_annotations(annotations: Mapping[str, str] | None) -> WarmConfig:
     cfg = WarmConfig(**values)
     if (cfg.model_size is not None or cfg.model_sha256 is not None) and cfg.model_uri is None:
         raise AnnotationError(PREFIX + "model-uri", "model-size/model-sha256 need model-uri")
+    if cfg.pd_group is not None and cfg.role == "both":
+        raise AnnotationError(PREFIX + "role", "pd-group needs role prefill or decode")
     if cfg.autoscale and cfg.max_replicas < max(1, cfg.min_ready.maximum):
         raise AnnotationError(PREFIX + "max-replicas", f"{cfg.max_replicas} is below the largest min-ready floor")
     return cfg

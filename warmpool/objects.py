@@ -329,6 +329,10 @@ def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str
     }
     if cfg.ttft_slo_seconds is not None:
         metadata["ttftSloSeconds"] = f"{cfg.ttft_slo_seconds:g}"
+    if cfg.role != "both":
+        metadata["role"] = cfg.role
+    if cfg.pd_group is not None:
+        metadata["pdGroup"] = cfg.pd_group
     metadata.update(cfg.trigger_metadata)
     metadata["scalerAddress"] = cfg.scaler_address or scaler_address
     return {

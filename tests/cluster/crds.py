@@ -1,10 +1,14 @@
-"""Install CustomResourceDefinitions (KEDA's, from the shared reference directory)."""
+"""Install CustomResourceDefinitions: KEDA's (from the shared reference directory) and the Gateway API
+Inference Extension's (InferencePool, ...: from its Go module, pinned in ``testbed/gaie/go.mod``)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,6 +25,34 @@ def keda_crd_dir() -> Path:
     """``$WARMSCALE_SHARED/reference/keda`` (default shared dir: ``<repo>/../shared``)."""
     shared = Path(os.environ.get("WARMSCALE_SHARED", REPO_ROOT.parent / "shared"))
     return shared / "reference" / "keda"
+
+
+GAIE_MODULE = "sigs.k8s.io/gateway-api-inference-extension"
+GAIE_WRAPPER = REPO_ROOT / "testbed" / "gaie"
+
+
+def gaie_crd_dir(timeout: float = 300.0) -> Path:
+    """``config/crd/bases`` of the Gateway API Inference Extension module pinned in ``testbed/gaie``:
+    ``go mod download -json`` puts it in the Go module cache (a no-op once there) and names its directory.
+    Read-only: nothing is built from the module, nothing of it is committed."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
+    try:
+        out = subprocess.run([go, "mod", "download", "-json", GAIE_MODULE], cwd=GAIE_WRAPPER, env=env,
+                             capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"cannot fetch {GAIE_MODULE} with go mod download: {exc}") from None
+    try:
+        info = json.loads(out.stdout)
+    except ValueError:
+        info = {}
+    if out.returncode != 0 or "Dir" not in info:
+        detail = info.get("Error") or out.stderr.strip()
+        raise RuntimeError(f"go mod download {GAIE_MODULE} (in {GAIE_WRAPPER}) failed: {detail}")
+    bases = Path(info["Dir"]) / "config" / "crd" / "bases"
+    if not bases.is_dir():
+        raise RuntimeError(f"{bases} missing from the {GAIE_MODULE} module")
+    return bases
 
 
 def load_crds(directory: Path) -> list[dict[str, Any]]:

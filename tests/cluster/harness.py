@@ -82,6 +82,7 @@ class ClusterConfig:
     state_dir: Path | None = None  # None: a fresh temporary directory
     die_with_parent: bool = False  # kill the processes if the starting process dies
     install_keda_crds: bool = True
+    install_inference_crds: bool = True  # InferencePool & co. (Gateway API Inference Extension module)
     hpa_sync_period: str = "5s"
     startup_timeout: float = 120.0
     build_missing: bool = False  # run .ci/build-cluster.sh if binaries are missing
@@ -389,6 +390,9 @@ class _Starter:
             ]
             if self.cfg.install_keda_crds:
                 steps.append(crds.install(api, crds.load_crds(crds.keda_crd_dir()), within))
+            if self.cfg.install_inference_crds:
+                bases = await asyncio.to_thread(crds.gaie_crd_dir)
+                steps.append(crds.install(api, crds.load_crds(bases), within))
             await asyncio.gather(*steps)
             cluster.info.setdefault("startup_marks", {})["objects_created"] = round(time.monotonic() - self.t0, 2)
             expected = sum(pool.count for pool in self.cfg.pools)
