@@ -55,6 +55,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="SANs of the generated self-signed certificate (comma-separated)")
     parser.add_argument("--webhook-cert-dir", default=None,
                         help="where the generated certificate is written (its tls.crt is the caBundle)")
+    parser.add_argument("--webhook-tls-secret", default=None,
+                        help="serve the webhook with the certificate of this Secret in --cert-namespace, read "
+                        "through the API and reloaded when it changes (what --manage-certs writes)")
+    certs = parser.add_argument_group("self-managed certificates (leader only)")
+    certs.add_argument("--manage-certs", action="store_true",
+                       help="keep a CA and the webhook's, the scaler's and KEDA's certificates in Secrets, "
+                       "rotate them before expiry and patch the webhook configuration's caBundle")
+    certs.add_argument("--cert-namespace", default=os.environ.get("POD_NAMESPACE", "warmscale"),
+                       help="namespace of the install (CA, webhook and scaler Secrets, the Services)")
+    certs.add_argument("--keda-namespace", default="keda",
+                       help="KEDA's namespace: KEDA's client certificate goes there (Secret "
+                       "warmscale-keda-client-tls, read by the ClusterTriggerAuthentication); '' for none")
+    certs.add_argument("--webhook-configuration", default="warmscale-webhook",
+                       help="MutatingWebhookConfiguration whose caBundle is kept current ('' for none)")
+    certs.add_argument("--webhook-service", default="warmscale-webhook")
+    certs.add_argument("--scaler-service", default="warmscale")
+    certs.add_argument("--cert-validity-hours", type=float, default=90 * 24.0,
+                       help="lifetime of the leaf certificates (renewed after 2/3 of it)")
+    certs.add_argument("--ca-validity-days", type=float, default=3650.0)
+    parser.add_argument("--trigger-authentication", default="",
+                        help="ClusterTriggerAuthentication the owned ScaledObjects reference (mutual TLS to the "
+                        "scaler, enableTLS: \"true\"); '' for plaintext")
 
 
 async def make_api_client(kubeconfig: str | None) -> Any:
@@ -99,19 +121,27 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     sink = make_sink(args.redis_address)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     opts = Options(namespace=args.namespace, scaler_address=args.scaler_address, stager_image=args.stager_image,
-                   resync_s=args.resync, cache_root_allow=allow)
+                   resync_s=args.resync, cache_root_allow=allow,
+                   trigger_authentication=getattr(args, "trigger_authentication", "") or "")
     lease_ns = lease_namespace(args)
     elector = LeaderElector(client.CoordinationV1Api(api), lease_ns, args.lease_name, identity,
                             lease_duration=args.lease_duration, renew_period=args.renew_period)
 
     async def lead() -> None:
         metrics.leader.set(1)
+        cert_task = None
+        if getattr(args, "manage_certs", False):
+            cert_task = asyncio.create_task(cert_manager(args, api).run(), name="certs")
         try:
             await Controller(api, opts, sink=sink, metrics=metrics).run()
         finally:
             metrics.leader.set(0)
+            if cert_task is not None:
+                cert_task.cancel()
+                await asyncio.gather(cert_task, return_exceptions=True)
 
-    runner = await start_webhook(args, api) if getattr(args, "webhook_port", 0) else None
+    webhook_task = asyncio.create_task(run_webhook(args, api, stop), name="webhook") \
+        if getattr(args, "webhook_port", 0) else None
     try:
         await elector.run(lead, stop)
     except LeaseNamespaceMissing as exc:
@@ -119,12 +149,50 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         print(f"warmscale warmpool: {exc}", file=sys.stderr)
         return 2
     finally:
-        if runner is not None:
-            await runner.cleanup()
+        if webhook_task is not None:
+            webhook_task.cancel()
+            await asyncio.gather(webhook_task, return_exceptions=True)
         if sink is not None and hasattr(sink, "close"):
             await sink.close()
         await api.close()
     return 0
+
+
+def cert_manager(args: argparse.Namespace, api: Any) -> Any:
+    import datetime as dt
+
+    from warmpool.certs import CertManager, CertSpec
+
+    spec = CertSpec(namespace=args.cert_namespace, webhook_service=args.webhook_service,
+                    scaler_service=args.scaler_service, keda_namespace=args.keda_namespace,
+                    leaf_validity=dt.timedelta(hours=args.cert_validity_hours),
+                    ca_validity=dt.timedelta(days=args.ca_validity_days))
+    return CertManager(api, spec, webhook_configuration=args.webhook_configuration or None)
+
+
+async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event) -> None:
+    """The webhook on every replica; with --webhook-tls-secret it starts once that Secret exists (the
+    leader's certificate manager writes it; until then failurePolicy Ignore admits pods unchanged)."""
+    if not args.webhook_tls_secret:
+        runner = await start_webhook(args, api)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+        return
+    from warmpool.certs import SecretCertificate
+    from warmpool.webhook import WorkloadLister
+    from warmpool.webhook import serve as serve_webhook
+
+    source = SecretCertificate(api, args.cert_namespace, args.webhook_tls_secret)
+    if not await source.wait_ready(stop):
+        return
+    runner = await serve_webhook(WorkloadLister(api), args.webhook_port, None, None, host=args.webhook_address,
+                                 image=args.stager_image, context=source.context)
+    try:
+        await source.run(stop)
+    finally:
+        await runner.cleanup()
 
 
 async def start_webhook(args: argparse.Namespace, api: Any) -> Any:

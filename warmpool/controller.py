@@ -89,6 +89,7 @@ class Options:
     resync_s: float = 30.0
     debounce_s: float = 0.2
     cache_root_allow: tuple[str, ...] = DEFAULT_ALLOWED  # where workloads' cache roots may lie
+    trigger_authentication: str = ""  # ClusterTriggerAuthentication of owned ScaledObjects ("" : plaintext)
 
 
 async def install_priority_class(api: client.ApiClient) -> None:
@@ -324,7 +325,8 @@ class Controller:
         jobs = [j for j in self.jobs.items.values() if (j.get("metadata") or {}).get("namespace") == wl.namespace]
         so = await self._get_scaledobject(wl) if wl.name else None
         p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address,
-                 allowed_roots=self.opts.cache_root_allow)
+                 allowed_roots=self.opts.cache_root_allow,
+                 trigger_authentication=self.opts.trigger_authentication)
         inv = self._involved(wl)
         for ev in p.events:
             await self.events.emit(inv, ev.type, ev.reason, ev.message)

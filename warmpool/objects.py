@@ -319,7 +319,10 @@ def priority_class() -> dict[str, Any]:
     }
 
 
-def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str) -> dict[str, Any]:
+def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str,
+                  trigger_authentication: str = "") -> dict[str, Any]:
+    """The owned ScaledObject; ``trigger_authentication`` names the install's ClusterTriggerAuthentication
+    (KEDA's client certificate and the CA: mutual TLS to the scaler)."""
     metadata: dict[str, str] = {
         "podSelector": ",".join(f"{k}={v}" for k, v in sorted(wl.selector.items())),
         "minReplicas": str(floor),
@@ -335,6 +338,10 @@ def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str
         metadata["pdGroup"] = cfg.pd_group
     metadata.update(cfg.trigger_metadata)
     metadata["scalerAddress"] = cfg.scaler_address or scaler_address
+    trigger: dict[str, Any] = {"type": "external-push", "metadata": metadata}
+    if trigger_authentication:
+        metadata.setdefault("enableTLS", "true")
+        trigger["authenticationRef"] = {"name": trigger_authentication, "kind": "ClusterTriggerAuthentication"}
     return {
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
         "metadata": {"name": wl.name, "namespace": wl.namespace, "labels": labels(wl, "scaledobject"),
@@ -349,7 +356,7 @@ def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str
                 "scaleUp": {"stabilizationWindowSeconds": 0, "tolerance": "0"},
                 "scaleDown": {"stabilizationWindowSeconds": 0, "tolerance": "0"},
             }}},
-            "triggers": [{"type": "external-push", "metadata": metadata}],
+            "triggers": [trigger],
         },
     }
 

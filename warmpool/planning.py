@@ -158,10 +158,12 @@ def scaledobject_action(existing: Obj | None, desired: dict[str, Any] | None) ->
 
 def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Sequence[Obj],
          scaledobject: Obj | None, now: datetime, *, scaler_address: str = "warmscale-scaler.warmscale:9090",
-         retry_cooldown_s: float = RETRY_COOLDOWN_S, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Plan:
+         retry_cooldown_s: float = RETRY_COOLDOWN_S, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
+         trigger_authentication: str = "") -> Plan:
     """The whole desired state for one workload. ``pods``/``jobs`` are those of its namespace.
 
-    ``allowed_roots``: where cache roots may lie (the controller's ``--cache-root-allow``)."""
+    ``allowed_roots``: where cache roots may lie (the controller's ``--cache-root-allow``);
+    ``trigger_authentication``: the ClusterTriggerAuthentication owned ScaledObjects reference."""
     try:
         cfg = parse_annotations(wl.annotations)
     except AnnotationError as exc:
@@ -270,7 +272,7 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
         p.events.append(Event("Normal", "ScaleToZeroRefused",
                               "min-ready floor is 0 but scale-to-zero is not allowed now: keeping 1 replica "
                               "(the scaler refuses zero until an allowed window)"))
-    desired = ob.scaled_object(wl, cfg, p.floor, scaler_address) if cfg.autoscale else None
+    desired = ob.scaled_object(wl, cfg, p.floor, scaler_address, trigger_authentication) if cfg.autoscale else None
     p.scaledobject, p.scaledobject_body = scaledobject_action(scaledobject, desired)
     if p.scaledobject == "foreign" and cfg.autoscale:
         p.events.append(Event("Warning", "ScaledObjectNotOwned",

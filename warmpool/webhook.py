@@ -227,13 +227,20 @@ def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[s
     return app
 
 
-async def serve(lister: Lister, port: int, cert_file: str, key_file: str, host: str = "0.0.0.0",
-                image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Any:
-    """Start the HTTPS server; returns the aiohttp runner (``await runner.cleanup()`` to stop)."""
+async def serve(lister: Lister, port: int, cert_file: str | None, key_file: str | None, host: str = "0.0.0.0",
+                image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
+                context: ssl.SSLContext | None = None) -> Any:
+    """Start the HTTPS server; returns the aiohttp runner (``await runner.cleanup()`` to stop).
+
+    ``context``: an SSL context the caller keeps current (:class:`warmpool.certs.SecretCertificate`),
+    instead of the certificate files."""
     from aiohttp import web
 
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(cert_file, key_file)
+    ctx = context
+    if ctx is None:
+        assert cert_file and key_file
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(cert_file, key_file)
     runner = web.AppRunner(make_app(lister, image, allowed_roots), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ctx).start()
