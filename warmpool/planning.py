@@ -140,6 +140,9 @@ def choose_stage_nodes(candidates: Sequence[Obj], n: int, label_key: str | None,
     return [_name(x) for x in sorted(candidates, key=rank)[:n]]
 
 
+WEBHOOK_POD_LABEL = "warmscale.io/enabled"
+
+
 def scaledobject_action(existing: Obj | None, desired: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
     """What to do with the workload's ScaledObject: never touch one the controller does not own."""
     if existing is not None and not ob.is_managed(existing):
@@ -265,6 +268,13 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     p.placeholders_ready = sum(
         1 for q in holders if not _meta(q).get("deletionTimestamp") and _name(q) not in p.delete_placeholders
         and (q.get("status") or {}).get("phase") == "Running")
+
+    # --- the webhook sees only pods labelled warmscale.io/enabled=true (its objectSelector)
+    tmpl_labels = ((wl.template.get("metadata") or {}).get("labels") or {})
+    if uri is not None and tmpl_labels.get(WEBHOOK_POD_LABEL) != "true":
+        p.events.append(Event("Warning", "PodsNotSentToWebhook",
+                              f"the pod template lacks the label {WEBHOOK_POD_LABEL}: \"true\", so new pods do not "
+                              "prefer staged nodes and do not load the staged copy (WARMSCALE_MODEL_PATH)"))
 
     # --- warm floor and the ScaledObject
     p.floor, p.floor_raised = cfg.floor_at(now)

@@ -296,7 +296,7 @@ def webhook_configuration(name: str, ca_bundle: bytes, *, url: str | None = None
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name, "labels": {ob.MANAGED_BY: ob.MANAGED_BY_VALUE}},
         "webhooks": [{
-            "name": "prefer-staged.warmscale.io",
+            "name": "warm-pool.warmscale.io",
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
             "failurePolicy": "Ignore",
@@ -307,7 +307,9 @@ def webhook_configuration(name: str, ca_bundle: bytes, *, url: str | None = None
                        "scope": "Namespaced"}],
             "namespaceSelector": dict(namespace_selector or {"matchExpressions": [
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}),
+            # only pods of annotated workloads (their template carries the label), never our own pods
             "objectSelector": {"matchExpressions": [
+                {"key": "warmscale.io/enabled", "operator": "In", "values": ["true"]},
                 {"key": ob.MANAGED_BY, "operator": "NotIn", "values": [ob.MANAGED_BY_VALUE]}]},
         }],
     }

@@ -37,6 +37,7 @@ P = "warmscale.io/"
 URI = "hf://org/model@rev1"
 LABEL = staged_label_key(parse_model_uri(URI))
 MANAGED = f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}"
+SENT = {"warmscale.io/enabled": "true"}  # pods with this label are sent to the webhook (its objectSelector)
 
 Starter = Callable[[], Awaitable[Controller]]
 
@@ -79,6 +80,8 @@ async def strip_finalizers(api: client.ApiClient, ns: str) -> None:
 def gpu_deployment(ns: str, name: str, replicas: int, annotations: dict[str, str], gpus: int = 8) -> dict[str, Any]:
     d = w.deployment(name, replicas, gpus=gpus, cpu="4", memory="32Gi", node_selector={"warmscale.io/test": ns})
     d["metadata"]["annotations"] = annotations
+    tmpl = d["spec"]["template"]["metadata"]
+    tmpl["labels"] = {**tmpl["labels"], "warmscale.io/enabled": "true"}  # its pods are sent to the webhook
     return d
 
 
@@ -425,7 +428,7 @@ async def test_webhook_prefers_staged_node(
     await adm.create_mutating_webhook_configuration(cfg)
     try:
         async def active() -> bool:  # the apiserver picks up webhook configurations asynchronously: probe
-            probe = await core.create_namespaced_pod(ns, w.pod("probe", labels={"app": "llm"}), dry_run="All")
+            probe = await core.create_namespaced_pod(ns, w.pod("probe", labels={"app": "llm", **SENT}), dry_run="All")
             return probe.spec.affinity is not None
 
         await wait_for(active, within=30, what="webhook active (dry-run pod mutated)")
@@ -449,7 +452,7 @@ async def test_webhook_prefers_staged_node(
         dep = await apps.read_namespaced_deployment("llm", ns)
         assert dep.spec.template.to_dict() == template_before  # the pod template is never rewritten
         # a pod of no enabled workload is admitted unchanged
-        plain = w.pod("plain", labels={"app": "other"})
+        plain = w.pod("plain", labels={"app": "other", "warmscale.io/enabled": "true"})
         created = await core.create_namespaced_pod(ns, plain)
         assert created.spec.affinity is None
     finally:
@@ -507,7 +510,7 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
         namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": ns}}))
     try:
         async def active() -> bool:
-            probe = await core.create_namespaced_pod(ns, w.pod("probe", labels={"app": "engine"}), dry_run="All")
+            probe = await core.create_namespaced_pod(ns, w.pod("probe", labels={"app": "engine", **SENT}), dry_run="All")
             return bool(probe.spec.init_containers)
 
         await wait_for(active, within=30, what="webhook active (dry-run pod mutated)")
