@@ -510,7 +510,8 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
         namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": ns}}))
     try:
         async def active() -> bool:
-            probe = await core.create_namespaced_pod(ns, w.pod("probe", labels={"app": "engine", **SENT}), dry_run="All")
+            probe = w.pod("probe", labels={"app": "engine", **SENT})
+            probe = await core.create_namespaced_pod(ns, probe, dry_run="All")
             return bool(probe.spec.init_containers)
 
         await wait_for(active, within=30, what="webhook active (dry-run pod mutated)")
