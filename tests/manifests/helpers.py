@@ -25,7 +25,7 @@ PROMTOOL = os.environ.get("WARMSCALE_PROMTOOL", "/usr/bin/promtool")
 
 # Kustomization roots a user applies; every one must render.
 INSTALLS = ["manifests", "manifests/overlays/in-cluster-redis", "manifests/overlays/external-redis",
-            "manifests/overlays/tls", "manifests/overlays/prometheus-operator", "manifests/overlays/namespaced"]
+            "manifests/overlays/plaintext", "manifests/overlays/prometheus-operator", "manifests/overlays/namespaced"]
 EXTRAS = ["manifests/examples", "manifests/grafana", "manifests/prometheus"]
 ENGINES = ["vllm", "sglang", "trtllm-triton", "tgi"]
 

@@ -22,7 +22,7 @@ from .helpers import INSTALLS, kubectl, render
 # One install for the module (applying and deleting it takes a while), on a module-scoped loop.
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="module")]
 
-INSTALL_NS, EXAMPLE_NS = "warmscale", "llm"
+INSTALL_NS, EXAMPLE_NS, KEDA_NS = "warmscale", "llm", "keda"
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}  # their CRDs are not in the test cluster
 
 
@@ -64,6 +64,7 @@ async def _installed(k8s_cluster: Cluster, k8s_admin: client.ApiClient) -> Async
     for ns in (INSTALL_NS, EXAMPLE_NS):  # left over by an interrupted run
         await _delete_namespace(core, ns)
         await wait_for(lambda ns=ns: _gone(core, ns), within=90, what=f"namespace {ns} deleted")
+    await ensure_keda_namespace(core)
     apply(k8s_cluster, render("manifests"))
     apply(k8s_cluster, render("manifests/examples"))
     try:
@@ -71,14 +72,36 @@ async def _installed(k8s_cluster: Cluster, k8s_admin: client.ApiClient) -> Async
     finally:
         await _delete_namespace(core, EXAMPLE_NS)
         await _delete_namespace(core, INSTALL_NS)
-        rbac = client.RbacAuthorizationV1Api(k8s_admin)
-        for name in ("warmscale-scaler", "warmscale-warmpool"):
-            for call in (rbac.delete_cluster_role(name), rbac.delete_cluster_role_binding(name)):
-                try:
-                    await call
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
+        await uninstall_cluster_objects(k8s_admin)
+
+
+async def ensure_keda_namespace(core: client.CoreV1Api) -> None:
+    """KEDA's namespace, as KEDA's own install creates it (a prerequisite of the install)."""
+    try:
+        await core.create_namespace({"metadata": {"name": KEDA_NS}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+async def uninstall_cluster_objects(api: client.ApiClient) -> None:
+    """What the install put outside its namespace (KEDA's namespace itself stays)."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    calls: list[Awaitable[Any]] = []
+    for name in ("warmscale-scaler", "warmscale-warmpool", "warmscale-warmpool-webhook"):
+        calls += [rbac.delete_cluster_role(name), rbac.delete_cluster_role_binding(name)]
+    calls += [rbac.delete_namespaced_role("warmscale-keda-client-cert", KEDA_NS),
+              rbac.delete_namespaced_role_binding("warmscale-keda-client-cert", KEDA_NS),
+              client.CoreV1Api(api).delete_namespaced_secret("warmscale-keda-client-tls", KEDA_NS),
+              client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration("warmscale-webhook"),
+              client.CustomObjectsApi(api).delete_cluster_custom_object(
+                  "keda.sh", "v1alpha1", "clustertriggerauthentications", "warmscale-mtls")]
+    for call in calls:
+        try:
+            await call
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 async def _gone(core: client.CoreV1Api, ns: str) -> bool:
@@ -122,9 +145,11 @@ async def test_install_and_examples_apply(admin: client.ApiClient) -> None:
         stored = await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", EXAMPLE_NS, "scaledobjects",
                                                            so["metadata"]["name"])
         assert stored["spec"] == so["spec"]
-    ta = await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", EXAMPLE_NS, "triggerauthentications",
-                                                   "warmscale-mtls")
+    ta = await custom.get_cluster_custom_object("keda.sh", "v1alpha1", "clustertriggerauthentications",
+                                                "warmscale-mtls")
     assert len(ta["spec"]["secretTargetRef"]) == 3
+    hook = await client.AdmissionregistrationV1Api(k8s_admin).read_mutating_webhook_configuration("warmscale-webhook")
+    assert hook.webhooks[0].failure_policy == "Ignore"
 
     # The pod security admission of the namespace (restricted) admits the install's pods.
     async def pods_created() -> bool:
@@ -206,8 +231,21 @@ async def test_controller_rbac_with_its_token(installed: Cluster) -> None:
         assert await can(api, "update", "leases", INSTALL_NS, group="coordination.k8s.io", name="warmscale-warmpool")
         assert not await can(api, "update", "leases", INSTALL_NS, group="coordination.k8s.io", name="kube-scheduler")
         assert await can(api, "patch", "nodes")
+        # Its certificate Secrets by name (create only in its own and KEDA's namespace), the webhook's caBundle.
+        for ns, name in ((INSTALL_NS, "warmscale-ca"), (INSTALL_NS, "warmscale-webhook-tls"),
+                         (INSTALL_NS, "warmscale-scaler-tls"), (KEDA_NS, "warmscale-keda-client-tls")):
+            assert await can(api, "get", "secrets", ns, name=name) and await can(api, "update", "secrets", ns, name=name)
+            assert await can(api, "create", "secrets", ns)
+        assert not await can(api, "get", "secrets", INSTALL_NS, name="warmscale-redis")
+        assert not await can(api, "get", "secrets", KEDA_NS, name="keda-operator-certs")
+        assert not await can(api, "create", "secrets", EXAMPLE_NS)
+        assert await can(api, "patch", "mutatingwebhookconfigurations", group="admissionregistration.k8s.io",
+                         name="warmscale-webhook")
+        assert not await can(api, "patch", "mutatingwebhookconfigurations", group="admissionregistration.k8s.io",
+                             name="other")
         # Nothing more.
         assert await status(core.list_namespaced_secret(EXAMPLE_NS)) == 403
+        assert await status(core.list_namespaced_secret(INSTALL_NS)) == 403
         assert await status(core.list_secret_for_all_namespaces()) == 403
         assert await status(coord.create_namespaced_lease(EXAMPLE_NS, lease)) == 403
         assert await status(core.list_namespaced_config_map(INSTALL_NS)) == 403

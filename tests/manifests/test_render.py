@@ -31,10 +31,14 @@ def _container(deploy: dict[str, Any]) -> dict[str, Any]:
 def test_default_install() -> None:
     objs = render("manifests")
     assert one(objs, "Namespace", "warmscale")
-    namespaced = [o for o in objs if o["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                                                       "PriorityClass", "ValidatingAdmissionPolicy",
-                                                       "ValidatingAdmissionPolicyBinding"}]
-    assert {o["metadata"].get("namespace") for o in namespaced} == {"warmscale"}
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass",
+                      "MutatingWebhookConfiguration", "ClusterTriggerAuthentication",
+                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    namespaced = [o for o in objs if o["kind"] not in cluster_scoped]
+    assert {o["metadata"].get("namespace") for o in namespaced} == {"warmscale", "keda"}
+    # in KEDA's namespace only the permission to write KEDA's client certificate Secret
+    assert {(o["kind"], o["metadata"]["name"]) for o in namespaced if o["metadata"]["namespace"] == "keda"} == {
+        ("Role", "warmscale-keda-client-cert"), ("RoleBinding", "warmscale-keda-client-cert")}
 
     scaler = one(objs, "Deployment", "warmscale-scaler")
     assert scaler["spec"]["replicas"] == 2
@@ -49,6 +53,10 @@ def test_default_install() -> None:
     assert "warmpool" in cargs and ctl["spec"]["replicas"] == 2
     assert "--redis-address=$(WARMSCALE_REDIS_URL)" in cargs
     assert "--scaler-address=warmscale.warmscale.svc:9090" in cargs
+    for flag in ("--webhook-port=9443", "--webhook-tls-secret=warmscale-webhook-tls", "--manage-certs",
+                 "--keda-namespace=keda", "--webhook-configuration=warmscale-webhook",
+                 "--trigger-authentication=warmscale-mtls"):
+        assert flag in cargs, flag
     cenv = {e["name"]: e.get("value") for e in _container(ctl)["env"]}
     assert cenv["WARMSCALE_IMAGE"] == _container(ctl)["image"], "staging Jobs run the controller's image"
 
@@ -85,8 +93,28 @@ def test_external_redis_has_no_redis_server() -> None:
     assert find(objs, "Secret")[0]["metadata"]["name"].startswith("warmscale-redis")
 
 
-def test_tls_overlay() -> None:
-    objs = render("manifests/overlays/tls")
+def test_webhook_and_mutual_tls_are_the_default() -> None:
+    objs = render("manifests")
+    hook = one(objs, "MutatingWebhookConfiguration", "warmscale-webhook")
+    [wh] = hook["webhooks"]
+    assert wh["failurePolicy"] == "Ignore" and "caBundle" not in wh["clientConfig"]  # the controller owns it
+    assert wh["clientConfig"]["service"] == {"namespace": "warmscale", "name": "warmscale-webhook", "port": 443,
+                                             "path": "/mutate"}
+    exprs = {e["key"]: (e["operator"], e["values"]) for e in wh["objectSelector"]["matchExpressions"]}
+    assert exprs == {"warmscale.io/enabled": ("In", ["true"]), "app.kubernetes.io/managed-by": ("NotIn", ["warmscale"])}
+    svc = one(objs, "Service", "warmscale-webhook")
+    ctl = one(objs, "Deployment", "warmscale-controller")
+    assert svc["spec"]["selector"].items() <= ctl["spec"]["template"]["metadata"]["labels"].items()
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in _container(ctl)["ports"]
+    # the code's configuration (used on the local cluster) selects the same pods
+    from warmpool.webhook import webhook_configuration
+
+    code = webhook_configuration("x", b"ca", url="https://127.0.0.1/mutate")["webhooks"][0]
+    assert code["objectSelector"] == wh["objectSelector"] and code["name"] == wh["name"]
+    cta = one(objs, "ClusterTriggerAuthentication", "warmscale-mtls")
+    assert {(r["parameter"], r["name"], r["key"]) for r in cta["spec"]["secretTargetRef"]} == {
+        ("caCert", "warmscale-keda-client-tls", "ca.crt"), ("tlsClientCert", "warmscale-keda-client-tls", "tls.crt"),
+        ("tlsClientKey", "warmscale-keda-client-tls", "tls.key")}
     scaler = one(objs, "Deployment", "warmscale-scaler")
     c = _container(scaler)
     flags = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in c["args"] if a.startswith("--tls")}
@@ -97,6 +125,20 @@ def test_tls_overlay() -> None:
     assert vol["secret"]["secretName"] == "warmscale-scaler-tls"
     # The kubelet's gRPC probe cannot speak TLS.
     assert "grpc" not in c["readinessProbe"] and c["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert scaler["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 10001  # reads the 0440 files
+
+
+def test_plaintext_overlay() -> None:
+    objs = render("manifests/overlays/plaintext")
+    scaler = one(objs, "Deployment", "warmscale-scaler")
+    c = _container(scaler)
+    assert not [a for a in c["args"] if a.startswith("--tls")] and "grpc" in c["readinessProbe"]
+    assert all(v["name"] != "tls" for v in scaler["spec"]["template"]["spec"]["volumes"])
+    assert not find(objs, "ClusterTriggerAuthentication")
+    assert not [o for o in objs if o["metadata"].get("namespace") == "keda"]
+    cargs = _container(one(objs, "Deployment", "warmscale-controller"))["args"]
+    assert cargs[-2:] == ["--trigger-authentication=", "--keda-namespace="]  # the last value wins
+    assert one(objs, "MutatingWebhookConfiguration", "warmscale-webhook")  # the webhook stays
 
 
 def test_prometheus_operator_objects_only_in_their_overlay() -> None:
@@ -123,23 +165,57 @@ def test_scaler_rbac_is_read_only() -> None:
 
 
 def test_no_rbac_grants_secrets_or_wildcards() -> None:
+    """Secrets only for the controller's certificates: by name in the install's and KEDA's namespaces
+    (create, which cannot be limited by name, only there); never cluster-wide, never in workload
+    namespaces, never list/watch."""
+    secret_rules: dict[str, list[dict[str, Any]]] = {}
     for o in render("manifests") + render("manifests/examples"):
         if o["kind"] in {"Role", "ClusterRole"}:
             for rule in o["rules"]:
-                assert "secrets" not in rule["resources"] and "*" not in rule["resources"], o["metadata"]["name"]
+                assert "*" not in rule["resources"], o["metadata"]["name"]
                 assert "*" not in rule["verbs"] and "*" not in rule["apiGroups"], o["metadata"]["name"]
+                if "secrets" in rule["resources"]:
+                    assert o["kind"] == "Role", o["metadata"]["name"]
+                    secret_rules.setdefault(o["metadata"]["namespace"], []).append(rule)
+    assert set(secret_rules) == {"warmscale", "keda"}
+    for rules in secret_rules.values():
+        for rule in rules:
+            assert set(rule["verbs"]) in ({"create"}, {"get", "update"})
+            assert set(rule["verbs"]) == {"create"} or rule.get("resourceNames")
 
 
 # ---------------------------------------------------------------------------------------- examples
 
 
+OWNED = {"sglang", "trtllm-triton"}  # the controller creates their ScaledObjects; the others are hand-written
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_example(engine: str) -> None:
+    from datetime import UTC, datetime
+
+    from warmpool.controller import workload_from
+
     objs = render(f"manifests/examples/{engine}")
     (deploy,) = find(objs, "Deployment")
-    (so,) = find(objs, "ScaledObject")
+    cfg = parse_annotations(deploy["metadata"]["annotations"])
+    if engine in OWNED:
+        assert cfg.autoscale and not find(objs, "ScaledObject")
+        # what the controller creates, with the install's flags
+        floor, _ = cfg.floor_at(datetime.now(UTC))
+        so = ob.scaled_object(workload_from("Deployment", deploy), cfg, floor, "warmscale.warmscale.svc:9090",
+                              "warmscale-mtls")
+    else:
+        assert not cfg.autoscale
+        (so,) = find(objs, "ScaledObject")
     pod = deploy["spec"]["template"]["spec"]
     c = _container(deploy)
+    # The engine loads the staged copy: $(WARMSCALE_MODEL_PATH), set by the webhook (the template's
+    # value is the fallback without it); the pods are sent to the webhook; no cache mount of its own.
+    assert any("$(WARMSCALE_MODEL_PATH)" in a for a in c["args"])
+    assert "WARMSCALE_MODEL_PATH" in {e["name"] for e in c["env"]}
+    assert deploy["spec"]["template"]["metadata"]["labels"]["warmscale.io/enabled"] == "true"
+    assert all(m["mountPath"] != cfg.cache_root for m in c.get("volumeMounts") or [])
 
     # GPUs: requested (limits == requests for extended resources), tolerated, product selected.
     gpus = c["resources"]["limits"]["nvidia.com/gpu"]
@@ -153,7 +229,6 @@ def test_example(engine: str) -> None:
     assert c["readinessProbe"]["periodSeconds"] <= 10 and "livenessProbe" in c
 
     # Annotations are valid warm-pool configuration.
-    cfg = parse_annotations(deploy["metadata"]["annotations"])
     assert cfg.enabled and cfg.model_uri is not None
 
     # The ScaledObject targets the Deployment and pushes from the scaler with valid metadata.
@@ -178,20 +253,17 @@ def test_example(engine: str) -> None:
     assert scaler_cfg.hpa_tolerance == 0.0
     assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
 
-    # Mutual TLS with KEDA's parameters.
-    assert meta["enableTLS"] == "true" and trigger["authenticationRef"]["name"] == "warmscale-mtls"
+    # Mutual TLS through the install's ClusterTriggerAuthentication.
+    assert meta["enableTLS"] == "true"
+    assert trigger["authenticationRef"] == {"name": "warmscale-mtls", "kind": "ClusterTriggerAuthentication"}
 
 
-def test_trigger_authentication_is_mutual_tls() -> None:
+def test_examples_namespace_needs_no_secret() -> None:
     objs = render("manifests/examples")
-    ta = one(objs, "TriggerAuthentication", "warmscale-mtls")
-    params = {r["parameter"] for r in ta["spec"]["secretTargetRef"]}
-    assert params == {"caCert", "tlsClientCert", "tlsClientKey"}
+    assert not find(objs, "Secret") and not find(objs, "TriggerAuthentication")
     rb = one(objs, "RoleBinding", "warmscale-scaler")
     assert rb["roleRef"]["name"] == "warmscale-scaler"
     assert rb["subjects"] == [{"kind": "ServiceAccount", "name": "warmscale-scaler", "namespace": "warmscale"}]
-    for so in find(objs, "ScaledObject"):
-        assert so["metadata"]["namespace"] == ta["metadata"]["namespace"]
 
 
 # -------------------------------------------------------------------------------------- Dockerfile
