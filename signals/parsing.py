@@ -9,6 +9,7 @@ That parser rewrites a counter sample exposed without ``_total`` (TGI, Triton) t
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -139,6 +140,58 @@ def _prune(text: str, keep_buckets: Callable[[str], bool]) -> str:
     return "".join(out)
 
 
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_FAST_SAMPLE = re.compile(
+    rf"({_NAME})(?:\{{((?:[a-zA-Z_][a-zA-Z0-9_]*=\"[^\"\\\n]*\",?)*)\}})?[ \t]+"
+    r"([-+]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))"
+    r"(?:[ \t]+-?[0-9]+)?"
+)
+_FAST_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\\n]*)"')
+_FAST_NAME = re.compile(_NAME)
+_FAST_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped", "unknown"})
+
+
+def _fast_samples(text: str, declared: Mapping[str, str]) -> list[tuple[str, dict[str, str], float]] | None:
+    """The samples of a payload in the canonical form every exporter writes (plain names, quoted label
+    values without escapes, plain numbers), read with two regular expressions — an order of magnitude
+    faster than prometheus_client's character-by-character parser. ``None`` as soon as any line is
+    not in that form: the caller then uses prometheus_client's parser, so the result (or the error)
+    is always the one the full parser gives."""
+    for name, typ in declared.items():
+        if typ == "counter" and declared.get(name + "_total") == "counter":
+            return None  # the full parser's counter renaming would differ from the wire names
+    out: list[tuple[str, dict[str, str], float]] = []
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        if line[0] == "#":
+            if not line.isascii():
+                return None  # the full parser splits on ASCII whitespace only
+            parts = line.split(None, 3)
+            if '"' in parts[0]:
+                return None
+            if len(parts) >= 2 and parts[1] in ("HELP", "TYPE"):
+                if any('"' in p or "\\" in p for p in parts[:3]):
+                    return None  # quoted (UTF-8) names: the full parser
+                if len(parts) < 3 or not _FAST_NAME.fullmatch(parts[2]):
+                    return None
+                if parts[1] == "TYPE" and (len(parts) < 4 or parts[3] not in _FAST_TYPES):
+                    return None
+            continue
+        m = _FAST_SAMPLE.fullmatch(line)
+        if m is None:
+            return None
+        labels: dict[str, str] = {}
+        if m.group(2):
+            for k, v in _FAST_LABEL.findall(m.group(2)):
+                if k in labels:
+                    return None
+                labels[k] = v
+        out.append((m.group(1), labels, float(m.group(3))))
+    return out
+
+
 def parse_text(
     text: str, *, max_bytes: int | None = None, keep_buckets: Callable[[str], bool] | None = None
 ) -> MetricIndex:
@@ -162,8 +215,27 @@ def parse_text(
     if keep_buckets is not None:
         text = _prune(text, keep_buckets)
     declared = _declared_types(text)
+    fast = _fast_samples(text, declared)
+    triples = fast if fast is not None else _full_samples(text, declared)
     samples: dict[str, list[Series]] = {}
     seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
+    for name, labels, value in triples:
+        key = (name, frozenset(labels.items()))
+        if key in seen:
+            # The same series twice: the exporter is broken (or two payloads were glued
+            # together). Summing would double the load; the replica is unknown instead.
+            shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            raise PayloadError(f"duplicate series {name}{{{shown}}}"[:300])
+        seen.add(key)
+        samples.setdefault(name, []).append((labels, value))
+    if not samples:
+        raise PayloadError("payload has no samples")
+    return MetricIndex(samples={k: tuple(v) for k, v in samples.items()}, types=declared)
+
+
+def _full_samples(text: str, declared: Mapping[str, str]) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample through prometheus_client's parser, by wire name."""
+    out: list[tuple[str, dict[str, str], float]] = []
     try:
         for family in text_string_to_metric_families(text):
             # Undo the parser's counter rewrite: a counter declared without ``_total`` was exposed
@@ -177,22 +249,10 @@ def parse_text(
                 name = s.name
                 if bare_counter and name == family.name + "_total":
                     name = family.name
-                labels = dict(s.labels)
-                key = (name, frozenset(labels.items()))
-                if key in seen:
-                    # The same series twice: the exporter is broken (or two payloads were glued
-                    # together). Summing would double the load; the replica is unknown instead.
-                    shown = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-                    raise PayloadError(f"duplicate series {name}{{{shown}}}"[:300])
-                seen.add(key)
-                samples.setdefault(name, []).append((labels, float(s.value)))
-    except PayloadError:
-        raise
+                out.append((name, dict(s.labels), float(s.value)))
     except Exception as exc:  # the parser raises ValueError, IndexError, TypeError... on garbage
         raise PayloadError(f"not Prometheus text exposition: {type(exc).__name__}: {exc}"[:300]) from None
-    if not samples:
-        raise PayloadError("payload has no samples")
-    return MetricIndex(samples={k: tuple(v) for k, v in samples.items()}, types=declared)
+    return out
 
 
 def label_is(key: str, *values: str) -> Callable[[Labels], bool]:

@@ -117,3 +117,21 @@ def test_a_malformed_payload_is_an_unknown_replica(engine: FakeEngine, body: str
         except PayloadError:
             return
         assert "duplicate series" in (reading.error or "")  # type: ignore[attr-defined]
+
+
+@settings(max_examples=400, deadline=None)
+@given(PAYLOAD)
+def test_the_fast_path_reads_exactly_what_the_full_parser_reads(body: str) -> None:
+    """Differential: whenever the regex fast path accepts a payload, prometheus_client's parser gives
+    the same samples (and never an error)."""
+    from signals.parsing import _declared_types, _fast_samples, _full_samples
+
+    text = VALID + body + "\n"
+    declared = _declared_types(text)
+    fast = _fast_samples(text, declared)
+    if fast is None:
+        return
+    def comparable(xs: list[tuple[str, dict[str, str], float]]) -> list[tuple[str, dict[str, str], str]]:
+        return [(n, lbl, repr(v)) for n, lbl, v in xs]  # NaN == NaN
+
+    assert comparable(_full_samples(text, declared)) == comparable(fast)
