@@ -42,7 +42,8 @@ class SourcesReader:
     ScaledObject's ``scaleTargetRef``), whatever the signal sources are. A discovery failure is a
     source error; the other sources keep working."""
 
-    def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None) -> None:
+    def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None,
+                 guard: Any = None) -> None:
         from signals.sources.parsepool import ParsePool
         from signals.sources.shared import SharedReads
 
@@ -56,6 +57,8 @@ class SourcesReader:
         self._evict_after = evict_after
         self._last_sweep = time.monotonic()
         self.discovery = discovery
+        # --allow-targets (a scaler.target_guard.TargetGuard): every connection of the session is checked.
+        self.guard = guard
 
     async def __call__(self, cfg: ScalerConfig, now: float, scope: ScaledObjectKey) -> Snapshot:
         return await self.read(cfg, now, scope)
@@ -69,7 +72,11 @@ class SourcesReader:
         if self._session is None:
             # No connection cap: a hung endpoint holds one connection (one read in flight per URL),
             # never a slot that the other ScaledObjects' scrapes wait for.
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=30))
+            factory = self.guard.socket_factory if self.guard is not None else None
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+                limit=0, ttl_dns_cache=30, socket_factory=factory))
+        if self.guard is not None:
+            await self.guard.refresh_hosts()
         if self.discovery is None:
             scope = None
         key = (scope, cfg)
@@ -153,6 +160,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=None,
                         help="Kubernetes API access for pod discovery (default: in-cluster, then $KUBECONFIG or "
                              "~/.kube/config, else none)")
+    parser.add_argument("--max-trackers", type=int, default=4000,
+                        help="most ScaledObjects (trackers) this scaler tracks; new ones beyond get RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-trackers-per-namespace", type=int, default=2000,
+                        help="most trackers per namespace; new ones beyond get RESOURCE_EXHAUSTED")
+    parser.add_argument("--allow-targets", default=None,
+                        help="comma-separated CIDRs, addresses and host names the scaler may connect to "
+                             "(endpoints, pods, Prometheus, Redis queues), checked on resolved addresses; "
+                             "anything else is INVALID_ARGUMENT (default: no restriction)")
     parser.add_argument("--no-kubernetes", action="store_true",
                         help="never use the Kubernetes API (podSelector then reports a source error)")
 
@@ -171,7 +186,19 @@ async def serve(args: argparse.Namespace) -> int:
         tracker_idle_seconds=args.tracker_idle_seconds,
         grace_seconds=args.grace_seconds,
         instance_id=args.instance_id,
+        max_trackers=args.max_trackers,
+        max_trackers_per_namespace=args.max_trackers_per_namespace,
     )
+    from scaler.target_guard import TargetGuard
+
+    try:
+        guard = TargetGuard.from_flag(args.allow_targets)
+    except ValueError as exc:
+        log.error("cannot start the scaler", extra={"error": str(exc)})
+        return 2
+    if args.max_trackers < 1 or args.max_trackers_per_namespace < 1:
+        log.error("cannot start the scaler", extra={"error": "--max-trackers* must be at least 1"})
+        return 2
     discovery, api = None, None
     if not getattr(args, "no_kubernetes", False):
         try:
@@ -180,8 +207,8 @@ async def serve(args: argparse.Namespace) -> int:
             log.error("cannot load the kubeconfig", extra={"kubeconfig": args.kubeconfig, "error": str(exc)})
             return 2
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
-    reader = SourcesReader(discovery=discovery)
-    server = ScalerServer(options, reader)
+    reader = SourcesReader(discovery=discovery, guard=guard)
+    server = ScalerServer(options, reader, guard=guard)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from scaler.decision_log import DecisionLog
+from signals.redact import redact, redact_value
 
 SO_LABELS = ("namespace", "scaledobject")
 RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
@@ -83,6 +84,7 @@ class ScalerMetrics:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a ScaledObject's series (its tracker went idle)."""
+        namespace, name = redact(namespace), redact(name)  # labels are created redacted
         for attr in self.PER_SO:
             metric = getattr(self, attr)
             try:
@@ -129,7 +131,7 @@ async def start_http(
         }
         if extra is not None:
             body.update(extra())
-        return web.Response(body=orjson.dumps(body, default=str), content_type="application/json")
+        return web.Response(body=orjson.dumps(redact_value(body), default=str), content_type="application/json")
 
     async def healthz(_: web.Request) -> web.Response:
         ok = healthy()

@@ -35,8 +35,10 @@ from scaler.decision_log import DecisionLog
 from scaler.metrics import ScalerMetrics, start_http
 from scaler.policy import Decision
 from scaler.store import MemoryStore, Store, open_store
+from scaler.target_guard import TargetGuard
+from scaler.targets import invalid_ref
 from scaler.tls import server_credentials
-from scaler.tracker import SnapshotReader, Tracker, TrackerManager, TrackerOptions
+from scaler.tracker import SnapshotReader, Tracker, TrackerLimit, TrackerManager, TrackerOptions
 
 log = logging.getLogger("warmscale.scaler.server")
 
@@ -83,11 +85,17 @@ class ExternalScalerService:
         return self.inflight == 0
 
     async def _tracker(self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> Tracker:
+        bad = invalid_ref(ref.namespace, ref.name)
+        if bad is not None:
+            await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                              f"invalid scaledObjectRef {bad[0]!r}: {bad[1]}")
         try:
-            return self.manager.get(ref.namespace, ref.name, ref.scalerMetadata)
+            return await self.manager.admit(ref.namespace, ref.name, ref.scalerMetadata)
         except ConfigError as exc:
             await self._abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                               f"invalid scaler metadata {exc.key!r}: {exc.message}")
+        except TrackerLimit as exc:
+            await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
 
     @staticmethod
     async def _abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, msg: str) -> NoReturn:
@@ -203,13 +211,15 @@ class ServerOptions:
     grace_seconds: float = 10.0
     decision_log_size: int = 1000
     instance_id: str | None = None
+    max_trackers: int = TrackerOptions.max_trackers
+    max_trackers_per_namespace: int = TrackerOptions.max_trackers_per_namespace
 
 
 class ScalerServer:
     """gRPC server + health + metrics HTTP + trackers, with graceful start/stop."""
 
     def __init__(self, options: ServerOptions, reader: SnapshotReader, *, store: Store | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, guard: TargetGuard | None = None) -> None:
         self.options = options
         self.metrics = ScalerMetrics()
         self.decisions = DecisionLog(options.decision_log_size)
@@ -217,8 +227,9 @@ class ScalerServer:
         self._owns_store = store is None
         self.manager = TrackerManager(
             self.store, reader, self.metrics, self.decisions,
-            options=TrackerOptions(idle_seconds=options.tracker_idle_seconds),
-            instance_id=options.instance_id, clock=clock,
+            options=TrackerOptions(idle_seconds=options.tracker_idle_seconds, max_trackers=options.max_trackers,
+                                   max_trackers_per_namespace=options.max_trackers_per_namespace),
+            instance_id=options.instance_id, clock=clock, guard=guard,
         )
         self.service = ExternalScalerService(self.manager, self.metrics)
         self.health = HealthServicer()

@@ -34,6 +34,7 @@ from scaler.policy import Decision, decide
 from scaler.state import ScalerState
 from scaler.store import Store as StoreProtocol
 from scaler.store import StoreError, TrackerRecord
+from scaler.target_guard import TargetGuard
 from scaler.warm_status import WarmStatus
 from signals.model import Snapshot
 from signals.redact import redact
@@ -104,6 +105,12 @@ class TrackerOptions:
     lease_ttl_factor: float = 3.0  # lease TTL = factor x scrape interval (at least 2 s)
     janitor_seconds: float = 5.0
     store_retry_seconds: float = 1.0  # degraded mode: how often the store is probed
+    max_trackers: int = 4000
+    max_trackers_per_namespace: int = 2000
+
+
+class TrackerLimit(Exception):
+    """A new tracker beyond ``--max-trackers`` / ``--max-trackers-per-namespace`` (RESOURCE_EXHAUSTED)."""
 
 
 class Tracker:
@@ -512,7 +519,7 @@ class _Series:
     """A tracker's labelled metric children, resolved once (``labels()`` is not free)."""
 
     def __init__(self, m: ScalerMetrics, namespace: str, name: str) -> None:
-        labels = (namespace, name)
+        labels = (redact(namespace), redact(name))
         self._m = m
         self._labels = labels
         for attr in ScalerMetrics.PER_SO:
@@ -564,6 +571,7 @@ class TrackerManager:
         options: TrackerOptions | None = None,
         instance_id: str | None = None,
         clock: Callable[[], float] = time.time,
+        guard: TargetGuard | None = None,
     ) -> None:
         self.store = store
         self.reader = reader
@@ -573,6 +581,8 @@ class TrackerManager:
         self.instance_id = instance_id or default_instance_id()
         self.clock = clock
         self._trackers: dict[MetaKey, Tracker] = {}
+        self._per_namespace: dict[str, int] = {}
+        self.guard = guard
         self._janitor: asyncio.Task[None] | None = None
         self.closing = False
 
@@ -585,22 +595,60 @@ class TrackerManager:
     def get(self, namespace: str, name: str, metadata: Mapping[str, str]) -> Tracker:
         """The tracker of this ScaledObject (created and started on first sight).
 
-        Raises :class:`~scaler.config.ConfigError` for invalid metadata (nothing is tracked then)."""
+        Raises :class:`~scaler.config.ConfigError` for invalid metadata and :class:`TrackerLimit`
+        beyond the caps (nothing is tracked then)."""
         key: MetaKey = (namespace, name, tuple(sorted(metadata.items())))
         tracker = self._trackers.get(key)
         if tracker is None:
-            tracker = self._create(namespace, name, dict(key[2]))
-            self._trackers[key] = tracker
-            self.metrics.trackers.set(len(self._trackers))
+            tracker = self._create(key, parse_metadata(metadata))
         tracker.last_asked = time.monotonic()
         return tracker
 
-    def _create(self, namespace: str, name: str, metadata: dict[str, str]) -> Tracker:
-        cfg = parse_metadata(metadata)
-        tracker = Tracker(self, namespace, name, metadata, cfg)
+    async def admit(self, namespace: str, name: str, metadata: Mapping[str, str]) -> Tracker:
+        """:meth:`get`, and for a new tracker the ``--allow-targets`` check of its targets first
+        (resolved addresses; :class:`~scaler.config.ConfigError` naming the key when outside)."""
+        key: MetaKey = (namespace, name, tuple(sorted(metadata.items())))
+        tracker = self._trackers.get(key)
+        if tracker is None:
+            cfg = parse_metadata(metadata)
+            self._check_caps(namespace)
+            if self.guard is not None:
+                await self.guard.check_config(cfg)
+            tracker = self._trackers.get(key)  # another RPC may have created it meanwhile
+            if tracker is None:
+                tracker = self._create(key, cfg)
+        tracker.last_asked = time.monotonic()
+        return tracker
+
+    def _check_caps(self, namespace: str) -> None:
+        o = self.options
+        if len(self._trackers) >= o.max_trackers:
+            raise TrackerLimit(f"this scaler tracks {len(self._trackers)} ScaledObjects, the most allowed "
+                               f"(--max-trackers {o.max_trackers})")
+        in_ns = self._per_namespace.get(namespace, 0)
+        if in_ns >= o.max_trackers_per_namespace:
+            raise TrackerLimit(f"this scaler tracks {in_ns} ScaledObjects in namespace {namespace!r}, the most "
+                               f"allowed (--max-trackers-per-namespace {o.max_trackers_per_namespace})")
+
+    def _create(self, key: MetaKey, cfg: ScalerConfig) -> Tracker:
+        namespace, name = key[0], key[1]
+        self._check_caps(namespace)
+        tracker = Tracker(self, namespace, name, dict(key[2]), cfg)
+        self._trackers[key] = tracker
+        self._per_namespace[namespace] = self._per_namespace.get(namespace, 0) + 1
+        self.metrics.trackers.set(len(self._trackers))
         tracker.start()
         log.info("tracking scaledobject", extra={"tracker": tracker.id, "namespace": namespace, "scaledobject": name})
         return tracker
+
+    def _forget(self, key: MetaKey) -> None:
+        if self._trackers.pop(key, None) is None:
+            return
+        left = self._per_namespace.get(key[0], 1) - 1
+        if left > 0:
+            self._per_namespace[key[0]] = left
+        else:
+            self._per_namespace.pop(key[0], None)
 
     async def start(self) -> None:
         await self.resume()
@@ -623,8 +671,9 @@ class TrackerManager:
                     await self.store.forget_tracker(tid)
                 continue
             try:
-                tracker = self.get(rec.namespace, rec.name, rec.metadata)
-            except ValueError:
+                tracker = await self.admit(rec.namespace, rec.name, rec.metadata)
+            except (ValueError, TrackerLimit) as exc:
+                log.warning("not resuming a tracker", extra={"tracker": tid, "error": str(exc)})
                 continue
             tracker.last_asked = time.monotonic() - max(0.0, age)
             resumed += 1
@@ -641,7 +690,7 @@ class TrackerManager:
         cutoff = time.monotonic() - self.options.idle_seconds
         idle = [(k, t) for k, t in self._trackers.items() if t.last_asked < cutoff and t.streams == 0]
         for key, tracker in idle:
-            del self._trackers[key]
+            self._forget(key)
             await tracker.stop()
             if not any((t.namespace, t.name) == (tracker.namespace, tracker.name) for t in self._trackers.values()):
                 # (a newer tracker of the same ScaledObject, after a metadata change, keeps the series)
@@ -664,5 +713,6 @@ class TrackerManager:
             self._janitor = None
         trackers = list(self._trackers.values())
         self._trackers.clear()
+        self._per_namespace.clear()
         await asyncio.gather(*(t.stop() for t in trackers), return_exceptions=True)
         self.metrics.trackers.set(0)

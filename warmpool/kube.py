@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from signals.redact import redact
+
 log = logging.getLogger("warmscale.warmpool")
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -136,7 +138,7 @@ class EventRecorder:
         ts = now_rfc3339()
         body = {
             "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
-            "involvedObject": involved, "reason": reason, "message": message[:1000], "type": type_,
+            "involvedObject": involved, "reason": reason, "message": redact(message)[:1000], "type": type_,
             "source": {"component": self.component}, "reportingComponent": self.component,
             "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
         }

@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from signals.redact import redact, redact_value
+
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
@@ -25,7 +27,16 @@ class JsonFormatter(logging.Formatter):
                 out[k] = v
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(out, default=str).decode()
+        # Credentials never reach the log: URL userinfo and credential-like query parameters are masked
+        # in the message and in every field (a source error quotes the URL it failed on).
+        return redact(orjson.dumps(redact_value(out), default=str).decode())
+
+
+class RedactingFormatter(logging.Formatter):
+    """The plain-text format, with :func:`signals.redact.redact` applied to the whole line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def setup_logging(level: str = "info", json: bool = True) -> None:
@@ -34,7 +45,7 @@ def setup_logging(level: str = "info", json: bool = True) -> None:
     if json:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         logging.Formatter.converter = time.gmtime
     root = logging.getLogger()
     root.handlers[:] = [handler]
