@@ -210,4 +210,4 @@ def test_fuzzed_metadata_is_ok_or_invalid_argument_naming_a_key(fuzz_scaler: tup
         code, details = exc.code(), exc.details()
         assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
         m = re.match(r"invalid scaler metadata '([^']*)'", details or "")
-        assert m and (m.group(1) in meta or m.group(1) in ("redisQueue", "redisAddress", "maxReplicas")), details
+        assert m and (m.group(1) in meta or m.group(1) in NAMES), details
