@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "rbac": ("warmpool.rbac", "print the warm-pool controller's RBAC (cluster-wide, or --namespace NS: Roles per "
              "namespace) or its node-write admission policy"),
     "stage": ("warmpool.stager", "stage model weights into a node-local cache (runs in a Job)"),
+    "advise": ("warmscale.advise.cli", "which orchestration layer repeated failures ask for (read-only)"),
     "bench": ("benchmarks.cli", "run a benchmark (trace replay, cold vs warm start)"),
 }
 

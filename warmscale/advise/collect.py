@@ -1,0 +1,151 @@
+"""Read the recorded signals for ``warmscale advise`` (imperative shell; read-only).
+
+Kubernetes (the user's credentials, list only): pods (pending GPU pods, multi-pod replicas,
+restarts and their last termination) and ResourceQuotas. Prometheus (``--prometheus``, optional):
+the scaler's own series (desired/ready replicas, TTFT quantile and SLO, time-to-ready) and the
+engines' inter-token latency, prompt tokens and load, over ``--since``. Without Prometheus the
+cold-start and prefill-interference detectors have no data and say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+import orjson
+
+from warmscale.advise.model import LatencySample, LoadSample, PodRecord, ScaleSample, Signals
+from warmscale.advise.pods import gpu_quota_namespaces, pod_record
+
+STEP_S = 30.0
+# The scaler's series (one per ScaledObject: labels namespace, scaledobject).
+SCALE_QUERIES = {
+    "desired": "warmscale_desired_replicas",
+    "ready": "warmscale_ready_replicas",
+    "ttft": "warmscale_ttft_quantile_seconds",
+    "slo": "warmscale_ttft_slo_seconds",
+    "ttr": "warmscale_time_to_ready_seconds",
+}
+# vLLM (current names); per pod.
+ITL_QUERY = ("sum by (namespace, pod) (rate(vllm:inter_token_latency_seconds_sum[1m])) / "
+             "sum by (namespace, pod) (rate(vllm:inter_token_latency_seconds_count[1m]))")
+PROMPT_QUERY = "sum by (namespace, pod) (rate(vllm:prompt_tokens_total[1m]))"
+RUNNING_QUERY = "sum by (namespace, pod) (vllm:num_requests_running)"
+KV_QUERY = "max by (namespace, pod) (vllm:kv_cache_usage_perc)"
+
+
+async def read_kubernetes(api: Any, namespace: str | None) -> tuple[list[PodRecord], frozenset[str] | None, list[str]]:
+    """Pods and GPU-quota namespaces; notes for what could not be read (e.g. RBAC)."""
+    from kubernetes_asyncio import client
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api)
+    notes: list[str] = []
+
+    async def raw(call: Any, *args: Any) -> dict[str, Any]:
+        resp = await call(*args, _preload_content=False)
+        body: dict[str, Any] = orjson.loads(await resp.read())
+        return body
+
+    if namespace:
+        pods_doc = await raw(core.list_namespaced_pod, namespace)
+    else:
+        pods_doc = await raw(core.list_pod_for_all_namespaces)
+    pods = [pod_record(p) for p in pods_doc.get("items") or []]
+    quotas: frozenset[str] | None
+    try:
+        if namespace:
+            q = await raw(core.list_namespaced_resource_quota, namespace)
+        else:
+            q = await raw(core.list_resource_quota_for_all_namespaces)
+        quotas = gpu_quota_namespaces(q.get("items") or [])
+    except ApiException as exc:
+        quotas = None
+        notes.append(f"resourcequotas not readable ({exc.status}): quota contention not evaluated")
+    return pods, quotas, notes
+
+
+async def query_range(session: aiohttp.ClientSession, address: str, query: str, start: float, end: float,
+                      step: float = STEP_S, deadline_s: float = 20.0) -> list[dict[str, Any]]:
+    url = f"{address.rstrip('/')}/api/v1/query_range?" + urlencode(
+        {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
+    async with asyncio.timeout(deadline_s), session.get(url) as resp:
+        doc = orjson.loads(await resp.read())
+    if doc.get("status") != "success":
+        raise RuntimeError(f"prometheus: {doc.get('error') or resp.status}")
+    result: list[dict[str, Any]] = doc["data"]["result"]
+    return result
+
+
+def _series(result: list[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], dict[float, float]]:
+    out: dict[tuple[str, ...], dict[float, float]] = {}
+    for item in result:
+        metric = item.get("metric") or {}
+        key = tuple(str(metric.get(lab, "")) for lab in labels)
+        vals = out.setdefault(key, {})
+        for t, v in item.get("values") or []:
+            try:
+                f = float(v)
+            except ValueError:
+                continue
+            if math.isfinite(f):
+                vals[float(t)] = f
+    return out
+
+
+async def read_prometheus(address: str, start: float, end: float, pods: list[PodRecord],
+                          namespace: str | None) -> tuple[list[ScaleSample], list[LatencySample], list[LoadSample]]:
+    ns_sel = f'{{namespace="{namespace}"}}' if namespace else ""
+    async with aiohttp.ClientSession() as session:
+        scale_res = await asyncio.gather(*(query_range(session, address, q + ns_sel, start, end)
+                                           for q in SCALE_QUERIES.values()))
+        lat_res = await asyncio.gather(*(query_range(session, address, q, start, end)
+                                         for q in (ITL_QUERY, PROMPT_QUERY, RUNNING_QUERY, KV_QUERY)))
+    by = {k: _series(r, "namespace", "scaledobject") for k, r in zip(SCALE_QUERIES, scale_res, strict=True)}
+    scale: list[ScaleSample] = []
+    for key, desired in by["desired"].items():
+        for t in sorted(desired):
+            ready = by["ready"].get(key, {}).get(t)
+            if ready is None:
+                continue
+            scale.append(ScaleSample(t, key[0], key[1], int(desired[t]), int(ready), by["ttft"].get(key, {}).get(t),
+                                     by["slo"].get(key, {}).get(t), by["ttr"].get(key, {}).get(t)))
+    workload = {(p.namespace, p.name): p.workload for p in pods}
+    itl, prompt, running, kv = (_series(r, "namespace", "pod") for r in lat_res)
+    per_wl: dict[tuple[str, str], dict[float, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for key, vals in itl.items():
+        if namespace and key[0] != namespace:
+            continue
+        wl = workload.get((key[0], key[1]), key[1])
+        for t, v in vals.items():
+            tok = prompt.get(key, {}).get(t)
+            if tok is not None:
+                per_wl[(key[0], wl)][t].append((v, tok))
+    latency = [LatencySample(t, ns, wl, sum(v for v, _ in xs) / len(xs), sum(tok for _, tok in xs))
+               for (ns, wl), by_t in per_wl.items() for t, xs in sorted(by_t.items())]
+    load = [LoadSample(t, key[0], key[1], v, kv.get(key, {}).get(t)) for key, vals in running.items()
+            for t, v in vals.items() if not namespace or key[0] == namespace]
+    return scale, latency, load
+
+
+async def read_signals(api: Any, *, namespace: str | None, since_s: float, now: float,
+                       prometheus: str | None) -> tuple[Signals, list[str]]:
+    pods, quotas, notes = await read_kubernetes(api, namespace)
+    scale: list[ScaleSample] = []
+    latency: list[LatencySample] = []
+    load: list[LoadSample] = []
+    if prometheus:
+        try:
+            scale, latency, load = await read_prometheus(prometheus, now - since_s, now, pods, namespace)
+        except (TimeoutError, aiohttp.ClientError, RuntimeError, KeyError, ValueError) as exc:
+            notes.append(f"prometheus {prometheus} not readable ({type(exc).__name__}: {exc}): cold-start and "
+                         "prefill-interference not evaluated")
+    else:
+        notes.append("no --prometheus: cold-start and prefill-interference not evaluated, restarts count only "
+                     "when out of memory")
+    return Signals(scale=tuple(scale), latency=tuple(latency), load=tuple(load), pods=tuple(pods),
+                   gpu_quota_namespaces=quotas), notes
