@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from scaler.advice import AdviceBook
 from scaler.config import ScalerConfig, parse_metadata
 from scaler.decision_log import DecisionLog
 from scaler.metrics import ScalerMetrics
@@ -408,6 +409,9 @@ class Tracker:
         self._last_computed = now
         self._observe_metrics(obs, snapshot, now)
         self._adopt(decision, now, computed=True)
+        q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
+        m.advice.record(self.namespace, self.name, now, desired=decision.desired, ready=decision.ready, ttft_s=q,
+                        slo_s=self.cfg.ttft_slo_seconds, time_to_ready_s=decision.time_to_ready_s)
 
     def _log_scrape_error(self, error: str) -> None:
         now = time.monotonic()
@@ -577,6 +581,7 @@ class TrackerManager:
         self.reader = reader
         self.metrics = metrics
         self.decisions = decisions
+        self.advice = AdviceBook(metrics.registry)
         self.options = options or TrackerOptions()
         self.instance_id = instance_id or default_instance_id()
         self.clock = clock
@@ -695,6 +700,7 @@ class TrackerManager:
             if not any((t.namespace, t.name) == (tracker.namespace, tracker.name) for t in self._trackers.values()):
                 # (a newer tracker of the same ScaledObject, after a metadata change, keeps the series)
                 self.metrics.forget(tracker.namespace, tracker.name)
+                self.advice.forget(tracker.namespace, tracker.name)
             self.decisions.forget(tracker.id)
             log.info("dropped idle tracker", extra={"tracker": tracker.id})
         self.metrics.trackers.set(len(self._trackers))
