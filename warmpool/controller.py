@@ -39,6 +39,7 @@ from warmpool.planning import (
     pod_time_to_ready,
     warm_state,
 )
+from warmscale.advise.events import workload_events
 
 log = logging.getLogger("warmscale.warmpool")
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
@@ -387,6 +388,9 @@ class Controller:
 
         await self._write_status(wl, p)
         await self._measure_and_publish(wl, p, pods, now)
+        own = [pod for pod in pods if not ob.is_managed(pod)]
+        for reason, message in workload_events(own, wl.selector, now.timestamp()):
+            await self.events.emit(inv, "Warning", reason, message)
         return p
 
     async def _write_status(self, wl: ob.Workload, p: Plan) -> None:
