@@ -55,6 +55,7 @@ class Fleet:
     gpu_seconds: float = 0.0
     starts: Counter[str] = field(default_factory=Counter)
     scale_events: list[tuple[float, int, int]] = field(default_factory=list)
+    added: list[Replica] = field(default_factory=list)  # every replica created by a scale-up
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _accounted_at: float | None = None
 
@@ -70,9 +71,10 @@ class Fleet:
         self.placeholders = [now] * self.standby
         self._accounted_at = now
 
-    def _add(self, now: float, ready_at: float, warm: str) -> None:
+    def _add(self, now: float, ready_at: float, warm: str) -> Replica:
         name = f"{self.name}-{next(self._names)}"
         self.replicas[name] = Replica(SimulatedEngine(name, self.profile), now, ready_at, warm)
+        return self.replicas[name]
 
     def time_to_ready(self, warm: bool) -> float:
         return time_to_ready(self.startup, PLACEHOLDER_STAGED if warm else COLD)
@@ -95,7 +97,7 @@ class Fleet:
             else:
                 warm = "cold"
             self.starts[warm] += 1
-            self._add(now, now + self.time_to_ready(warm != "cold"), warm)
+            self.added.append(self._add(now, now + self.time_to_ready(warm != "cold"), warm))
         if n < before:
             live = [r for r in self.replicas.values() if not r.draining]
             # Like a ReplicaSet: not-ready replicas go first (newest first), then the least loaded.

@@ -369,6 +369,8 @@ def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleet
             "ttft_p99_s": _p(ttfts, 0.99),
             "starts": dict(fleet.starts),
             "scale_events": len(fleet.scale_events),
+            "first_scale_up_s": next((t for t, a, b in fleet.scale_events if b > a), None),
+            "first_added_ready_s": min((r.ready_at for r in fleet.added), default=None),
             "max_replicas": max((r[name]["ready"] + r[name]["starting"] for r in timeline), default=0),
         }
     return out
@@ -376,15 +378,21 @@ def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleet
 
 def format_summary(summary: dict[str, Any]) -> list[str]:
     slo = summary["slo_ttft_s"]
+    def mmss(t: float | None) -> str:
+        if t is None:
+            return "-"
+        return _mmss(t) if t <= summary["trace_seconds"] else f"after {_mmss(summary['trace_seconds'])}"
+
     lines = [f"{summary['requests']:,} requests in {summary['trace_seconds'] / 60:.1f} min of trace time "
              f"({summary['wall_seconds']:.0f} s here):",
              f"{'':15} {'TTFT <= ' + format(slo, 'g') + ' s':>14} {'GPU-seconds':>12} {'TTFT p50':>9} "
-             f"{'TTFT p99':>9}  replica starts"]
+             f"{'TTFT p99':>9} {'scaled up':>10} {'new replica ready':>18}  replica starts"]
     for name in FLEETS:
         f = summary["fleets"][name]
         starts = ", ".join(f"{v} {k}" for k, v in sorted(f["starts"].items())) or "none"
         lines.append(f"{LABELS[name]:15} {100 * f['slo_attainment']:13.1f}% {f['gpu_seconds']:12,.0f} "
-                     f"{f['ttft_p50_s'] or 0:8.2f}s {f['ttft_p99_s'] or 0:8.1f}s  {starts}")
+                     f"{f['ttft_p50_s'] or 0:8.2f}s {f['ttft_p99_s'] or 0:8.1f}s {mmss(f['first_scale_up_s']):>10} "
+                     f"{mmss(f['first_added_ready_s']):>18}  {starts}")
     t, w = summary["fleets"]["today"], summary["fleets"]["warmscale"]
     dg = w["gpu_seconds"] - t["gpu_seconds"]
     lines.append(f"warmscale: {100 * (w['slo_attainment'] - t['slo_attainment']):+.1f} points of SLO attainment "
