@@ -173,19 +173,21 @@ async def run_demo(opts: DemoOptions, out: TextIO | None = None) -> dict[str, An
     fleets = {"today": Fleet("today", startup), "warmscale": Fleet("warmscale", startup, standby=opts.standby)}
 
     counter, saved_handlers = _logs_to_file(opts.log_file) if opts.log_file else (None, None)
-    say(f"warmscale demo: {len(arrivals):,} requests of {trace_path.name} (the busiest burst, trace "
-        f"{_mmss(t_start)}-{_mmss(t_start + opts.span)}), replayed {opts.speed:g}x faster; "
-        f"TTFT SLO {opts.slo_ttft:g} s")
-    say(f"  both fleets: simulated vLLM, {startup.gpus_per_replica} GPU per replica ({startup.name}), "
-        f"{opts.initial} replica at the start, at most {opts.max_replicas}")
+    say(f"warmscale demo: {len(arrivals):,} requests of {trace_path.name}, its busiest burst (trace "
+        f"{_mmss(t_start)}-{_mmss(t_start + opts.span)}),")
+    say(f"  replayed {opts.speed:g}x faster (traffic, engines, control loops, start-ups); TTFT SLO {opts.slo_ttft:g} s")
+    say(f"  both fleets: simulated vLLM on {startup.gpus_per_replica} GPU per replica, {startup.name} startup ladder, "
+        f"{opts.initial} replica at first, max {opts.max_replicas}")
     say(f"  today     : Prometheus scrape {PROMETHEUS_SCRAPE_S:g} s -> KEDA Prometheus scaler (waiting requests, "
-        f"threshold {KEDA_PROMETHEUS_THRESHOLD:g}, polling {KEDA_POLLING_S:g} s) -> HPA; "
-        f"new replicas start cold: {ttr['cold']:.0f} s")
-    say(f"  warmscale : scaler reads the engines every 1 s, push activation, its policy; warm pool of "
-        f"{opts.standby} placeholders: {ttr['placeholder+staged']:.0f} s to ready (cold {ttr['cold']:.0f} s)")
+        f"threshold {KEDA_PROMETHEUS_THRESHOLD:g},")
+    say(f"              polling {KEDA_POLLING_S:g} s) -> HPA; every new replica starts cold: "
+        f"{ttr['cold']:.0f} s to ready")
+    scrape_s = float(opts.metadata()["scrapeIntervalSeconds"]) * opts.speed
+    say(f"  warmscale : its scaler reads the engines every {scrape_s:g} s, push activation, its policy; warm pool")
+    say(f"              of {opts.standby} placeholders: {ttr['placeholder+staged']:.0f} s to ready on a placeholder, "
+        f"{ttr['cold']:.0f} s cold")
     if opts.log_file:
         say(f"  logs      : {opts.log_file}")
-    say("")
     say("  table     : replicas = ready+starting, warm = warm placeholders, ! = p95 TTFT over the SLO")
     say("")
     today_title, ws_title = " today's setup ", " warmscale "
@@ -385,14 +387,15 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
 
     lines = [f"{summary['requests']:,} requests in {summary['trace_seconds'] / 60:.1f} min of trace time "
              f"({summary['wall_seconds']:.0f} s here):",
-             f"{'':15} {'TTFT <= ' + format(slo, 'g') + ' s':>14} {'GPU-seconds':>12} {'TTFT p50':>9} "
-             f"{'TTFT p99':>9} {'scaled up':>10} {'new replica ready':>18}  replica starts"]
+             f"{'':13} {'TTFT <= ' + format(slo, 'g') + ' s':>12} {'GPU-seconds':>11} {'TTFT p50':>8} "
+             f"{'TTFT p99':>8} {'scaled up':>9} {'new replica ready':>17}  starts"]
     for name in FLEETS:
         f = summary["fleets"][name]
-        starts = ", ".join(f"{v} {k}" for k, v in sorted(f["starts"].items())) or "none"
-        lines.append(f"{LABELS[name]:15} {100 * f['slo_attainment']:13.1f}% {f['gpu_seconds']:12,.0f} "
-                     f"{f['ttft_p50_s'] or 0:8.2f}s {f['ttft_p99_s'] or 0:8.1f}s {mmss(f['first_scale_up_s']):>10} "
-                     f"{mmss(f['first_added_ready_s']):>18}  {starts}")
+        kinds = (("placeholder+staged", "warm"), ("cold", "cold"))
+        starts = ", ".join(f"{f['starts'][k]} {short}" for k, short in kinds if f["starts"].get(k)) or "none"
+        lines.append(f"{LABELS[name]:13} {100 * f['slo_attainment']:11.1f}% {f['gpu_seconds']:11,.0f} "
+                     f"{f['ttft_p50_s'] or 0:7.2f}s {f['ttft_p99_s'] or 0:7.1f}s {mmss(f['first_scale_up_s']):>9} "
+                     f"{mmss(f['first_added_ready_s']):>17}  {starts}")
     t, w = summary["fleets"]["today"], summary["fleets"]["warmscale"]
     dg = w["gpu_seconds"] - t["gpu_seconds"]
     lines.append(f"warmscale: {100 * (w['slo_attainment'] - t['slo_attainment']):+.1f} points of SLO attainment "
