@@ -49,6 +49,7 @@ class Observation:
     queues_known: int = 0
     stale_endpoints: float = 0.0  # endpoints the picker has no fresh metrics for
     saturation: float | None = None  # the picker's saturation of this role's stage
+    pd_floor: int | None = None  # the pdGroup's ratio bound for this role (scaler.pdgroup)
 
     @property
     def uncertain(self) -> bool:
@@ -250,6 +251,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         current_replicas=snapshot.current_replicas,
         time_to_ready_s=snapshot.time_to_ready_s,
         warm_floor=snapshot.warm_floor,
+        pd_floor=snapshot.pd_floor,
         zero_allowed=snapshot.zero_allowed,
         absent=absent,
         queues_known=len(queue_lengths) + sum(1 for g in snapshot.gateways if g.signal is not None),

@@ -160,6 +160,10 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     if obs.uncertain and last is not None and desired < last:
         desired, reason = last, "partial-data-hold"
 
+    # Prefill/decode ratio bound of the pdGroup (raises a lagging role, never lowers one).
+    if obs.pd_floor is not None and desired < obs.pd_floor:
+        desired, reason = obs.pd_floor, "pd-ratio"
+
     # Bounds and scale to zero.
     idle = desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
     active = True

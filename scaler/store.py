@@ -90,6 +90,12 @@ class Store(Protocol):
 
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None: ...
 
+    async def put_pd_member(self, namespace: str, group: str, member: dict[str, Any]) -> None:
+        """Publish one role's latest decision and bounds in a pdGroup (``member["role"]`` names it)."""
+        ...
+
+    async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]: ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -105,6 +111,7 @@ class MemoryStore:
         self._leases: dict[str, tuple[str, float]] = {}
         self._trackers: dict[str, TrackerRecord] = {}
         self._warm: dict[tuple[str, str], dict[str, Any]] = {}
+        self._pd: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 
     def _holder(self, key: str) -> str | None:
         lease = self._leases.get(key)
@@ -156,6 +163,12 @@ class MemoryStore:
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
         d = self._warm.get((namespace, name))
         return WarmStatus.from_dict(d) if d is not None else None
+
+    async def put_pd_member(self, namespace: str, group: str, member: dict[str, Any]) -> None:
+        self._pd.setdefault((namespace, group), {})[str(member["role"])] = dict(member)
+
+    async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]:
+        return {k: dict(v) for k, v in self._pd.get((namespace, group), {}).items()}
 
     async def ping(self) -> bool:
         return True
@@ -283,6 +296,24 @@ class RedisStore:
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
         raw = await self._call("get_warm_status", self._redis.get(self._warm_key(namespace, name)))
         return WarmStatus.from_dict(orjson.loads(raw)) if raw else None
+
+    def _pd_key(self, namespace: str, group: str) -> str:
+        return f"{self._p}:pd:{namespace}/{group}"
+
+    async def put_pd_member(self, namespace: str, group: str, member: dict[str, Any]) -> None:
+        key = self._pd_key(namespace, group)
+        await self._call("put_pd_member", self._redis.hset(key, str(member["role"]), orjson.dumps(member)))
+        await self._call("put_pd_member", self._redis.pexpire(key, RETENTION_MS))
+
+    async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]:
+        raw = await self._call("pd_members", self._redis.hgetall(self._pd_key(namespace, group)))
+        out: dict[str, dict[str, Any]] = {}
+        for k, v in raw.items():
+            try:
+                out[k.decode() if isinstance(k, bytes) else str(k)] = dict(orjson.loads(v))
+            except (ValueError, TypeError):
+                continue
+        return out
 
     async def ping(self) -> bool:
         try:

@@ -31,6 +31,7 @@ from scaler.config import ScalerConfig, parse_metadata
 from scaler.decision_log import DecisionLog
 from scaler.metrics import ScalerMetrics
 from scaler.observation import Observation, observe
+from scaler.pdgroup import Member, ratio_floor
 from scaler.policy import Decision, decide
 from scaler.state import ScalerState
 from scaler.store import Store as StoreProtocol
@@ -136,6 +137,7 @@ class Tracker:
         self._last_touch = 0.0
         self._last_error_log = 0.0
         self._last_ok_snapshot: float | None = None
+        self._pd_members: dict[str, Member] = {}
         self._last_computed: float | None = None
         self._created = time.monotonic()
         # Degraded mode (store unreachable, not writable, or stale): decide locally, probe the store.
@@ -389,6 +391,7 @@ class Tracker:
             return
         self._last_ok_snapshot = now
         snapshot = await self._with_warm_status(snapshot)
+        snapshot = await self._with_pd_group(snapshot)
 
         obs, state = observe(snapshot, self._state, self.cfg)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
@@ -412,6 +415,34 @@ class Tracker:
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
         m.advice.record(self.namespace, self.name, now, desired=decision.desired, ready=decision.ready, ttft_s=q,
                         slo_s=self.cfg.ttft_slo_seconds, time_to_ready_s=decision.time_to_ready_s)
+        await self._publish_pd(decision, now)
+
+    async def _with_pd_group(self, snapshot: Snapshot) -> Snapshot:
+        """The pdGroup's ratio floor for this role, from the other role's record in the store (the last
+        record read while the store is unreachable)."""
+        group = self.cfg.pd_group
+        if group is None:
+            return snapshot
+        try:
+            raw = await self._store_op(self.manager.store.pd_members(self.namespace, group))
+            self._pd_members = {r: Member.from_dict(d) for r, d in raw.items() if isinstance(d, dict) and "role" in d}
+        except (StoreError, KeyError, TypeError, ValueError) as exc:
+            self._store_error("pd_members", exc)  # keep the last known members (and bounds)
+        floor, _ = ratio_floor(self.cfg, self._pd_members, snapshot.taken_at)
+        if floor is None:
+            return snapshot
+        return replace(snapshot, pd_floor=floor)
+
+    async def _publish_pd(self, decision: Decision, now: float) -> None:
+        group = self.cfg.pd_group
+        if group is None:
+            return
+        me = Member(self.cfg.role, decision.desired, now, self.cfg.decode_per_prefill_min,
+                    self.cfg.decode_per_prefill_max)
+        try:
+            await self._store_op(self.manager.store.put_pd_member(self.namespace, group, me.to_dict()))
+        except StoreError as exc:
+            self._store_error("put_pd_member", exc)
 
     def _log_scrape_error(self, error: str) -> None:
         now = time.monotonic()

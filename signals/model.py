@@ -162,6 +162,7 @@ class Snapshot:
     ttft_window: Histogram | None = None
     target_name: str | None = None
     warm_floor: int | None = None
+    pd_floor: int | None = None  # the prefill/decode ratio bound of the ScaledObject's pdGroup
     zero_allowed: bool | None = None
     gateways: tuple[GatewayReading, ...] = ()
     source_errors: tuple[str, ...] = field(default_factory=tuple)

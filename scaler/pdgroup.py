@@ -1,0 +1,62 @@
+"""Ratio bounds between the prefill and decode ScaledObjects of one ``pdGroup`` (pure).
+
+Each member publishes its latest decision and its bounds to the shared store; each reads the other's.
+The bound only ever *raises* the lagging role, never lowers one (lowering could starve a role that
+needs its replicas, and two members lowering each other could deadlock):
+
+- decode >= ceil(decodePerPrefillMin x prefill)
+- prefill >= ceil(decode / decodePerPrefillMax)
+
+A member's record older than ``stale_after_s`` is ignored (that role is gone or not tracked). Bounds
+come from the member's own config, else from the other's record (one ScaledObject may declare them).
+While the store is unreachable the tracker uses the last record it read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from scaler.config import ScalerConfig
+
+
+@dataclass(frozen=True)
+class Member:
+    role: str
+    desired: int
+    at: float
+    lo: float | None = None  # decodePerPrefillMin
+    hi: float | None = None  # decodePerPrefillMax
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "desired": self.desired, "at": self.at, "lo": self.lo, "hi": self.hi}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Member:
+        def opt(v: Any) -> float | None:
+            return None if v is None else float(v)
+
+        return cls(role=str(d["role"]), desired=int(d["desired"]), at=float(d["at"]), lo=opt(d.get("lo")),
+                   hi=opt(d.get("hi")))
+
+
+def stale_after(cfg: ScalerConfig) -> float:
+    return max(60.0, 10 * cfg.scrape_interval_seconds)
+
+
+def ratio_floor(cfg: ScalerConfig, members: dict[str, Member], now: float) -> tuple[int | None, str]:
+    """The replica floor the group's ratio bound sets for ``cfg.role`` (``None``: no bound applies) and why."""
+    if cfg.pd_group is None or cfg.role not in ("prefill", "decode"):
+        return None, ""
+    other_role = "prefill" if cfg.role == "decode" else "decode"
+    other = members.get(other_role)
+    if other is None or now - other.at > stale_after(cfg):
+        return None, ""
+    lo = cfg.decode_per_prefill_min if cfg.decode_per_prefill_min is not None else other.lo
+    hi = cfg.decode_per_prefill_max if cfg.decode_per_prefill_max is not None else other.hi
+    if cfg.role == "decode" and lo is not None:
+        return math.ceil(lo * other.desired - 1e-9), f"decode >= {lo:g} x {other.desired} prefill"
+    if cfg.role == "prefill" and hi is not None:
+        return math.ceil(other.desired / hi - 1e-9), f"prefill >= {other.desired} decode / {hi:g}"
+    return None, ""
