@@ -64,3 +64,15 @@ def test_a_trace_that_is_not_there_is_a_clear_error(tmp_path: Path, capsys: pyte
     assert rc == 2
     err = capsys.readouterr().err
     assert "nope.csv" in err and "Traceback" not in err
+
+
+def test_logs_that_cannot_go_to_the_file_go_to_stderr_as_warnings_only(tmp_path: Path) -> None:
+    import logging
+
+    from warmscale.demo.run import _logs_to_file
+
+    handler, where = _logs_to_file(str(tmp_path / "missing-dir" / "demo.log"))
+    assert handler.level == logging.WARNING and where.startswith("stderr, warnings only")
+    handler, where = _logs_to_file(str(tmp_path / "demo.log"))
+    assert where == str(tmp_path / "demo.log") and handler.level == logging.NOTSET
+    handler.close()

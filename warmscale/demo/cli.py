@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     except (TraceNotFound, ConfigError, ValueError) as exc:
         print(f"warmscale demo: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("warmscale demo: interrupted", file=sys.stderr)
+        return 130
     except DemoError as exc:
         print(f"warmscale demo failed: {exc} (logs: {args.log_file or 'stderr'})", file=sys.stderr)
         return 1

@@ -146,21 +146,41 @@ class CountingHandler(logging.Handler):
         self.count += 1
 
 
-def _logs_to_file(path: str) -> tuple[CountingHandler, list[logging.Handler]]:
-    """Send every log record to ``path`` (JSON lines) so nothing interleaves with the table."""
+def _logs_to_file(path: str) -> tuple[logging.Handler, str]:
+    """A handler that keeps log records out of the table: JSON lines into ``path``, or, when that
+    file cannot be written, only warnings to stderr. Returns it and where the logs go."""
     from warmscale.logs import JsonFormatter
 
-    root = logging.getLogger()
-    saved = list(root.handlers)
-    fh = logging.FileHandler(path, mode="w", encoding="utf-8")
-    fh.setFormatter(JsonFormatter())
-    counter = CountingHandler()
-    root.handlers[:] = [fh, counter]
-    return counter, saved
+    try:
+        handler: logging.Handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+        where = path
+    except OSError as exc:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        where = f"stderr, warnings only ({path}: {exc.strerror})"
+    handler.setFormatter(JsonFormatter())
+    return handler, where
 
 
 async def run_demo(opts: DemoOptions, out: TextIO | None = None) -> dict[str, Any]:
-    out = out or sys.stdout
+    """Run the demo; while it runs, log records go to ``opts.log_file`` (see :func:`_logs_to_file`)."""
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    counter = CountingHandler()
+    where = "stderr"
+    if opts.log_file:
+        handler, where = _logs_to_file(opts.log_file)
+        root.handlers[:] = [handler, counter]
+    try:
+        return await _run_demo(opts, out or sys.stdout, where, counter)
+    finally:
+        for h in root.handlers:
+            if h not in saved:
+                h.close()
+        root.handlers[:] = saved
+
+
+async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: CountingHandler) -> dict[str, Any]:
     say = (lambda *a: None) if opts.quiet else (lambda *a: print(*a, file=out, flush=True))
     parse_metadata(opts.metadata())  # a bad option combination fails here, naming the key
     trace_path = resolve(opts.trace, opts.traces_dir)
@@ -172,7 +192,6 @@ async def run_demo(opts: DemoOptions, out: TextIO | None = None) -> dict[str, An
     clock = Clock(opts.speed)
     fleets = {"today": Fleet("today", startup), "warmscale": Fleet("warmscale", startup, standby=opts.standby)}
 
-    counter, saved_handlers = _logs_to_file(opts.log_file) if opts.log_file else (None, None)
     say(f"warmscale demo: {len(arrivals):,} requests of {trace_path.name}, its busiest burst (trace "
         f"{_mmss(t_start)}-{_mmss(t_start + opts.span)}),")
     say(f"  replayed {opts.speed:g}x faster (traffic, engines, control loops, start-ups); TTFT SLO {opts.slo_ttft:g} s")
@@ -186,8 +205,7 @@ async def run_demo(opts: DemoOptions, out: TextIO | None = None) -> dict[str, An
     say(f"  warmscale : its scaler reads the engines every {scrape_s:g} s, push activation, its policy; warm pool")
     say(f"              of {opts.standby} placeholders: {ttr['placeholder+staged']:.0f} s to ready on a placeholder, "
         f"{ttr['cold']:.0f} s cold")
-    if opts.log_file:
-        say(f"  logs      : {opts.log_file}")
+    say(f"  logs      : {logs_to}")
     say("  table     : replicas = ready+starting, warm = warm placeholders, ! = p95 TTFT over the SLO")
     say("")
     today_title, ws_title = " today's setup ", " warmscale "
@@ -307,15 +325,13 @@ async def run_demo(opts: DemoOptions, out: TextIO | None = None) -> dict[str, An
     say("")
     for line in format_summary(summary):
         say(line)
-    if counter is not None and counter.count:
-        say(f"{counter.count} warnings or errors were logged: see {opts.log_file}")
+    if counter.count and opts.log_file:
+        say(f"{counter.count} warnings or errors were logged: see {logs_to}")
     if opts.json:
         await asyncio.to_thread(Path(opts.json).write_bytes, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if opts.plot:
         await asyncio.to_thread(plot, summary, Path(opts.plot))
         say(f"plot: {opts.plot}")
-    if saved_handlers is not None:
-        logging.getLogger().handlers[:] = saved_handlers
     return summary
 
 
@@ -430,9 +446,12 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     a1.step(t, [r["warmscale"]["placeholders"] for r in tl], where="post", color=colors["warmscale"], ls=":",
             lw=1, label="warmscale warm placeholders")
     a1.set_ylabel("replicas")
+    top = max((r[n]["ready"] + r[n]["starting"] for r in tl for n in FLEETS), default=1)
+    a1.set_ylim(0, top * 1.7 + 1)  # room for the legend above the lines
+    a0.set_ylim(0, max((r["arrivals_per_s"] for r in tl), default=1.0) * 1.7 + 1)
     a1.set_zorder(a0.get_zorder() + 1)
     a1.patch.set_visible(False)
-    a1.legend(loc="upper right", fontsize=7)
+    a1.legend(loc="upper left", fontsize=7, ncol=3)
     a2.set_ylabel("requests waiting")
     a2.legend(loc="upper right", fontsize=8)
     a3.axhline(summary["slo_ttft_s"], color="black", ls=":", lw=1, label="SLO")
