@@ -319,8 +319,13 @@ class ScalerServer:
         try:
             await asyncio.wait_for(aw, timeout=SHUTDOWN_STEP_SECONDS)
         except TimeoutError:
+            stuck = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+            where = []
+            for t in stuck[:5]:
+                frames = t.get_stack(limit=3)
+                where.append(f"{t.get_name()}: " + " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in frames))
             log.warning("shutdown step did not finish; moving on",
-                        extra={"step": step, "seconds": SHUTDOWN_STEP_SECONDS})
+                        extra={"step": step, "seconds": SHUTDOWN_STEP_SECONDS, "tasks": where})
 
     async def wait_closed(self) -> None:
         if self._server is not None:
