@@ -24,7 +24,9 @@ import signal
 import socket
 from pathlib import Path
 
-SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "metrics-samples"
+from benchmarks.samples import SAMPLES_DIR
+
+SAMPLES = SAMPLES_DIR  # shipped copies of shared/reference/metrics-samples (benchmarks/samples)
 SMALL_FAMILIES = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
                             "vllm:generation_tokens", "vllm:request_success", "vllm:num_preemptions"})
 _NAME = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)")

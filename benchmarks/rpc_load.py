@@ -43,9 +43,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.samples import SAMPLES_DIR
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-SAMPLES = ROOT.parent / "shared" / "reference" / "metrics-samples"
+SAMPLES = SAMPLES_DIR  # shipped copies of shared/reference/metrics-samples (benchmarks/samples)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 BENCH_META = {"engine": "vllm", "minReplicas": "1", "maxReplicas": "50"}

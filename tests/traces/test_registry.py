@@ -80,3 +80,26 @@ def test_bench_trace_runs_a_shipped_trace_by_name_without_shared(no_shared: Path
     bad = subprocess.run([sys.executable, "-m", "benchmarks.cli", "trace", "--trace", "azure-2024-conv-week",
                           "--quiet"], cwd=no_shared, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "WARMSCALE_SHARED" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_no_runtime_module_defaults_to_a_folder_beside_the_repository() -> None:
+    """Installed code finds its data in the package; only tests and development tools (proto/generate.py,
+    which rewrites the repository's stubs) may reach for ``../shared``."""
+    import re
+
+    pattern = re.compile(r'/ "shared"|"\.\./shared|parents?\[\d\] / "shared"')
+    offenders = []
+    for pkg in ("warmscale", "benchmarks", "signals", "scaler", "warmpool"):
+        for path in (REPO / pkg).rglob("*.py"):
+            if pattern.search(path.read_text()):
+                offenders.append(str(path.relative_to(REPO)))
+    assert offenders == []
+
+
+def test_benchmark_samples_ship_in_the_package() -> None:
+    from benchmarks import engine_farm, rpc_load
+    from benchmarks.samples import SAMPLES_DIR
+
+    assert rpc_load.SAMPLES == engine_farm.SAMPLES == SAMPLES_DIR
+    for name in ("vllm-v1-load.prom", "vllm-idle.prom"):
+        assert "vllm:num_requests_waiting" in (SAMPLES_DIR / name).read_text()
