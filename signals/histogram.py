@@ -39,10 +39,17 @@ class Histogram:
         return math.isfinite(self.sum) and math.isfinite(self.count) and self.count >= 0
 
     def __add__(self, other: Histogram) -> Histogram:
-        if self.bounds() != other.bounds():
-            return _add_mismatched(self, other)
-        summed = tuple((le, c + oc) for (le, c), (_, oc) in zip(self.buckets, other.buckets, strict=True))
-        return Histogram(buckets=summed, sum=self.sum + other.sum, count=self.count + other.count)
+        # One pass: sum while checking the layouts agree (the common case); else the union of bounds.
+        a, b = self.buckets, other.buckets
+        if len(a) == len(b):
+            summed = []
+            for (le, c), (ole, oc) in zip(a, b):  # noqa: B905 - equal lengths checked above
+                if le != ole and le is not ole:  # tuple equality semantics (identity first)
+                    break
+                summed.append((le, c + oc))
+            else:
+                return Histogram(buckets=tuple(summed), sum=self.sum + other.sum, count=self.count + other.count)
+        return _add_mismatched(self, other)
 
     def bounds(self) -> tuple[float, ...]:
         return tuple(le for le, _ in self.buckets)
