@@ -38,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where to write the results JSON (default: <trace>__<profile>.json here)")
     parser.add_argument("--plot", default=None, help="where to write the PNG plot")
     parser.add_argument("--tick", type=float, default=None,
-                        help="simulation tick in seconds (default 1 for per-request traces, 5 for rate curves)")
+                        help="control-loop step in seconds, also the arrival bin of rate curves (default 1; a rate "
+                             "curve's cohort arrives at its bin's middle, so its members are off by up to tick/2)")
     parser.add_argument("--tokens-from", default=None,
                         help="per-request trace whose token sizes a rate curve draws from (default: by name)")
     parser.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate curve's rate")
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     except TraceNotFound as exc:
         print(f"warmscale bench trace: {exc}", file=sys.stderr)
         return 2
-    dt = args.tick if args.tick is not None else (1.0 if kind == "requests" else 5.0)
+    dt = args.tick if args.tick is not None else 1.0
     work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
