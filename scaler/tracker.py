@@ -395,11 +395,12 @@ class Tracker:
 
         obs, state = observe(snapshot, self._state, self.cfg)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
+        decided = m.clock()  # the stored decision's age (for followers) counts from here, not from the read
         m.metrics.compute_seconds.observe(time.perf_counter() - t0)
         if save:
             try:
                 saved = await self._store_op(m.store.save(
-                    self.id, m.instance_id, state, decision_to_dict(decision, now, m.instance_id), ttl))
+                    self.id, m.instance_id, state, decision_to_dict(decision, decided, m.instance_id), ttl))
             except StoreError as exc:
                 # Not writable (OOM, read-only replica, gone): keep deciding locally; the lease expires.
                 self._go_local("store not writable", "save", exc)
