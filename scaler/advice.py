@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Gauge
 
 from warmscale.advise.detect import cold_start_episodes, gate
 from warmscale.advise.model import COLD_START, Policy, ScaleSample
@@ -29,13 +29,11 @@ class _History:
 
 
 class AdviceBook:
-    def __init__(self, registry: CollectorRegistry | None, policy: Policy | None = None,
-                 evaluate_every_s: float = 30.0) -> None:
+    def __init__(self, gauge: Gauge, policy: Policy | None = None, evaluate_every_s: float = 30.0) -> None:
+        """``gauge``: ``warmscale_advice`` (``ScalerMetrics.advice``)."""
         self.policy = policy or Policy()
         self.evaluate_every_s = evaluate_every_s
-        self.gauge = Gauge("warmscale_advice",
-                           "Next-layer findings that repeated (episodes within the window): see `warmscale advise`.",
-                           ("namespace", "workload", "finding"), registry=registry)
+        self.gauge = gauge
         self._h: dict[tuple[str, str], _History] = {}
 
     def record(self, namespace: str, workload: str, now: float, *, desired: int, ready: int, ttft_s: float | None,

@@ -77,6 +77,10 @@ class ScalerMetrics:
         self.streams = Gauge("warmscale_open_streams", "Open server streams by method.", ("method",), registry=r)
         self.trackers = Gauge("warmscale_trackers", "ScaledObjects tracked by this instance.", registry=r)
         self.store_errors = Counter("warmscale_store_errors_total", "Failed store operations.", ("op",), registry=r)
+        # Next-layer diagnosis (scaler.advice): episodes within the window of each finding that repeated.
+        self.advice = Gauge("warmscale_advice",
+                            "Next-layer findings that repeated (episodes within the window): see `warmscale advise`.",
+                            ("namespace", "workload", "finding"), registry=r)
 
     PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "ttft_slo", "known", "unknown", "signal_age",
               "scrape_errors", "ready", "starting", "time_to_ready", "desired", "active", "metric_value",

@@ -613,7 +613,7 @@ class TrackerManager:
         self.reader = reader
         self.metrics = metrics
         self.decisions = decisions
-        self.advice = AdviceBook(metrics.registry)
+        self.advice = AdviceBook(metrics.advice)
         self.options = options or TrackerOptions()
         self.instance_id = instance_id or default_instance_id()
         self.clock = clock

@@ -228,6 +228,13 @@ def autoscaling() -> db.Dashboard:
         "Seconds since the latest decision was computed (by whichever scaler replica holds the compute lease).",
         [Q(f"time() - max {BY_SO} (warmscale_decision_timestamp_seconds{{{SO}}})", "{{namespace}}/{{scaledobject}}")],
         unit="s", width=8, thresholds=[(60, "red")]))
+    d = d.with_panel(_series(
+        "Next-layer advice",
+        "Failures that repeated (episodes within 24 h) and the layer they ask for (warmscale_advice; "
+        "cold-start-slo: warm pool settings). Empty while nothing repeats. `warmscale advise` shows the evidence "
+        "and the other findings (prefill interference, quota contention, partial gangs, engine OOM).",
+        [Q('max by (namespace, workload, finding) (warmscale_advice{namespace=~"$namespace"})',
+           "{{finding}} {{namespace}}/{{workload}}")], width=24, height=6, draw_bars=True))
 
     d = d.with_row(db.Row("Scaler RPC latency and errors"))
     d = d.with_panel(_series(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from scaler.advice import AdviceBook
+from scaler.metrics import ScalerMetrics
 
 H = 3600.0
 T0 = 1_800_000_000.0
@@ -25,8 +26,9 @@ def burst(book: AdviceBook, t0: float, ttr: float = 300.0) -> None:
 
 
 def test_gauge_appears_on_the_third_cold_miss_and_goes_after_the_window() -> None:
-    reg = CollectorRegistry()
-    book = AdviceBook(reg, evaluate_every_s=0.0)
+    metrics = ScalerMetrics()
+    reg = metrics.registry
+    book = AdviceBook(metrics.advice, evaluate_every_s=0.0)
     burst(book, T0)
     burst(book, T0 + 4 * H)
     assert value(reg) is None  # twice: silent
@@ -40,7 +42,7 @@ def test_gauge_appears_on_the_third_cold_miss_and_goes_after_the_window() -> Non
 
 
 def test_history_is_bounded_by_the_window() -> None:
-    book = AdviceBook(CollectorRegistry(), evaluate_every_s=1e9)
+    book = AdviceBook(ScalerMetrics().advice, evaluate_every_s=1e9)
     for k in range(100_000):
         book.record("llm", "w", T0 + k, desired=1 + k % 2, ready=1, ttft_s=None, slo_s=None, time_to_ready_s=None)
     (h,) = book._h.values()
