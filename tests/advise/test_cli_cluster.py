@@ -117,7 +117,7 @@ async def test_advise_cli_finds_quota_contention_and_partial_gangs(
     doc = advise(reader_kubeconfig)
     mine = [f for f in doc["findings"] if f["namespace"] in namespaces]
     kinds = {(f["finding"], f["namespace"]) for f in mine}
-    assert ("quota-contention", ns_a) in kinds and ("quota-contention", ns_b) in kinds
+    assert ("quota-contention", ns_a) in kinds and ("quota-contention", ns_b) in kinds, doc
     assert ("quota-contention", ns_q) not in kinds  # it has a GPU quota
     gang = next(f for f in mine if f["finding"] == "partial-gang")
     assert gang["namespace"] == ns_a and gang["workload"] == "llama-405b" and gang["episodes"] == 3

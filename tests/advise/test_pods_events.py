@@ -45,6 +45,12 @@ def test_pod_record_reads_scheduling_gpus_owner_and_last_termination() -> None:
     assert p.scheduled_at is None and p.pending_reason.startswith("Unschedulable: 0/4 nodes")
 
 
+def test_gpu_quantities_as_the_api_server_writes_them() -> None:
+    p = pod("x")
+    p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1k"
+    assert pod_record(p).gpus == 1000
+
+
 def test_lws_pods_form_a_gang() -> None:
     lws = {"leaderworkerset.sigs.k8s.io/name": "llama-405b", "leaderworkerset.sigs.k8s.io/group-index": "1"}
     r = pod_record(pod("llama-405b-1-1", labels=lws, annotations={"leaderworkerset.sigs.k8s.io/size": "2"}))

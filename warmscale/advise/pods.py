@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from warmpool.quantity import parse_quantity
 from warmscale.advise.model import PodRecord, Termination
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
@@ -31,8 +32,9 @@ def parse_time(raw: Any) -> float | None:
 
 
 def _quantity(raw: Any) -> float:
+    """A resource quantity as the API server writes it (``1000`` comes back as ``1k``)."""
     try:
-        return float(str(raw))
+        return parse_quantity(str(raw))
     except ValueError:
         return 0.0
 
