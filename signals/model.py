@@ -37,6 +37,10 @@ class ReplicaSignal:
     preemptions_total: float | None = None
     max_running: float | None = None
     gpu_utilization: float | None = None
+    # KV-cache transfers between prefill and decode instances (vLLM NIXL connector: the ``_sum`` and
+    # ``_count`` of ``vllm:nixl_xfer_time_seconds``); the mean transfer time is their windowed ratio.
+    kv_transfer_seconds_total: float | None = None
+    kv_transfers_total: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in _SCALAR_FIELDS}
@@ -61,6 +65,8 @@ _SCALAR_FIELDS = (
     "preemptions_total",
     "max_running",
     "gpu_utilization",
+    "kv_transfer_seconds_total",
+    "kv_transfers_total",
 )
 
 

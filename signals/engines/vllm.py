@@ -2,7 +2,8 @@
 
 Queue and running counts are summed over ``engine`` (data-parallel) series; KV usage is the maximum
 of ``kv_cache_usage_perc``, falling back to the legacy ``gpu_cache_usage_perc`` only when the
-current name is absent (0.9.2-0.10 emit both: never combine them).
+current name is absent (0.9.2-0.10 emit both: never combine them). With a KV-transfer connector (P/D
+disaggregation, NIXL) the transfer-time histogram's ``_sum``/``_count`` are read as counters.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def read(idx: MetricIndex, prefix: str = PREFIX, engine: str = "vllm") -> Replic
         requests_total=counter_sum(idx, p + "request_success_total", p + "request_success"),
         preemptions_total=counter_sum(idx, p + "num_preemptions_total", p + "num_preemptions"),
         max_running=None,  # vLLM doesn't expose max_num_seqs (cache_config_info lacks it)
+        # P/D with the NIXL KV connector (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py).
+        kv_transfer_seconds_total=counter_sum(idx, p + "nixl_xfer_time_seconds_sum"),
+        kv_transfers_total=counter_sum(idx, p + "nixl_xfer_time_seconds_count"),
     )
 
 

@@ -106,3 +106,20 @@ def test_prometheus_vector_reads_like_the_payload() -> None:
     assert sig.saturation == {"decode": 0.5, "effective": 0.5}
     with pytest.raises(PayloadError):
         epp.index_from_vector([{"metric": {"__name__": "x"}, "value": [1.0, "abc"]}])
+
+
+def test_vllm_nixl_kv_transfer_counters() -> None:
+    """vLLM's NIXL KV connector (P/D): ``vllm:nixl_xfer_time_seconds`` (vllm-project/vllm,
+    vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, NixlPromMetrics)."""
+    from signals.engines import parse_payload
+
+    base = ('vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n')
+    nixl = ('# TYPE vllm:nixl_xfer_time_seconds histogram\n'
+            'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.005",model_name="m"} 10.0\n'
+            'vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 40.0\n'
+            'vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="m"} 0.62\n'
+            'vllm:nixl_xfer_time_seconds_count{engine="0",model_name="m"} 40.0\n')
+    sig = parse_payload(base + nixl, "vllm")
+    assert sig.kv_transfer_seconds_total == pytest.approx(0.62) and sig.kv_transfers_total == 40
+    assert parse_payload(base, "vllm").kv_transfers_total is None  # no connector: unknown, not zero
