@@ -142,6 +142,7 @@ class Tracker:
         self._created = time.monotonic()
         # Degraded mode (store unreachable, not writable, or stale): decide locally, probe the store.
         self.local = False
+        self._stopping = False
         self._probe: asyncio.Task[Any] | None = None
         self._probe_at = 0.0
         # Last known warm-pool status (None with _warm_known: there is none); _warm_fresh: the last
@@ -186,12 +187,11 @@ class Tracker:
             self._task = asyncio.create_task(self._loop(), name=f"tracker {self.id}")
 
     async def stop(self) -> None:
+        self._stopping = True
         task, self._task = self._task, None
         for t in (task, self._probe):
             if t is not None:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+                await _cancel(t)
         self._probe = None
         if self.owner:
             with contextlib.suppress(StoreError):
@@ -202,7 +202,7 @@ class Tracker:
     async def _loop(self) -> None:
         interval = self.cfg.scrape_interval_seconds
         first = True
-        while True:
+        while not self._stopping:
             started = time.monotonic()
             try:
                 await self.tick()
@@ -549,6 +549,18 @@ class Tracker:
         if old is None or _answer(old) != _answer(decision):
             self.version += 1
             self.wake()
+
+
+async def _cancel(task: asyncio.Task[Any], within: float = 2.0) -> None:
+    """Cancel ``task`` and wait for it to end. A cancellation can be lost when it races a timeout
+    inside the task (asyncio.timeout on Python 3.11 may turn it into a TimeoutError that a tick
+    handles): cancel again until the task is done, for at most ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not task.done() and time.monotonic() < deadline:
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: not "never retrieved"
 
 
 class _Series:
