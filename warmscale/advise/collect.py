@@ -97,13 +97,20 @@ def _series(result: list[dict[str, Any]], *labels: str) -> dict[tuple[str, ...],
     return out
 
 
-async def read_prometheus(address: str, start: float, end: float, pods: list[PodRecord],
-                          namespace: str | None) -> tuple[list[ScaleSample], list[LatencySample], list[LoadSample]]:
+def step_for(since_s: float) -> float:
+    """A range-query step that keeps a query under ~2,000 points (Prometheus refuses > 11,000)."""
+    return max(STEP_S, math.ceil(since_s / 2000))
+
+
+async def read_prometheus(address: str, start: float, end: float, pods: list[PodRecord], namespace: str | None,
+                          *, step: float | None = None,
+                          ) -> tuple[list[ScaleSample], list[LatencySample], list[LoadSample]]:
     ns_sel = f'{{namespace="{namespace}"}}' if namespace else ""
+    st = step if step is not None else step_for(end - start)
     async with aiohttp.ClientSession() as session:
-        scale_res = await asyncio.gather(*(query_range(session, address, q + ns_sel, start, end)
+        scale_res = await asyncio.gather(*(query_range(session, address, q + ns_sel, start, end, st)
                                            for q in SCALE_QUERIES.values()))
-        lat_res = await asyncio.gather(*(query_range(session, address, q, start, end)
+        lat_res = await asyncio.gather(*(query_range(session, address, q, start, end, st)
                                          for q in (ITL_QUERY, PROMPT_QUERY, RUNNING_QUERY, KV_QUERY)))
     by = {k: _series(r, "namespace", "scaledobject") for k, r in zip(SCALE_QUERIES, scale_res, strict=True)}
     scale: list[ScaleSample] = []
