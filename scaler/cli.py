@@ -3,6 +3,7 @@
     warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 8080 [--redis-url redis://...]
                      [--tls-cert cert.pem --tls-key key.pem [--tls-client-ca ca.pem]]
                      [--tracker-idle-seconds 600] [--grace-seconds 10]
+                     [--max-trackers 4000] [--max-trackers-per-namespace 2000] [--allow-targets CIDRS,HOSTS]
                      [--kubeconfig FILE | --no-kubernetes]
 
 SIGTERM/SIGINT trigger a graceful shutdown (see :meth:`scaler.server.ScalerServer.stop`).
