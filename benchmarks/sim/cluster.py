@@ -205,7 +205,11 @@ class Cluster:
                         p.engine.clock = p.ready_at
                         p.util_mark = (p.ready_at, 0.0)
                         self.ready.append(p)
-                        self.ttr.observe(p.name, p.warm, p.ready_at - p.created_at)
+                        # As the controller classifies it: staged node + placeholder taken, staged node,
+                        # else cold (a retained node has the image but no staged weights: "cold").
+                        state = warm_state(node_staged=p.warm == "placeholder+staged",
+                                           took_placeholder=p.warm == "placeholder+staged")
+                        self.ttr.observe(p.name, state, p.ready_at - p.created_at)
                         became = True
                     else:
                         nxt = min(nxt, p.ready_at)
