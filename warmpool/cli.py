@@ -43,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--renew-period", type=float, default=5.0)
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host-pid-random)")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between full reconciles")
+    parser.add_argument("--watch-timeout", type=int, default=300,
+                        help="seconds after which each watch is resumed from its resourceVersion (a compacted "
+                        "version answers 410 Gone: the cache lists afresh)")
     parser.add_argument("--cache-root-allow", default=",".join(DEFAULT_ALLOWED),
                         help="comma-separated directories under which workloads' warmscale.io/cache-root may lie "
                         "(system paths are refused whatever this says)")
@@ -121,7 +124,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     sink = make_sink(args.redis_address)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     opts = Options(namespace=args.namespace, scaler_address=args.scaler_address, stager_image=args.stager_image,
-                   resync_s=args.resync, cache_root_allow=allow,
+                   resync_s=args.resync, cache_root_allow=allow, watch_timeout_s=max(1, args.watch_timeout),
                    trigger_authentication=getattr(args, "trigger_authentication", "") or "")
     lease_ns = lease_namespace(args)
     elector = LeaderElector(client.CoordinationV1Api(api), lease_ns, args.lease_name, identity,

@@ -91,6 +91,7 @@ class Options:
     debounce_s: float = 0.2
     cache_root_allow: tuple[str, ...] = DEFAULT_ALLOWED  # where workloads' cache roots may lie
     trigger_authentication: str = ""  # ClusterTriggerAuthentication of owned ScaledObjects ("" : plaintext)
+    watch_timeout_s: int = 300  # a watch is resumed (from its resourceVersion) after this long
 
 
 async def install_priority_class(api: client.ApiClient) -> None:
@@ -132,15 +133,18 @@ class Controller:
         def lister(namespaced: Any, cluster_wide: Any) -> Any:
             return functools.partial(namespaced, ns) if ns else cluster_wide
 
+        wt = opts.watch_timeout_s
         self.deployments = Cache("deployments", lister(self.apps.list_namespaced_deployment,
-                                                       self.apps.list_deployment_for_all_namespaces), self._changed)
+                                                       self.apps.list_deployment_for_all_namespaces), self._changed,
+                                 watch_timeout_s=wt)
         self.statefulsets = Cache("statefulsets", lister(self.apps.list_namespaced_stateful_set,
-                                                         self.apps.list_stateful_set_for_all_namespaces), self._changed)
-        self.nodes = Cache("nodes", self.core.list_node, self._changed)
+                                                         self.apps.list_stateful_set_for_all_namespaces), self._changed,
+                                  watch_timeout_s=wt)
+        self.nodes = Cache("nodes", self.core.list_node, self._changed, watch_timeout_s=wt)
         self.pods = Cache("pods", lister(self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
-                          self._pod_changed)
+                          self._pod_changed, watch_timeout_s=wt)
         self.jobs = Cache("jobs", lister(self.batch.list_namespaced_job, self.batch.list_job_for_all_namespaces),
-                          self._changed, label_selector=f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}")
+                          self._changed, watch_timeout_s=wt, label_selector=f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}")
         self.caches = [self.deployments, self.statefulsets, self.nodes, self.pods, self.jobs]
 
     # ------------------------------------------------------------ events from caches

@@ -69,8 +69,10 @@ class Cache:
     """A list+watch cache of one resource (raw API JSON, keyed by namespace/name)."""
 
     def __init__(self, name: str, list_fn: Callable[..., Awaitable[Any]], on_change: Callable[[str, Obj], None],
-                 **list_kwargs: Any) -> None:
+                 watch_timeout_s: int = 300, **list_kwargs: Any) -> None:
         self.name = name
+        self.watch_timeout_s = watch_timeout_s
+        self.lists = 0
         self.list_fn = list_fn
         self.list_kwargs = list_kwargs
         self.on_change = on_change
@@ -85,6 +87,7 @@ class Cache:
     async def _list(self) -> str:
         data = await read_raw(functools.partial(self.list_fn, **self.list_kwargs))
         self.items = {self.key(o): o for o in data.get("items") or []}
+        self.lists += 1
         self.synced.set()
         self.on_change("SYNC", {})
         return str((data.get("metadata") or {}).get("resourceVersion", ""))
@@ -98,7 +101,8 @@ class Cache:
                 while True:
                     w = watch.Watch()
                     async with w:
-                        async for ev in w.stream(self.list_fn, resource_version=rv, timeout_seconds=300,
+                        async for ev in w.stream(self.list_fn, resource_version=rv,
+                                                 timeout_seconds=self.watch_timeout_s,
                                                  allow_watch_bookmarks=True, **self.list_kwargs):
                             typ, raw = ev["type"], ev.get("raw_object") or {}
                             if typ == "ERROR":
@@ -114,8 +118,9 @@ class Cache:
                             self.on_change(typ, raw)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                log.info("cache relist", extra={"cache": self.name, "error": str(exc)[:200]})
+            except Exception as exc:  # 410 Gone (version compacted), API server restart, ...: list afresh
+                status = getattr(exc, "status", None)
+                log.info("cache relist", extra={"cache": self.name, "status": status, "error": str(exc)[:200]})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 

@@ -52,6 +52,23 @@ POD_CIDR = "10.244.0.0/16"
 
 TEMP_PREFIX = "warmscale-cluster-"
 
+# ServiceAccount requests only (what a test runs under a ServiceAccount), at Metadata level: user, verb,
+# resource, namespace, name, response code. Control-plane components (kube-system ServiceAccounts
+# included, as the controller-manager uses them), nodes and the admin (system:masters) are not logged.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  userGroups: ["system:serviceaccounts:kube-system", "system:nodes", "system:masters"]
+- level: None
+  users: ["system:kube-controller-manager", "system:kube-scheduler", "system:apiserver"]
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+"""
+
 
 def remove_stale_temp_clusters() -> list[Path]:
     """Delete temporary cluster dirs whose processes are all gone (owner killed); return them."""
@@ -86,6 +103,10 @@ class ClusterConfig:
     hpa_sync_period: str = "5s"
     startup_timeout: float = 120.0
     build_missing: bool = False  # run .ci/build-cluster.sh if binaries are missing
+    # Audit log of ServiceAccount requests (Metadata level; control-plane components, kube-system SAs
+    # and the admin are not logged): <state dir>/logs/audit.log, see Cluster.audit_events().
+    audit: bool = True
+    extra_apiserver_args: list[str] = field(default_factory=list)  # e.g. ["--watch-cache=false"]
 
 
 @dataclass
@@ -234,6 +255,74 @@ class Cluster:
             ],
         }
 
+    # ----- faults and the audit log ----------------------------------------------------
+
+    @property
+    def audit_log(self) -> Path | None:
+        """The apiserver's audit log (None when this cluster was started without one)."""
+        path = self.info.get("audit_log")
+        return Path(path) if path else None
+
+    def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Audit events so far (ResponseComplete stage), optionally of one user only."""
+        path = self.audit_log
+        if path is None:
+            raise RuntimeError("this cluster runs without an audit log (ClusterConfig.audit)")
+        out = []
+        for f in (path.with_name(path.name + ".1"), path):  # the rotated file first, if any
+            if not f.exists():
+                continue
+            for line in f.read_text(errors="replace").splitlines():
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if ev.get("stage") != "ResponseComplete":
+                    continue
+                if user is None or (ev.get("user") or {}).get("username") == user:
+                    out.append(ev)
+        return out
+
+    def _process(self, name: str) -> processes.ProcessHandle:
+        return next(p for p in self.processes if p.name == name)
+
+    def restart_apiserver(self, downtime: float = 0.0, before_start: Callable[[], None] | None = None) -> float:
+        """Stop kube-apiserver, wait ``downtime`` s, run ``before_start`` (e.g. an etcd compaction), start it
+        again with the same arguments and port; returns the seconds until ``/readyz`` answered again."""
+        argv = (self.info.get("argv") or {}).get("kube-apiserver")
+        if not argv or self.state_dir is None:
+            raise RuntimeError("only a cluster started by this harness (with recorded argv) can restart its apiserver")
+        old = self._process("kube-apiserver")
+        t0 = time.monotonic()
+        old.stop(timeout=10)
+        time.sleep(downtime)
+        if before_start is not None:
+            before_start()
+        new = processes.start("kube-apiserver", argv, self.state_dir / "logs", die_with_parent=bool(
+            self.info.get("die_with_parent")))
+        self.processes[self.processes.index(old)] = new
+        self._write_state()
+        deadline = time.monotonic() + 90
+        while not self.healthy(within=1):
+            if not new.alive() or time.monotonic() > deadline:
+                raise ClusterStartError(f"kube-apiserver did not come back:\n{new.log_tail()}")
+        return time.monotonic() - t0
+
+    def etcd_compact(self) -> int:
+        """Compact etcd to its current revision (every older resourceVersion is gone: watches from one get
+        410 Gone); returns the revision."""
+        port = self.info["ports"]["etcd_client"]
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return dict(json.loads(resp.read()))
+
+        rev = int(post("/v3/kv/range", {"key": "Lw=="})["header"]["revision"])  # key "/"
+        post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+        return rev
+
     def memory_bytes(self) -> dict[str, int]:
         """Resident memory per process."""
         return {p.name: p.rss_bytes() for p in self.processes}
@@ -343,7 +432,8 @@ class _Starter:
         self._wait(etcd, f"http://127.0.0.1:{ports.etcd_client}/health", None)
         marks["etcd"] = time.monotonic() - t0
 
-        apiserver = self._spawn("kube-apiserver", self._apiserver_args(p, ports))
+        apiserver_argv = self._apiserver_args(p, ports)
+        apiserver = self._spawn("kube-apiserver", apiserver_argv)
         admin_ssl = ssl.create_default_context(cafile=str(p.ca.cert))
         admin_ssl.load_cert_chain(str(p.admin.cert), str(p.admin.key))
         self._wait(apiserver, f"{server}/readyz", admin_ssl)
@@ -362,6 +452,9 @@ class _Starter:
                 "ports": dataclasses.asdict(ports),
                 "nodes": sum(pool.count for pool in self.cfg.pools),
                 "pools": {pool.name: pool.count for pool in self.cfg.pools},
+                "argv": {"kube-apiserver": apiserver_argv},
+                "die_with_parent": self.cfg.die_with_parent,
+                **({"audit_log": str(self.logs / "audit.log")} if self.cfg.audit else {}),
             },
         )
         # Record pids now, so `down` can clean up even if the bootstrap below fails.
@@ -446,7 +539,18 @@ class _Starter:
             "--log-level=warn",
         ]
 
+    def _audit_args(self) -> list[str]:
+        if not self.cfg.audit:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.logs / 'audit.log'}",
+                "--audit-log-format=json", "--audit-log-maxsize=200", "--audit-log-maxbackup=1"]
+
     def _apiserver_args(self, p: pki.Pki, ports: Ports) -> list[str]:
+        return [*self._apiserver_base_args(p, ports), *self._audit_args(), *self.cfg.extra_apiserver_args]
+
+    def _apiserver_base_args(self, p: pki.Pki, ports: Ports) -> list[str]:
         return [
             str(self.bin.kube_apiserver),
             f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",

@@ -1,0 +1,455 @@
+"""Issue 10, the warm pool's part of the fault suite, on a private local cluster (real etcd and
+apiserver with RBAC and an audit log, KWOK nodes; the apiserver is restarted and etcd compacted, so it
+is never the shared session cluster). The controller runs as ``warmscale warmpool`` processes under
+its own ServiceAccount with the generated namespaced RBAC and the shipped node-write policy.
+
+- the node-write ValidatingAdmissionPolicy: the controller's ServiceAccount may change only
+  ``warmscale.io/staged-*`` labels/annotations of a node;
+- every API request the controller makes is granted, and every grant is used (audit log);
+- watch 410 Gone (etcd compacted under the watches) and an API server restart, for the controller and
+  for the scaler's pod discovery: they re-list and act on later changes; discovery answers the last
+  known pods or "unknown" meanwhile, never zero;
+- the controller SIGKILLed mid-staging: no node is labelled before its Job succeeded; the restarted
+  controller labels them and creates no duplicate Job;
+- the leader SIGKILLed mid-reconcile: the other replica takes over; no duplicate placeholder, Job or
+  pre-pull pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio import config as kube_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.cluster.harness import Cluster
+from tests.faults import warmpool_support as s
+from warmpool import rbac
+from warmpool.model_uri import parse_model_uri, staged_label_key
+
+pytestmark = pytest.mark.cluster
+P = s.P
+MERGE = "application/merge-patch+json"
+URI = "hf://org/model@rev1"
+URI2 = "hf://org/model@rev2"
+LABEL = staged_label_key(parse_model_uri(URI))
+LABEL2 = staged_label_key(parse_model_uri(URI2))
+NODES = [f"kwok-{s.POOL}-{i}" for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def fc() -> Iterator[Cluster]:
+    # no watch cache: a watch resumed from a compacted resourceVersion gets 410 Gone straight from etcd
+    yield from s.private_cluster(extra_apiserver_args=["--watch-cache=false"])
+
+
+async def _status(call: Any) -> tuple[int, str]:
+    try:
+        await call
+    except ApiException as exc:
+        return int(exc.status), str(exc.body or exc.reason)
+    return 200, ""
+
+
+# ------------------------------------------------------------------ node writes: the admission policy
+
+
+async def test_node_writes_limited_to_own_labels_by_admission_policy(fc: Cluster, tmp_path: Path) -> None:
+    async with fc.admin_client() as admin:
+        await s.install(admin, "ws-vap")
+        kc = await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig")
+        sa = await kube_config.new_client_from_config(config_file=str(kc))
+        core, acore = client.CoreV1Api(sa), client.CoreV1Api(admin)
+        node = NODES[0]
+        try:
+            async def active() -> bool:  # the policy is picked up asynchronously: probe with a dry run
+                code, body = await _status(core.patch_node(node, {"metadata": {"labels": {"probe": "x"}}},
+                                                           dry_run="All", _content_type=MERGE))
+                return code in (403, 422) and "ValidatingAdmissionPolicy" in body
+
+            await s.poll(active, 30, "node-write policy active")
+            before = (await acore.read_node(node)).to_dict()
+            denied = {
+                "another label": {"metadata": {"labels": {"team": "x"}}},
+                "another warmscale.io label": {"metadata": {"labels": {"warmscale.io/pool": "other"}}},
+                "removing a label": {"metadata": {"labels": {"kubernetes.io/hostname": None}}},
+                "another annotation": {"metadata": {"annotations": {"note": "x"}}},
+                "a taint": {"spec": {"taints": [{"key": "evil", "effect": "NoSchedule"}]}},
+                "removing the GPU taint": {"spec": {"taints": []}},
+                "cordoning": {"spec": {"unschedulable": True}},
+            }
+            for what, patch in denied.items():
+                code, body = await _status(core.patch_node(node, patch, _content_type=MERGE))
+                assert code in (403, 422) and "ValidatingAdmissionPolicy" in body, (what, code, body[:300])
+            after = (await acore.read_node(node)).to_dict()
+            assert after["metadata"]["labels"] == before["metadata"]["labels"]
+            assert after["spec"] == before["spec"]
+            # its own labels and records: allowed, both ways
+            own = {"metadata": {"labels": {"warmscale.io/staged-0123456789": "true"},
+                                "annotations": {"warmscale.io/staged-0123456789": "{}"}}}
+            assert (await _status(core.patch_node(node, own, _content_type=MERGE)))[0] == 200
+            gone = {"metadata": {"labels": {"warmscale.io/staged-0123456789": None},
+                                 "annotations": {"warmscale.io/staged-0123456789": None}}}
+            assert (await _status(core.patch_node(node, gone, _content_type=MERGE)))[0] == 200
+            # RBAC: no delete, no status writes
+            assert (await _status(core.delete_node(node)))[0] == 403
+            assert (await _status(core.patch_node_status(node, {"status": {"capacity": {"x": "1"}}},
+                                                         _content_type=MERGE)))[0] == 403
+            # the policy binds only the controller: the admin still can
+            assert (await _status(acore.patch_node(node, {"metadata": {"labels": {"team": "x"}}},
+                                                   _content_type=MERGE)))[0] == 200
+            await acore.patch_node(node, {"metadata": {"labels": {"team": None}}}, _content_type=MERGE)
+        finally:
+            await sa.close()
+
+
+# ------------------------------------------------------------------ least privilege: the audit log
+
+
+def _rule_allows(ev: dict[str, Any], namespace: str) -> bool:
+    ref = ev.get("objectRef") or {}
+    group, res, verb = ref.get("apiGroup", ""), ref.get("resource", ""), ev.get("verb")
+    if ref.get("subresource"):
+        return False
+    rules = [(r, "workload") for _, r in rbac.WORKLOAD_RULES] + [(r, "cluster") for _, r in rbac.CLUSTER_RULES] + [
+        (r, "lease") for _, r in rbac.LEASE_RULES]
+    for r, where in rules:
+        if group not in r["apiGroups"] or res not in r["resources"] or verb not in r["verbs"]:
+            continue
+        if "resourceNames" in r and ref.get("name") not in r["resourceNames"]:
+            continue
+        if where != "cluster" and ref.get("namespace") != namespace:
+            continue  # namespaced mode: only the watched namespace (which also holds the Lease)
+        return True
+    return False
+
+
+async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path: Path) -> None:
+    ns = "ws-audit"
+    async with fc.admin_client() as admin:
+        await s.install(admin, ns)
+        apps, core = client.AppsV1Api(admin), client.CoreV1Api(admin)
+        custom = client.CustomObjectsApi(admin)
+        ann = {P + "enabled": "true", P + "autoscale": "true", P + "min-ready": "1", P + "max-replicas": "4",
+               P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI, **s.staged("1s")}
+        await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 1, ann))
+        await apps.create_namespaced_stateful_set(ns, s.statefulset("sts", 1, {P + "enabled": "true",
+                                                                              P + "min-ready": "1"}))
+        t0 = time.time()
+        ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"), ns, tmp_path / "ctl.log", "audit")
+        try:
+            async def so() -> Any:
+                return await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm")
+
+            async def staged_and_held() -> bool:
+                labelled = [n for n in NODES if ((await core.read_node(n)).metadata.labels or {}).get(LABEL)]
+                return bool(labelled) and len(await s.managed(admin, ns, "placeholder")) == 1
+
+            await s.poll(so, 60, "ScaledObject created")
+            await s.poll(staged_and_held, 60, "model staged and a placeholder held")
+            await s.poll(lambda: _has_status(apps, ns), 30, "status annotations written")
+            # floor up (ScaledObject patched), then: no standby (placeholder deleted), no autoscale
+            # (ScaledObject deleted), another model (old staging Job deleted, evict Job, node unlabelled)
+            await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "min-ready": "2"}}})
+            await s.poll(lambda: _floor(custom, ns, 2), 30, "ScaledObject floor patched to 2")
+            await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {
+                P + "standby": "0", P + "autoscale": "false", P + "model-uri": URI2}}})
+
+            async def switched() -> bool:
+                labs = [(await core.read_node(n)).metadata.labels or {} for n in NODES]
+                return not any(lab.get(LABEL) for lab in labs) and any(lab.get(LABEL2) for lab in labs) and \
+                    not await s.managed(admin, ns, "placeholder")
+
+            await s.poll(switched, 60, "rev1 evicted and unlabelled, rev2 staged, placeholder gone")
+            with pytest.raises(ApiException) as gone:
+                await so()
+            assert gone.value.status == 404
+            # delete: the finalizer holds it until rev2 is evicted, then the controller releases it
+            await apps.delete_namespaced_deployment("llm", ns)
+
+            async def deleted() -> bool:
+                try:
+                    await apps.read_namespaced_deployment("llm", ns)
+                except ApiException as exc:
+                    return exc.status == 404
+                return False
+
+            await s.poll(deleted, 60, "Deployment released by the finalizer")
+        finally:
+            assert ctl.stop() == 0
+        await asyncio.sleep(1.5)  # the audit backend writes asynchronously
+        events = [e for e in fc.audit_events(s.SA_USER) if _ts(e) >= t0]
+        assert events, "no audit events of the controller"
+        denied = [_brief(e) for e in events if (e.get("responseStatus") or {}).get("code") == 403]
+        assert not denied, f"requests the RBAC denied: {denied[:10]}"
+        outside = [_brief(e) for e in events if not _rule_allows(e, ns)]
+        assert not outside, f"requests outside the granted rules: {outside[:10]}"
+        used = {((e["objectRef"].get("apiGroup") or ""), e["objectRef"]["resource"], e["verb"]) for e in events}
+        unused = rbac.granted() - used
+        assert not unused, f"granted but never used: {sorted(unused)}"
+        s.record("rbac_audit", requests=len(events), distinct=sorted("/".join(u) for u in used))
+        await s.strip_finalizers(admin, ns)
+
+
+async def _has_status(apps: client.AppsV1Api, ns: str) -> bool:
+    d = await apps.read_namespaced_deployment("llm", ns)
+    st = await apps.read_namespaced_stateful_set("sts", ns)
+    return all(P + "status" in (o.metadata.annotations or {}) for o in (d, st)) and \
+        "warmscale.io/cache-cleanup" in (d.metadata.finalizers or [])
+
+
+async def _floor(custom: client.CustomObjectsApi, ns: str, want: int) -> bool:
+    so = await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm")
+    return bool(so["spec"]["minReplicaCount"] == want)
+
+
+def _ts(ev: dict[str, Any]) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(ev["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def _brief(ev: dict[str, Any]) -> str:
+    ref = ev.get("objectRef") or {}
+    return (f"{ev.get('verb')} {ref.get('apiGroup', '')}/{ref.get('resource')}"
+            f"{'/' + ref['subresource'] if ref.get('subresource') else ''} ns={ref.get('namespace')} "
+            f"name={ref.get('name')} -> {(ev.get('responseStatus') or {}).get('code')}")
+
+
+# ------------------------------------------------------------------ watch 410 and API server restart
+
+
+async def test_watch_410_and_apiserver_restart(fc: Cluster, tmp_path: Path) -> None:
+    from signals.sources.pods import DiscoveryError, KubeDiscovery
+
+    ns = "ws-restart"
+    async with fc.admin_client() as admin:
+        await s.install(admin, ns)
+        apps, core = client.AppsV1Api(admin), client.CoreV1Api(admin)
+        ann = {P + "enabled": "true", P + "standby": "1", P + "scale-to-zero": "allowed", P + "min-ready": "0"}
+        await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 1, ann))
+        ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"), ns, tmp_path / "ctl.log",
+                           "restart", extra=["--watch-timeout", "2"])
+        disc_api = await kube_config.new_client_from_config(config_file=str(fc.kubeconfig))
+        disc = KubeDiscovery(disc_api, watch_timeout_s=2, stale_after_s=60.0)
+        pods = disc.provider(ns, "llm", pod_selector="app=llm")
+        try:
+            async def placeholders(n: int) -> bool:
+                return len(await s.managed(admin, ns, "placeholder")) == n
+
+            async def ready(n: int) -> bool:
+                try:
+                    return (await pods.counts()).ready == n
+                except DiscoveryError:
+                    return False
+
+            await s.poll(lambda: placeholders(1), 60, "controller holds 1 placeholder")
+            await s.poll(lambda: ready(1), 30, "discovery sees 1 ready pod")
+
+            # 1. 410 Gone: etcd compacted under the open watches; they resume from a compacted version
+            cache = disc.caches()[("pods", ns, "app=llm")]
+            lists_before = cache.lists
+            stop = time.monotonic() + 8
+            while time.monotonic() < stop:
+                await core.create_namespaced_config_map(ns, {"metadata": {"generateName": "bump-"}})
+                fc.etcd_compact()
+                await asyncio.sleep(0.5)
+            assert cache.lists > lists_before, "pod discovery did not re-list after its version was compacted"
+            await s.poll(lambda: _logged_410(ctl), 10, "controller re-listed on 410 Gone")
+            await apps.patch_namespaced_deployment_scale("llm", ns, {"spec": {"replicas": 2}})
+            t = time.monotonic()
+            await s.poll(lambda: ready(2), 30, "discovery sees the scale-up after 410")
+            after_410 = time.monotonic() - t
+
+            # 2. API server restart (2 s down, etcd compacted meanwhile): discovery keeps the last known
+            # pods (or says unknown), never zero; afterwards both act on new changes
+            seen: list[Any] = []
+            done = threading.Event()
+
+            def restart() -> float:
+                try:
+                    return fc.restart_apiserver(downtime=2.0, before_start=fc.etcd_compact)
+                finally:
+                    done.set()
+
+            fut = asyncio.get_running_loop().run_in_executor(None, restart)
+            while not done.is_set():
+                try:
+                    seen.append((await pods.counts()).ready)
+                except DiscoveryError as exc:
+                    seen.append(f"unknown: {str(exc)[:60]}")
+                await asyncio.sleep(0.2)
+            outage = await fut
+            assert 0 not in seen, seen
+            up = time.monotonic()
+            await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "standby": "2"}}})
+            await s.poll(lambda: placeholders(2), 60, "controller acts after the restart")
+            ctl_recovery = time.monotonic() - up
+            await apps.patch_namespaced_deployment_scale("llm", ns, {"spec": {"replicas": 3}})
+            await s.poll(lambda: ready(3), 60, "discovery acts after the restart")
+            disc_recovery = time.monotonic() - up
+            assert ctl.proc.poll() is None, "the controller exited"
+            s.record("watch_410", discovery_relists=cache.lists - lists_before, scale_seen_s=round(after_410, 2))
+            s.record("apiserver_restart", outage_s=round(outage, 2), discovery_during=sorted({str(x) for x in seen}),
+                     controller_recovery_s=round(ctl_recovery, 2), discovery_recovery_s=round(disc_recovery, 2))
+        finally:
+            await pods.aclose()
+            await disc.aclose()
+            await disc_api.close()
+            ctl.stop()
+
+
+async def _logged_410(ctl: s.Controller) -> bool:
+    return any(r.get("message") == "cache relist" and r.get("status") == 410 for r in ctl.lines())
+
+
+# ------------------------------------------------------------------ crash in the middle of staging
+
+
+async def test_controller_killed_mid_staging_never_labels_early(fc: Cluster, tmp_path: Path) -> None:
+    ns = "ws-crash"
+    async with fc.admin_client() as admin:
+        await s.install(admin, ns)
+        apps, core, batch = client.AppsV1Api(admin), client.CoreV1Api(admin), client.BatchV1Api(admin)
+        uri = "hf://org/crash@r1"
+        key = staged_label_key(parse_model_uri(uri))
+        ann = {P + "enabled": "true", P + "prestage-nodes": "2", P + "model-uri": uri, P + "min-ready": "0",
+               P + "scale-to-zero": "allowed", **s.staged("6s")}
+        await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 0, ann))
+        kc = await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig")
+        ctl = s.Controller(kc, ns, tmp_path / "ctl1.log", "crash-1")
+        observed: dict[str, dict[str, float]] = {"label": {}, "job_done": {}}
+        stop_watch = asyncio.Event()
+
+        async def watch_state() -> None:  # when each node was first seen labelled / its Job first seen done
+            while not stop_watch.is_set():
+                now = time.monotonic()
+                jobs = (await batch.list_namespaced_job(ns)).items
+                for j in jobs:
+                    if j.status.succeeded:
+                        observed["job_done"].setdefault(j.metadata.annotations["warmscale.io/node"], now)
+                for n in NODES:
+                    if ((await core.read_node(n)).metadata.labels or {}).get(key):
+                        observed["label"].setdefault(n, now)
+                await asyncio.sleep(0.1)
+
+        watcher = asyncio.create_task(watch_state())
+        try:
+            async def two_jobs() -> list[Any]:
+                js = (await batch.list_namespaced_job(ns)).items
+                return js if len(js) == 2 else []
+
+            jobs_before = {j.metadata.name: j.metadata.uid for j in await s.poll(two_jobs, 60, "2 staging Jobs")}
+            ctl.kill()  # SIGKILL mid-staging
+            killed = time.monotonic()
+            await s.poll(lambda: _all_done(batch, ns), 30, "Jobs finished while the controller is down")
+            await asyncio.sleep(1)
+            assert not observed["label"], "a node was labelled while nobody could have seen its Job finish"
+            ctl = s.Controller(kc, ns, tmp_path / "ctl2.log", "crash-2")
+            restarted = time.monotonic()
+            job_nodes = {j.metadata.annotations["warmscale.io/node"] for j in (await two_jobs())}
+            await s.poll(lambda: _labelled(core, job_nodes, key), 60, "nodes labelled after the restart")
+            await asyncio.sleep(0.3)
+            for n in job_nodes:  # never labelled before its Job was seen done
+                assert observed["label"][n] >= observed["job_done"][n], observed
+            after = {j.metadata.name: j.metadata.uid for j in (await batch.list_namespaced_job(ns)).items}
+            assert after == jobs_before, "a staging Job was duplicated or re-created"
+            s.record("controller_killed_mid_staging", killed_after_jobs_created=True,
+                     labels_before_restart=0, recovery_s=round(max(observed["label"].values()) - restarted, 2),
+                     down_s=round(restarted - killed, 2))
+        finally:
+            stop_watch.set()
+            with contextlib.suppress(Exception):
+                await watcher
+            ctl.stop()
+            await s.strip_finalizers(admin, ns)
+
+
+async def _all_done(batch: client.BatchV1Api, ns: str) -> bool:
+    js = (await batch.list_namespaced_job(ns)).items
+    return len(js) == 2 and all(j.status.succeeded for j in js)
+
+
+async def _labelled(core: client.CoreV1Api, nodes: set[str], key: str) -> bool:
+    return all(((await core.read_node(n)).metadata.labels or {}).get(key) == "true" for n in nodes)
+
+
+# ------------------------------------------------------------------ leader fail-over mid-reconcile
+
+
+async def test_leader_killed_mid_reconcile_no_duplicates(fc: Cluster, tmp_path: Path) -> None:
+    ns = "ws-failover"
+    async with fc.admin_client() as admin:
+        await s.install(admin, ns)
+        apps, batch = client.AppsV1Api(admin), client.BatchV1Api(admin)
+        custom = client.CustomObjectsApi(admin)
+        kc = await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig")
+        a = s.Controller(kc, ns, tmp_path / "a.log", "replica-a", lease_s=3)
+        await s.poll(lambda: _true(a.leads()), 30, "replica a leads")
+        b = s.Controller(kc, ns, tmp_path / "b.log", "replica-b", lease_s=3)
+        max_seen: dict[str, int] = {"placeholder": 0, "prepull": 0, "jobs": 0}
+        names_seen: dict[str, set[str]] = {"placeholder": set(), "prepull": set(), "jobs": set()}
+        stop_watch = asyncio.Event()
+
+        async def watch_counts() -> None:
+            while not stop_watch.is_set():
+                for role in ("placeholder", "prepull"):
+                    pods = await s.managed(admin, ns, role)
+                    max_seen[role] = max(max_seen[role], len(pods))
+                    names_seen[role] |= {p.metadata.name for p in pods}
+                js = (await batch.list_namespaced_job(ns)).items
+                max_seen["jobs"] = max(max_seen["jobs"], len(js))
+                names_seen["jobs"] |= {j.metadata.name for j in js}
+                await asyncio.sleep(0.1)
+
+        watcher = asyncio.create_task(watch_counts())
+        try:
+            await asyncio.sleep(1.0)
+            ann = {P + "enabled": "true", P + "standby": "3", P + "prestage-nodes": "2", P + "model-uri": URI,
+                   P + "autoscale": "true", P + "max-replicas": "4", **s.staged("2s")}
+            await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 1, ann))
+
+            async def first_job() -> bool:
+                return bool((await batch.list_namespaced_job(ns)).items)
+
+            await s.poll(first_job, 30, "the leader started reconciling", interval=0.02)
+            a.kill()  # SIGKILL between its creates: no release of the lease
+            killed = time.monotonic()
+            await s.poll(lambda: _true(b.leads()), 30, "replica b takes over")
+            failover = time.monotonic() - killed
+
+            async def converged() -> bool:
+                ph = await s.managed(admin, ns, "placeholder")
+                pulls = await s.managed(admin, ns, "prepull")
+                js = (await batch.list_namespaced_job(ns)).items
+                return len(ph) == 3 and len(pulls) == 2 and len(js) == 2
+
+            await s.poll(converged, 60, "b converged")
+            converged_s = time.monotonic() - killed
+            await asyncio.sleep(2)  # a few more reconciles of b
+            assert max_seen == {"placeholder": 3, "prepull": 2, "jobs": 2}, max_seen
+            assert len(names_seen["placeholder"]) == 3 and len(names_seen["prepull"]) == 2, names_seen
+            assert len(names_seen["jobs"]) == 2, names_seen
+            so = await custom.list_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects")
+            assert len(so["items"]) == 1
+            s.record("leader_killed_mid_reconcile", failover_s=round(failover, 2), converged_s=round(converged_s, 2),
+                     max_placeholders=max_seen["placeholder"], max_jobs=max_seen["jobs"])
+        finally:
+            stop_watch.set()
+            with contextlib.suppress(Exception):
+                await watcher
+            a.stop()
+            b.stop()
+            await s.strip_finalizers(admin, ns)
+
+
+async def _true(v: bool) -> bool:
+    return v
