@@ -11,7 +11,9 @@ Two modes:
   workload rules for every namespace.
 * **namespaced** (``warmscale warmpool --namespace NS``): a Role + RoleBinding per watched namespace;
   only what is cluster-scoped by nature stays in a ClusterRole (reading/watching nodes and patching
-  their labels, reading the placeholder PriorityClass). The Lease goes to the watched namespace.
+  their labels, reading the placeholder PriorityClass). The Lease goes to the watched namespace. A
+  controller watches one namespace: for several, run one controller per namespace (same
+  ServiceAccount; each leads through its own Lease in its namespace).
   ``warmscale rbac --namespace NS`` prints it (``manifests/overlays/namespaced/`` is generated so).
 
 Node writes are further limited by a ValidatingAdmissionPolicy: the controller's ServiceAccount may
@@ -101,8 +103,9 @@ def render(namespaces: Sequence[str] = (), install_ns: str = INSTALL_NAMESPACE, 
            lease_ns: str | None = None, service_account: bool = True) -> list[dict[str, Any]]:
     """RBAC objects: cluster-wide mode when ``namespaces`` is empty, else a Role per namespace.
 
-    ``lease_ns``: namespace of the Lease (default: the install namespace cluster-wide, the first watched
-    namespace in namespaced mode, as ``warmscale warmpool --namespace NS`` does)."""
+    ``lease_ns``: namespace of the Lease (default: the install namespace cluster-wide; in namespaced mode
+    each watched namespace, as ``warmscale warmpool --namespace NS`` puts its Lease in NS - one controller
+    per watched namespace, all under the same ServiceAccount)."""
     out: list[dict[str, Any]] = []
     if service_account:
         out.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(sa, install_ns)})
@@ -120,11 +123,12 @@ def render(namespaces: Sequence[str] = (), install_ns: str = INSTALL_NAMESPACE, 
             out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(NAME, ns),
                         "rules": _rules(WORKLOAD_RULES)})
             out.append(_binding("RoleBinding", NAME, "Role", NAME, install_ns, sa, ns))
-        lease_ns = lease_ns or namespaces[0]
     leader = f"{NAME}-leader"
-    out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(leader, lease_ns),
-                "rules": _rules(LEASE_RULES)})
-    out.append(_binding("RoleBinding", leader, "Role", leader, install_ns, sa, lease_ns))
+    # namespaced mode: one controller per watched namespace, each with its Lease in that namespace
+    for ns in [lease_ns] if lease_ns else list(namespaces):
+        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(leader, ns),
+                    "rules": _rules(LEASE_RULES)})
+        out.append(_binding("RoleBinding", leader, "Role", leader, install_ns, sa, ns))
     return out
 
 
