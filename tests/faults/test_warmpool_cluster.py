@@ -453,3 +453,37 @@ async def test_leader_killed_mid_reconcile_no_duplicates(fc: Cluster, tmp_path: 
 
 async def _true(v: bool) -> bool:
     return v
+
+
+# ------------------------------------------------------------------ the Lease's namespace (item 12)
+
+
+async def test_missing_lease_namespace_fails_fast_and_namespace_mode_leases_there(fc: Cluster, tmp_path: Path) -> None:
+    # as the README shows it: an admin kubeconfig, no `warmscale` namespace on this cluster
+    async with fc.admin_client() as admin:
+        core = client.CoreV1Api(admin)
+        with contextlib.suppress(ApiException):
+            await core.read_namespace("warmscale-absent")
+            pytest.fail("namespace warmscale-absent exists")
+        t0 = time.monotonic()
+        ctl = s.Controller(fc.kubeconfig, "ws-lease", tmp_path / "absent.log", "absent",
+                           extra=["--lease-namespace", "warmscale-absent"])
+        code = await asyncio.to_thread(ctl.proc.wait, 60)
+        ctl.stop()
+        took = time.monotonic() - t0
+        text = (tmp_path / "absent.log").read_text()
+        assert code == 2 and "warmscale-absent" in text and "--lease-namespace" in text, text[-2000:]
+        # --namespace NS without --lease-namespace: the Lease goes to NS (which exists)
+        await s.ensure_namespace(admin, "ws-lease")
+        ctl = s.Controller(fc.kubeconfig, "ws-lease", tmp_path / "ns.log", "ns-mode")
+        try:
+            coord = client.CoordinationV1Api(admin)
+
+            async def lease() -> Any:
+                return await coord.read_namespaced_lease("warmscale-warmpool", "ws-lease")
+
+            got = await s.poll(lease, 30, "Lease in the watched namespace")
+            assert got.spec.holder_identity == "ns-mode"
+        finally:
+            assert ctl.stop() == 0
+        s.record("lease_namespace_missing", exit_code=code, exited_after_s=round(took, 2))
