@@ -286,26 +286,42 @@ class Cluster:
     def _process(self, name: str) -> processes.ProcessHandle:
         return next(p for p in self.processes if p.name == name)
 
-    def restart_apiserver(self, downtime: float = 0.0, before_start: Callable[[], None] | None = None) -> float:
-        """Stop kube-apiserver, wait ``downtime`` s, run ``before_start`` (e.g. an etcd compaction), start it
-        again with the same arguments and port; returns the seconds until ``/readyz`` answered again."""
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver (SIGTERM, then SIGKILL after 10 s); :meth:`start_apiserver` brings it back."""
+        self._process("kube-apiserver").stop(timeout=10)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again with its recorded arguments and port (does not wait for it).
+
+        Call it from the main (a long-lived) thread: with ``die_with_parent`` the kernel kills the
+        process when the *thread* that started it exits."""
         argv = (self.info.get("argv") or {}).get("kube-apiserver")
         if not argv or self.state_dir is None:
             raise RuntimeError("only a cluster started by this harness (with recorded argv) can restart its apiserver")
         old = self._process("kube-apiserver")
-        t0 = time.monotonic()
-        old.stop(timeout=10)
-        time.sleep(downtime)
-        if before_start is not None:
-            before_start()
-        new = processes.start("kube-apiserver", argv, self.state_dir / "logs", die_with_parent=bool(
-            self.info.get("die_with_parent")))
+        new = processes.start("kube-apiserver", argv, self.state_dir / "logs",
+                              die_with_parent=bool(self.info.get("die_with_parent")))
         self.processes[self.processes.index(old)] = new
         self._write_state()
-        deadline = time.monotonic() + 90
+
+    def wait_apiserver(self, within: float = 90.0) -> None:
+        deadline = time.monotonic() + within
+        new = self._process("kube-apiserver")
         while not self.healthy(within=1):
             if not new.alive() or time.monotonic() > deadline:
                 raise ClusterStartError(f"kube-apiserver did not come back:\n{new.log_tail()}")
+
+    def restart_apiserver(self, downtime: float = 0.0, before_start: Callable[[], None] | None = None) -> float:
+        """Stop kube-apiserver, wait ``downtime`` s, run ``before_start`` (e.g. an etcd compaction), start it
+        again with the same arguments and port; returns the seconds until ``/readyz`` answered again.
+        Blocking, and to be called from the main thread (see :meth:`start_apiserver`)."""
+        t0 = time.monotonic()
+        self.stop_apiserver()
+        time.sleep(downtime)
+        if before_start is not None:
+            before_start()
+        self.start_apiserver()
+        self.wait_apiserver()
         return time.monotonic() - t0
 
     def etcd_compact(self) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,22 +271,24 @@ async def test_watch_410_and_apiserver_restart(fc: Cluster, tmp_path: Path) -> N
             # 2. API server restart (2 s down, etcd compacted meanwhile): discovery keeps the last known
             # pods (or says unknown), never zero; afterwards both act on new changes
             seen: list[Any] = []
-            done = threading.Event()
 
-            def restart() -> float:
-                try:
-                    return fc.restart_apiserver(downtime=2.0, before_start=fc.etcd_compact)
-                finally:
-                    done.set()
+            async def sample(fut: asyncio.Future[Any]) -> Any:
+                while not fut.done():
+                    try:
+                        seen.append((await pods.counts()).ready)
+                    except DiscoveryError as exc:
+                        seen.append(f"unknown: {str(exc)[:60]}")
+                    await asyncio.sleep(0.2)
+                return fut.result()
 
-            fut = asyncio.get_running_loop().run_in_executor(None, restart)
-            while not done.is_set():
-                try:
-                    seen.append((await pods.counts()).ready)
-                except DiscoveryError as exc:
-                    seen.append(f"unknown: {str(exc)[:60]}")
-                await asyncio.sleep(0.2)
-            outage = await fut
+            loop = asyncio.get_running_loop()
+            t_stop = time.monotonic()
+            await sample(loop.run_in_executor(None, fc.stop_apiserver))
+            await sample(asyncio.ensure_future(asyncio.sleep(2.0)))
+            await sample(loop.run_in_executor(None, fc.etcd_compact))
+            fc.start_apiserver()  # from this (the main) thread: see Cluster.start_apiserver
+            await sample(loop.run_in_executor(None, fc.wait_apiserver))
+            outage = time.monotonic() - t_stop
             assert 0 not in seen, seen
             up = time.monotonic()
             await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "standby": "2"}}})
@@ -308,7 +309,7 @@ async def test_watch_410_and_apiserver_restart(fc: Cluster, tmp_path: Path) -> N
 
 
 async def _logged_410(ctl: s.Controller) -> bool:
-    return any(r.get("message") == "cache relist" and r.get("status") == 410 for r in ctl.lines())
+    return any(r.get("msg") == "cache relist" and r.get("status") == 410 for r in ctl.lines())
 
 
 # ------------------------------------------------------------------ crash in the middle of staging
@@ -379,7 +380,8 @@ async def _all_done(batch: client.BatchV1Api, ns: str) -> bool:
 
 
 async def _labelled(core: client.CoreV1Api, nodes: set[str], key: str) -> bool:
-    return all(((await core.read_node(n)).metadata.labels or {}).get(key) == "true" for n in nodes)
+    labels = [(await core.read_node(n)).metadata.labels or {} for n in nodes]
+    return all(lab.get(key) == "true" for lab in labels)
 
 
 # ------------------------------------------------------------------ leader fail-over mid-reconcile

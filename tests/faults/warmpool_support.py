@@ -158,7 +158,7 @@ class Controller:
         return any(text in json.dumps(rec) for rec in self.lines())
 
     def leads(self) -> bool:
-        return any(r.get("message") == "became leader" for r in self.lines())
+        return any(r.get("msg") == "became leader" for r in self.lines())
 
     def kill(self) -> None:
         if self.proc.poll() is None:
