@@ -137,7 +137,11 @@ async def test_placeholders_staging_preemption_and_replenishment(
     async def jobs() -> list[client.V1Job]:
         return (await batch.list_namespaced_job(ns, label_selector=MANAGED)).items
 
-    created = await wait_for(jobs, within=30, what="staging Jobs")
+    async def both_jobs() -> list[client.V1Job]:  # created one after the other: wait for the second
+        js = await jobs()
+        return js if len(js) == 2 else []
+
+    created = await wait_for(both_jobs, within=30, what="staging Jobs")
     job_nodes = {j.metadata.annotations[ob.NODE_ANN] for j in created}
     assert first.spec.node_name not in job_nodes and len(job_nodes) == 2  # staged where a replica fits
     # the label never precedes the Job's success
@@ -503,7 +507,7 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     runner = await serve(WorkloadLister(k8s_admin, ttl_s=0.5), port, str(cert), str(key), host="127.0.0.1",
-                         image="warmscale:test")
+                         image="warmscale:test", allowed_roots=[str(tmp_path)])  # the cache root is a tmp dir
     name = f"warmscale-engine-{ns}"
     await adm.create_mutating_webhook_configuration(webhook_configuration(
         name, ca, url=f"https://127.0.0.1:{port}/mutate",
@@ -531,7 +535,7 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
     engine = spec["containers"][0]
     env = {e["name"]: e.get("value") for e in engine["env"]}
     model_path = env[MODEL_PATH_ENV]
-    assert model_path.startswith(f"{cache}/file-") and model_path.endswith("/data")
+    assert model_path.startswith(f"{cache}/ws-file-") and model_path.endswith("/data")
     assert {"name": "warmscale-model-cache", "mountPath": str(cache), "readOnly": True} in engine["volumeMounts"]
     vols = {v["name"]: v for v in spec["volumes"]}
     assert vols["warmscale-model-cache"]["hostPath"] == {"path": str(cache), "type": "DirectoryOrCreate"}
