@@ -76,16 +76,24 @@ class TargetGuard:
             targets.append(("prometheusAddress", cfg.prometheus_address))
         if cfg.redis_address:
             targets.append(("redisAddress", cfg.redis_address))
+        hosts: dict[str, list[IPAddress] | BaseException] = {}
+        checked: list[tuple[str, str, str]] = []
         for key, url in targets:
             scheme, host = url_host(url)
             if host is None:
                 raise ConfigError(key, f"{scheme}:// targets cannot be checked against --allow-targets")
-            try:
-                addresses = await self._resolve(host)
-            except (OSError, TimeoutError) as exc:
-                raise ConfigError(key, f"{host} does not resolve ({exc or 'timeout'}); --allow-targets "
-                                       "checks resolved addresses") from None
-            refused = self.allow.refused(addresses, self._host_addresses)
+            checked.append((key, url, host))
+            hosts[host] = []
+        # Distinct hosts resolved concurrently (a list of 1,000 endpoints costs one round of lookups).
+        names = list(hosts)
+        results = await asyncio.gather(*(self._resolve(h) for h in names), return_exceptions=True)
+        hosts = dict(zip(names, results, strict=True))
+        for key, url, host in checked:
+            found = hosts[host]
+            if isinstance(found, BaseException):
+                raise ConfigError(key, f"{host} does not resolve ({found or 'timeout'}); --allow-targets "
+                                       "checks resolved addresses")
+            refused = self.allow.refused(found, self._host_addresses)
             if refused:
                 raise ConfigError(key, f"{redact(url)} resolves to {', '.join(refused)}, outside --allow-targets")
 
