@@ -17,15 +17,21 @@ from prometheus_client import Gauge
 from warmscale.advise.detect import cold_start_episodes, gate
 from warmscale.advise.model import COLD_START, Policy, ScaleSample
 
-# One sample per this many seconds at most (or on a change of desired/ready): a day is <= 8,640 samples.
-SAMPLE_EVERY_S = 10.0
+# A sample is kept when desired, ready or "TTFT over the SLO" changes, else one per this many seconds;
+# at most MAX_SAMPLES per ScaledObject (the oldest go first), so 1,000 ScaledObjects stay a few MB.
+SAMPLE_EVERY_S = 300.0
+MAX_SAMPLES = 2048
 
 
 @dataclass
 class _History:
-    samples: deque[ScaleSample] = field(default_factory=deque)
+    samples: deque[ScaleSample] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     evaluated_at: float = 0.0
     exported: bool = False
+
+
+def _miss(ttft_s: float | None, slo_s: float | None) -> bool:
+    return ttft_s is not None and slo_s is not None and ttft_s > slo_s
 
 
 class AdviceBook:
@@ -40,7 +46,8 @@ class AdviceBook:
                slo_s: float | None, time_to_ready_s: float | None) -> None:
         h = self._h.setdefault((namespace, workload), _History())
         last = h.samples[-1] if h.samples else None
-        if last is None or now - last.at >= SAMPLE_EVERY_S or (last.desired, last.ready) != (desired, ready):
+        if last is None or now - last.at >= SAMPLE_EVERY_S or (last.desired, last.ready) != (desired, ready) \
+                or _miss(last.ttft_s, last.slo_s) != _miss(ttft_s, slo_s):
             h.samples.append(ScaleSample(now, namespace, workload, desired, ready, ttft_s, slo_s, time_to_ready_s))
         while h.samples and h.samples[0].at < now - self.policy.window_s:
             h.samples.popleft()

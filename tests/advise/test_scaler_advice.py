@@ -46,4 +46,9 @@ def test_history_is_bounded_by_the_window() -> None:
     for k in range(100_000):
         book.record("llm", "w", T0 + k, desired=1 + k % 2, ready=1, ttft_s=None, slo_s=None, time_to_ready_s=None)
     (h,) = book._h.values()
-    assert h.samples[0].at >= T0 + 99_999 - 24 * H and len(h.samples) <= 24 * H + 1
+    assert len(h.samples) <= 2048 and h.samples[-1].at == T0 + 99_999
+    quiet = AdviceBook(ScalerMetrics().advice, evaluate_every_s=1e9)
+    for k in range(100_000):  # nothing changes: a heartbeat every 5 minutes, within the window
+        quiet.record("llm", "w", T0 + k, desired=1, ready=1, ttft_s=0.1, slo_s=0.5, time_to_ready_s=None)
+    (h,) = quiet._h.values()
+    assert h.samples[0].at >= T0 + 99_999 - 24 * H - 300 and len(h.samples) <= 24 * 12 + 1

@@ -44,7 +44,7 @@ class Policy:
     load_window_s: float = 120.0  # ... or with running requests within this long before it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScaleSample:
     """A ScaledObject's state at ``at``: what the scaler asked for and what served."""
 
