@@ -113,7 +113,9 @@ async def test_node_writes_limited_to_own_labels_by_admission_policy(fc: Cluster
 # ------------------------------------------------------------------ least privilege: the audit log
 
 
-def _rule_allows(ev: dict[str, Any], namespace: str) -> bool:
+def _rule_allows(ev: dict[str, Any], namespace: str | None) -> bool:
+    """Whether the generated rules grant ``ev``: namespaced mode (``namespace``: workload and Lease rules
+    there only) or cluster-wide (None: workload rules anywhere, the Lease in the install namespace)."""
     ref = ev.get("objectRef") or {}
     group, res, verb = ref.get("apiGroup", ""), ref.get("resource", ""), ev.get("verb")
     if ref.get("subresource"):
@@ -125,16 +127,20 @@ def _rule_allows(ev: dict[str, Any], namespace: str) -> bool:
             continue
         if "resourceNames" in r and ref.get("name") not in r["resourceNames"]:
             continue
-        if where != "cluster" and ref.get("namespace") != namespace:
+        if namespace is not None and where != "cluster" and ref.get("namespace") != namespace:
             continue  # namespaced mode: only the watched namespace (which also holds the Lease)
+        if namespace is None and where == "lease" and ref.get("namespace") != s.INSTALL_NS:
+            continue  # cluster-wide: the Lease lives in the install namespace
         return True
     return False
 
 
-async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path: Path) -> None:
-    ns = "ws-audit"
+@pytest.mark.parametrize("mode", ["namespaced", "cluster-wide"])
+async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path: Path, mode: str) -> None:
+    cluster_wide = mode == "cluster-wide"
+    ns = "ws-audit-cw" if cluster_wide else "ws-audit"
     async with fc.admin_client() as admin:
-        await s.install(admin, ns)
+        await s.install(admin, ns, cluster_wide=cluster_wide)
         apps, core = client.AppsV1Api(admin), client.CoreV1Api(admin)
         custom = client.CustomObjectsApi(admin)
         ann = {P + "enabled": "true", P + "autoscale": "true", P + "min-ready": "1", P + "max-replicas": "4",
@@ -143,7 +149,8 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         await apps.create_namespaced_stateful_set(ns, s.statefulset("sts", 1, {P + "enabled": "true",
                                                                               P + "min-ready": "1"}))
         t0 = time.time()
-        ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"), ns, tmp_path / "ctl.log", "audit")
+        ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"), None if cluster_wide else ns,
+                           tmp_path / "ctl.log", f"audit-{mode}")
         try:
             async def so() -> Any:
                 return await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm")
@@ -189,13 +196,15 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         assert events, "no audit events of the controller"
         denied = [_brief(e) for e in events if (e.get("responseStatus") or {}).get("code") == 403]
         assert not denied, f"requests the RBAC denied: {denied[:10]}"
-        outside = [_brief(e) for e in events if not _rule_allows(e, ns)]
+        outside = [_brief(e) for e in events if not _rule_allows(e, None if cluster_wide else ns)]
         assert not outside, f"requests outside the granted rules: {outside[:10]}"
         used = {((e["objectRef"].get("apiGroup") or ""), e["objectRef"]["resource"], e["verb"]) for e in events}
         unused = rbac.granted() - used
         assert not unused, f"granted but never used: {sorted(unused)}"
-        s.record("rbac_audit", requests=len(events), distinct=sorted("/".join(u) for u in used))
+        s.record(f"rbac_audit_{mode}", requests=len(events), distinct=sorted("/".join(u) for u in used))
         await s.strip_finalizers(admin, ns)
+        if cluster_wide:  # the later tests run with the namespaced grants only
+            await client.RbacAuthorizationV1Api(admin).delete_cluster_role_binding(rbac.NAME)
 
 
 async def _has_status(apps: client.AppsV1Api, ns: str) -> bool:

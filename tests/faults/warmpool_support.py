@@ -108,14 +108,14 @@ async def ensure_namespace(api: client.ApiClient, name: str) -> None:
             raise
 
 
-async def install(api: client.ApiClient, namespace: str) -> None:
-    """What a namespaced install gives the controller: the generated RBAC for ``namespace`` (SA in
-    ``warmscale``), the shipped node-write policy, and the shipped PriorityClass."""
+async def install(api: client.ApiClient, namespace: str, cluster_wide: bool = False) -> None:
+    """What an install gives the controller: the generated RBAC - namespaced for ``namespace``, or the
+    cluster-wide one (SA in ``warmscale``) -, the shipped node-write policy and the shipped PriorityClass."""
     from warmpool.controller import install_priority_class
 
     await ensure_namespace(api, INSTALL_NS)
     await ensure_namespace(api, namespace)
-    for obj in rbac.render([namespace], INSTALL_NS):
+    for obj in (rbac.render([], INSTALL_NS) if cluster_wide else rbac.render([namespace], INSTALL_NS)):
         await apply(api, obj)
     import yaml
 
@@ -133,17 +133,19 @@ async def sa_kubeconfig(cluster: Cluster, path: Path) -> Path:
 class Controller:
     """``warmscale warmpool`` as a process."""
 
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, identity: str,
+    def __init__(self, kubeconfig: Path, namespace: str | None, log_path: Path, identity: str,
                  lease_s: float = 4.0, extra: list[str] | None = None) -> None:
         self.log_path = log_path
         self.identity = identity
+        scope = ["--namespace", namespace] if namespace else []  # None: every namespace
         argv = [sys.executable, "-m", "warmscale.cli", "--log-format", "json", "warmpool",
-                "--kubeconfig", str(kubeconfig), "--namespace", namespace, "--metrics-port", "0",
+                "--kubeconfig", str(kubeconfig), *scope, "--metrics-port", "0",
                 "--resync", "2", "--stager-image", "warmscale:test", "--identity", identity,
                 "--lease-duration", str(lease_s), "--renew-period", "1", *(extra or [])]
         self.out = log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if k != "POD_NAMESPACE"}
         self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self.out, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**env, "PYTHONUNBUFFERED": "1"})
 
     def lines(self) -> list[dict[str, Any]]:
         out = []
