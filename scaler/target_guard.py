@@ -76,6 +76,8 @@ class TargetGuard:
             targets.append(("prometheusAddress", cfg.prometheus_address))
         if cfg.redis_address:
             targets.append(("redisAddress", cfg.redis_address))
+        if cfg.epp_address:
+            targets.append(("eppAddress", cfg.epp_address))
         hosts: dict[str, list[IPAddress] | BaseException] = {}
         checked: list[tuple[str, str, str]] = []
         for key, url in targets:

@@ -2,7 +2,7 @@
 
 - Caps: ``--max-trackers`` / ``--max-trackers-per-namespace`` -> RESOURCE_EXHAUSTED beyond, the
   tracked ones keep being served.
-- ``--allow-targets``: endpoints, Prometheus and Redis outside the list (on resolved addresses) ->
+- ``--allow-targets``: endpoints, Prometheus, Redis and endpoint pickers outside the list (on resolved addresses) ->
   INVALID_ARGUMENT naming the key; discovered pod addresses are refused at connection time.
 - Secrets: URL userinfo and credential-like query parameters never reach logs, ``/decisions``,
   ``/metrics`` or error messages.
@@ -95,6 +95,7 @@ async def test_allow_targets_refuses_outside_addresses_at_admission(
             ("endpoints", {"endpoints": f"{engine.url},http://[2001:db8::1]:8000/metrics"}),
             ("prometheusAddress", {"prometheusAddress": "http://192.0.2.10:9090"}),
             ("redisAddress", {"redisAddress": "192.0.2.10:6379", "redisQueue": "q", "endpoints": engine.url}),
+            ("eppAddress", {"eppAddress": "http://192.0.2.10:9090/metrics", "endpoints": engine.url}),
             ("endpoints", {"endpoints": "http://nothing.invalid:8000/metrics"}),
         ]:
             code, msg = await _code(c.stub.IsActive(c.ref(name="bad", metadata={**FAST, **extra})))
