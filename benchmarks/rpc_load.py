@@ -126,12 +126,12 @@ class ScalerProcess:
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     @classmethod
-    def cli(cls, metrics_port: int) -> ScalerProcess:
+    def cli(cls, metrics_port: int, *extra: str) -> ScalerProcess:
         """The real ``warmscale scaler`` (no Kubernetes, memory store, every default)."""
         port = free_port()
         return cls([sys.executable, "-m", "warmscale.cli", "--log-level", "warning", "scaler", "--host",
-                    "127.0.0.1", "--grpc-port", str(port), "--metrics-port", str(metrics_port), "--no-kubernetes"],
-                   port)
+                    "127.0.0.1", "--grpc-port", str(port), "--metrics-port", str(metrics_port), "--no-kubernetes",
+                    *extra], port)
 
     async def ready(self, within: float = 20.0) -> None:
         import grpc
@@ -439,7 +439,7 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
     try:
         metas = with_endpoints(shape, await asyncio.to_thread(farm.ports), per_set)
         metrics_port = free_port()
-        scaler = ScalerProcess.cli(metrics_port)
+        scaler = ScalerProcess.cli(metrics_port, *(["--rpc-process"] if args.rpc_process else []))
         try:
             await scaler.ready()
             farm0 = proc_cpu_seconds(farm.proc.pid)
@@ -447,7 +447,8 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
             r["engine_farm_cpu_cores"] = round((proc_cpu_seconds(farm.proc.pid) - farm0)
                                                / (args.warmup + args.duration), 3)
             r["scaler_view"] = await scaler_view(metrics_port)
-            rows.append({"path": f"warmscale, real scraping ({config})", "config": config,
+            path = f"warmscale{' --rpc-process' if args.rpc_process else ''}, real scraping ({config})"
+            rows.append({"path": path, "config": config, "rpc_process": args.rpc_process,
                          "config_description": CONFIGS[config], "scaled_objects": n, "endpoints": count,
                          "payload_bytes": len(__import__("benchmarks.engine_farm").engine_farm.payload(kind)), **r})
             print(f"  {config} n={n}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
@@ -480,6 +481,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "rpc_load",
         "command": "python -m benchmarks.rpc_load " + " ".join(sys.argv[1:]),
+        "rpc_process": args.rpc_process,
         "pattern": "per ScaledObject at 1 Hz: GetMetrics then IsActive (KEDA's poll); latency per RPC at the client",
         "server": "real `warmscale scaler --no-kubernetes` process (memory store, default 1 s scraping), "
                   "scraping benchmarks.engine_farm endpoints on loopback; CPU = the scaler's process tree",
@@ -503,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=30.0, help="measured seconds per configuration")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds of load before measuring")
     ap.add_argument("--prometheus", action="store_true", help="also measure 1 PromQL query per poll")
+    ap.add_argument("--rpc-process", action=argparse.BooleanOptionalAction, default=True,
+                    help="run the scaler with --rpc-process (default) or answer RPCs on its main event loop")
     ap.add_argument("--ghz", default=shutil.which("ghz") or str(Path.home() / "go" / "bin" / "ghz"),
                     help="also load the scaler from ghz, a Go gRPC load tool (go install "
                     "github.com/bojand/ghz/cmd/ghz@v0.120.0); skipped when not found")

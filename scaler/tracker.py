@@ -97,6 +97,15 @@ def hold_decision(cfg: ScalerConfig, last_desired: int | None = None) -> Decisio
                     metric_target=1.0)
 
 
+def source_phase(cfg: ScalerConfig) -> float:
+    """Where in the interval a tracker ticks, in [0, 1): the same for every ScaledObject reading the
+    same sources (they tick together and share one scrape per endpoint), spread by the sources'
+    hash across ScaledObjects that read different ones."""
+    sources = orjson.dumps([sorted(cfg.endpoints), cfg.prometheus_address, cfg.prometheus_selector, cfg.pod_selector,
+                            cfg.metrics_port, cfg.redis_address, cfg.redis_queue, cfg.scrape_interval_seconds])
+    return int.from_bytes(hashlib.sha256(sources).digest()[:4], "big") / 2**32
+
+
 def default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{random.getrandbits(32):08x}"
 
@@ -214,7 +223,7 @@ class Tracker:
             if first:
                 first = False
                 # Spread the trackers' ticks over the interval (no thundering herd every second).
-                await asyncio.sleep(interval * random.random())
+                await asyncio.sleep(interval * source_phase(self.cfg))
                 continue
             await asyncio.sleep(max(0.0, started + interval - time.monotonic()))
 
@@ -549,6 +558,8 @@ class Tracker:
         if old is None or _answer(old) != _answer(decision):
             self.version += 1
             self.wake()
+            if self.manager.on_change is not None:
+                self.manager.on_change(self)
 
 
 async def _cancel(task: asyncio.Task[Any], within: float = 2.0) -> None:
@@ -634,9 +645,16 @@ class TrackerManager:
         self.guard = guard
         self._janitor: asyncio.Task[None] | None = None
         self.closing = False
+        # Called with a tracker whenever what KEDA sees of its decision changes (the RPC front process).
+        self.on_change: Callable[[Tracker], None] | None = None
 
     def __len__(self) -> int:
         return len(self._trackers)
+
+    def has(self, tracker: Tracker) -> bool:
+        """Whether ``tracker`` is still tracked (not dropped as idle, not replaced)."""
+        key: MetaKey = (tracker.namespace, tracker.name, tuple(sorted(tracker.metadata.items())))
+        return self._trackers.get(key) is tracker
 
     def trackers(self) -> list[Tracker]:
         return list(self._trackers.values())

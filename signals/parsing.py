@@ -151,16 +151,17 @@ _FAST_NAME = re.compile(_NAME)
 _FAST_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped", "unknown"})
 
 
-def _fast_samples(text: str, declared: Mapping[str, str]) -> list[tuple[str, dict[str, str], float]] | None:
-    """The samples of a payload in the canonical form every exporter writes (plain names, quoted label
-    values without escapes, plain numbers), read with two regular expressions — an order of magnitude
-    faster than prometheus_client's character-by-character parser. ``None`` as soon as any line is
-    not in that form: the caller then uses prometheus_client's parser, so the result (or the error)
-    is always the one the full parser gives."""
-    for name, typ in declared.items():
-        if typ == "counter" and declared.get(name + "_total") == "counter":
-            return None  # the full parser's counter renaming would differ from the wire names
+def _fast_parse(
+    text: str, keep_buckets: Callable[[str], bool] | None
+) -> tuple[list[tuple[str, dict[str, str], float]], dict[str, str]] | None:
+    """Samples and declared types of a payload in the canonical form every exporter writes (plain
+    names, quoted label values without escapes, plain numbers), in one pass with two regular
+    expressions — an order of magnitude faster than prometheus_client's character-by-character
+    parser. ``None`` as soon as any line is not in that form: the caller then prunes and uses
+    prometheus_client's parser, so the result (or the error) is always the one the full parser gives.
+    Lines the pruning drops (``_created``, unread ``_bucket``) are skipped unread, as there."""
     out: list[tuple[str, dict[str, str], float]] = []
+    declared: dict[str, str] = {}
     for raw in text.split("\n"):
         line = raw.strip()
         if not line:
@@ -169,16 +170,22 @@ def _fast_samples(text: str, declared: Mapping[str, str]) -> list[tuple[str, dic
             if not line.isascii():
                 return None  # the full parser splits on ASCII whitespace only
             parts = line.split(None, 3)
-            if '"' in parts[0]:
-                return None
+            if parts[0] != "#":
+                return None  # "#TYPE ...": read differently by the lax type scan and the parser
             if len(parts) >= 2 and parts[1] in ("HELP", "TYPE"):
                 if any('"' in p or "\\" in p for p in parts[:3]):
                     return None  # quoted (UTF-8) names: the full parser
                 if len(parts) < 3 or not _FAST_NAME.fullmatch(parts[2]):
                     return None
-                if parts[1] == "TYPE" and (len(parts) < 4 or parts[3] not in _FAST_TYPES):
-                    return None
+                if parts[1] == "TYPE":
+                    if len(parts) < 4 or parts[3] not in _FAST_TYPES:
+                        return None
+                    declared[parts[2]] = parts[3]
             continue
+        if keep_buckets is not None:
+            name = _sample_name(line)
+            if name.endswith("_created") or (name.endswith("_bucket") and not keep_buckets(name[: -len("_bucket")])):
+                continue
         m = _FAST_SAMPLE.fullmatch(line)
         if m is None:
             return None
@@ -189,7 +196,10 @@ def _fast_samples(text: str, declared: Mapping[str, str]) -> list[tuple[str, dic
                     return None
                 labels[k] = v
         out.append((m.group(1), labels, float(m.group(3))))
-    return out
+    for name, typ in declared.items():
+        if typ == "counter" and declared.get(name + "_total") == "counter":
+            return None  # the full parser's counter renaming would differ from the wire names
+    return out, declared
 
 
 def parse_text(
@@ -212,11 +222,14 @@ def parse_text(
         # The text format ends every line, the last one included, with a line feed; exporters
         # (prometheus_client, prometheus-cpp, Go expfmt, metrics-exporter-prometheus) all do.
         raise PayloadError("payload does not end with a line feed: truncated")
-    if keep_buckets is not None:
-        text = _prune(text, keep_buckets)
-    declared = _declared_types(text)
-    fast = _fast_samples(text, declared)
-    triples = fast if fast is not None else _full_samples(text, declared)
+    fast = _fast_parse(text, keep_buckets)
+    if fast is not None:
+        triples, declared = fast
+    else:
+        if keep_buckets is not None:
+            text = _prune(text, keep_buckets)
+        declared = _declared_types(text)
+        triples = _full_samples(text, declared)
     samples: dict[str, list[Series]] = {}
     seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
     for name, labels, value in triples:

@@ -120,18 +120,23 @@ def test_a_malformed_payload_is_an_unknown_replica(engine: FakeEngine, body: str
 
 
 @settings(max_examples=400, deadline=None)
-@given(PAYLOAD)
-def test_the_fast_path_reads_exactly_what_the_full_parser_reads(body: str) -> None:
-    """Differential: whenever the regex fast path accepts a payload, prometheus_client's parser gives
-    the same samples (and never an error)."""
-    from signals.parsing import _declared_types, _fast_samples, _full_samples
+@given(PAYLOAD, st.booleans())
+def test_the_fast_path_reads_exactly_what_the_full_parser_reads(body: str, prune: bool) -> None:
+    """Differential: whenever the regex fast path accepts a payload, pruning + prometheus_client's
+    parser give the same samples and types (and never an error)."""
+    from signals.engines import is_ttft_histogram
+    from signals.parsing import _declared_types, _fast_parse, _full_samples, _prune
 
     text = VALID + body + "\n"
-    declared = _declared_types(text)
-    fast = _fast_samples(text, declared)
+    keep = is_ttft_histogram if prune else None
+    fast = _fast_parse(text, keep)
     if fast is None:
         return
+    pruned = _prune(text, keep) if keep is not None else text
+    declared = _declared_types(pruned)
+
     def comparable(xs: list[tuple[str, dict[str, str], float]]) -> list[tuple[str, dict[str, str], str]]:
         return [(n, lbl, repr(v)) for n, lbl, v in xs]  # NaN == NaN
 
-    assert comparable(_full_samples(text, declared)) == comparable(fast)
+    assert comparable(_full_samples(pruned, declared)) == comparable(fast[0])
+    assert declared == fast[1]
