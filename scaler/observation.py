@@ -226,8 +226,15 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     preemption_kept = _prune(tuple(preemptions), now - cfg.ttft_window_seconds)
     span = max(cfg.ttft_window_seconds, 1e-9)
     # Unknown is never idle: only a decision on complete data extends the idle evidence.
+    # An uncertain decision clears the evidence (None): the window starts at the next complete one.
     reset_idle = activity or uncertain
-    last_activity = now if reset_idle or state.last_activity_at is None else state.last_activity_at
+    last_activity: float | None
+    if activity:
+        last_activity = now
+    elif uncertain:
+        last_activity = None
+    else:
+        last_activity = state.last_activity_at if state.last_activity_at is not None else now
 
     obs = Observation(
         now=now,
@@ -245,7 +252,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         running_slope=sustained_slope(running_samples),
         waiting_slope=_growth_or_recent_decline(waiting_samples),
         completion_rate=completion_rate,
-        idle_for=max(0.0, now - last_activity) if not reset_idle else 0.0,
+        idle_for=max(0.0, now - last_activity) if not reset_idle and last_activity is not None else 0.0,
         ready_replicas=ready_replicas,
         starting_replicas=snapshot.starting_replicas,
         current_replicas=snapshot.current_replicas,

@@ -155,18 +155,27 @@ class FrontLink:
 
     async def _get(self, msg: dict[str, Any]) -> None:
         from scaler.config import ConfigError
+        from scaler.targets import invalid_ref
+        from scaler.tracker import TrackerLimit
 
         rid = msg["id"]
+        bad = invalid_ref(msg["ns"], msg["name"])
+        if bad is not None:
+            self._send({"t": "err", "id": rid, "code": "INVALID_ARGUMENT",
+                        "msg": f"invalid scaledObjectRef {bad[0]!r}: {bad[1]}"})
+            return
         try:
-            tracker = self.server.manager.get(msg["ns"], msg["name"], dict(msg["meta"]))
+            tracker = await self.server.manager.admit(msg["ns"], msg["name"], dict(msg["meta"]))
         except ConfigError as exc:
             self._send({"t": "err", "id": rid, "code": "INVALID_ARGUMENT",
                         "msg": f"invalid scaler metadata {exc.key!r}: {exc.message}"})
             return
+        except TrackerLimit as exc:
+            self._send({"t": "err", "id": rid, "code": "RESOURCE_EXHAUSTED", "msg": str(exc)})
+            return
         except Exception as exc:
-            code = getattr(exc, "grpc_code", None) or getattr(exc, "code", None)
-            name = code.name if isinstance(code, grpc.StatusCode) else "INTERNAL"
-            self._send({"t": "err", "id": rid, "code": name, "msg": str(exc)})
+            log.exception("cannot track the ScaledObject", extra={"namespace": msg["ns"], "scaledobject": msg["name"]})
+            self._send({"t": "err", "id": rid, "code": "INTERNAL", "msg": f"{type(exc).__name__}: {exc}"})
             return
         d = await tracker.current()
         tid = self._tid(tracker)

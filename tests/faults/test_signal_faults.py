@@ -87,9 +87,11 @@ async def test_empty_prometheus_result_never_scales_a_busy_workload_to_zero(
 
         await until(zero, within=20)
         took = time.monotonic() - t_back
+        log = [(round(d["ts"] - time.time(), 1), d["reason"], d["desired"], d["active"])
+               for d in await scaler.decisions("prom-busy")][-12:]
         print(f"\nempty Prometheus result: held {time.monotonic() - t_empty - took:.1f}s; "
               f"zero {took:.1f}s after the engines came back idle (idle window 3s)")
-        assert took >= 3.0  # the idle window runs on the engines' data, not on the outage
+        assert took >= 3.0, log  # the idle window runs on the engines' data, not on the outage
     finally:
         for e in engines:
             e.close()
