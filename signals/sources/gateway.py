@@ -11,6 +11,7 @@ import aiohttp
 from signals.engines import epp
 from signals.model import GatewayReading
 from signals.parsing import PayloadError
+from signals.redact import redact
 from signals.sources.base import SourceResult
 from signals.sources.prometheus import PrometheusError, query
 from signals.sources.scrape import ScrapeError, fetch_payload
@@ -30,16 +31,16 @@ class EppScrapeSource:
 
     @property
     def reading_name(self) -> str:
-        return f"epp:{self.pool}" if self.pool else f"epp:{self.url}"
+        return f"epp:{self.pool}" if self.pool else f"epp:{redact(self.url)}"
 
     async def read(self, now: float) -> SourceResult:
         try:
             text = await fetch_payload(self._session, self.url, timeout_s=self._timeout, max_bytes=self._max_bytes)
             signal = epp.parse_payload(text, self.pool, max_bytes=self._max_bytes)
         except ScrapeError as exc:
-            err = f"endpoint picker {self.url}: {exc}"
+            err = f"endpoint picker {redact(self.url)}: {redact(str(exc))}"
         except PayloadError as exc:
-            err = f"endpoint picker {self.url}: payload: {exc}"
+            err = f"endpoint picker {redact(self.url)}: payload: {exc}"
         else:
             return SourceResult(gateways=(GatewayReading(self.reading_name, now, signal),))
         return SourceResult(gateways=(GatewayReading(self.reading_name, now, None, err),))
@@ -73,9 +74,9 @@ class EppPrometheusSource:
             result = await query(self._session, self.address, self.query, timeout_s=self._timeout)
             signal = epp.parse(epp.index_from_vector(result), self.pool)
         except PrometheusError as exc:
-            err = f"endpoint picker via prometheus {self.address}: {exc}"
+            err = f"endpoint picker via prometheus {redact(self.address)}: {redact(str(exc))}"
         except PayloadError as exc:
-            err = f"endpoint picker via prometheus {self.address}: {exc}"
+            err = f"endpoint picker via prometheus {redact(self.address)}: {exc}"
         else:
             return SourceResult(gateways=(GatewayReading(name, now, signal),))
         return SourceResult(gateways=(GatewayReading(name, now, None, err),))

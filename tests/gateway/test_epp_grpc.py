@@ -94,3 +94,18 @@ async def test_activation_is_pushed_within_one_scrape_interval(make_server: Any,
         stream.cancel()
     finally:
         await reader.aclose()
+
+
+async def test_picker_errors_never_carry_credentials() -> None:
+    """An eppAddress with userinfo or a token parameter: the unknown reading's error is redacted."""
+    import aiohttp
+
+    from signals.sources.gateway import EppScrapeSource
+    from tests.servers import free_port
+
+    url = f"http://admin:s3cret@127.0.0.1:{free_port()}/metrics?token=abc"
+    async with aiohttp.ClientSession() as session:
+        src = EppScrapeSource(url, session, timeout=1.0)
+        (reading,) = (await src.read(0.0)).gateways
+    assert reading.signal is None and reading.error
+    assert "s3cret" not in reading.error and "abc" not in reading.error and "s3cret" not in reading.name
