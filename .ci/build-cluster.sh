@@ -4,6 +4,7 @@
 #
 # Output: ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/k8s-<version>/{etcd,kube-apiserver,...}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kwok-<version>/kwok
+#         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/helm-<version>/helm
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
@@ -36,6 +37,7 @@ check_pin() { # check_pin <go.mod> <module> <version>
 check_pin "$repo/testbed/k8s/go.mod" k8s.io/kubernetes "$KUBERNETES_VERSION"
 check_pin "$repo/testbed/k8s/go.mod" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check_pin "$repo/testbed/kwok/go.mod" sigs.k8s.io/kwok "$KWOK_VERSION"
+check_pin "$repo/testbed/helm/go.mod" helm.sh/helm/v4 "$HELM_VERSION"
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -85,6 +87,11 @@ build "$repo/testbed/k8s" "$k8s_dir" "$ldf" \
   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
 # kubectl of the same version, for the manifest tests (kustomize, server-side apply).
 build "$repo/testbed/k8s" "$k8s_dir" "$ldf" kubectl=k8s.io/kubernetes/cmd/kubectl
+
+# Helm v4, for the chart tests (charts/warmscale rendered and installed like the kustomization).
+helm_dir="$cache/bin/helm-$HELM_VERSION"
+build "$repo/testbed/helm" "$helm_dir" "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+  helm=helm.sh/helm/v4/cmd/helm
 
 got="$("$k8s_dir/kube-apiserver" --version)"
 [[ "$got" == "Kubernetes $KUBERNETES_VERSION" ]] || { log "unexpected kube-apiserver version: $got"; exit 1; }

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import ipaddress
 import logging
 import ssl
 import tempfile
@@ -53,7 +54,8 @@ class CertSpec:
     keda_namespace: str = "keda"
     leaf_validity: dt.timedelta = dt.timedelta(days=90)
     ca_validity: dt.timedelta = dt.timedelta(days=3650)
-    extra_scaler_names: tuple[str, ...] = ()
+    extra_scaler_names: tuple[str, ...] = ()  # more SANs (DNS names or IP addresses)
+    extra_webhook_names: tuple[str, ...] = ()
 
     def dns(self, service: str) -> list[str]:
         return [service, f"{service}.{self.namespace}", f"{service}.{self.namespace}.svc",
@@ -114,8 +116,15 @@ def issue(ca_cert: bytes, ca_key: bytes, cn: str, dns: Sequence[str], now: dt.da
          .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
          .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False))
     if dns:
-        b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]), critical=False)
+        b = b.add_extension(x509.SubjectAlternativeName([_san(d) for d in dns]), critical=False)
     return b.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
 
 
 def _load(pem: bytes | None) -> x509.Certificate | None:
@@ -152,10 +161,10 @@ def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
 
 def _sans(cert: x509.Certificate) -> list[str]:
     try:
-        return sorted(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-                      .get_values_for_type(x509.DNSName))
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return []
+    return sorted([*ext.get_values_for_type(x509.DNSName), *(str(i) for i in ext.get_values_for_type(x509.IPAddress))])
 
 
 @dataclass
@@ -188,7 +197,8 @@ def desired_secrets(current: Mapping[tuple[str, str], Data | None], spec: CertSp
         out.write[(spec.namespace, CA_SECRET)] = new_ca_data
 
     leaves: list[tuple[tuple[str, str], str, list[str], bool, bool]] = [
-        ((spec.namespace, WEBHOOK_SECRET), spec.webhook_service, spec.dns(spec.webhook_service), True, False),
+        ((spec.namespace, WEBHOOK_SECRET), spec.webhook_service,
+         spec.dns(spec.webhook_service) + list(spec.extra_webhook_names), True, False),
         ((spec.namespace, SCALER_SECRET), spec.scaler_service,
          spec.dns(spec.scaler_service) + list(spec.extra_scaler_names), True, False),
     ]

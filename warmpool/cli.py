@@ -77,6 +77,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     certs.add_argument("--cert-validity-hours", type=float, default=90 * 24.0,
                        help="lifetime of the leaf certificates (renewed after 2/3 of it)")
     certs.add_argument("--ca-validity-days", type=float, default=3650.0)
+    certs.add_argument("--webhook-cert-hosts", default="",
+                       help="extra SANs of the webhook certificate (comma-separated DNS names or IPs; e.g. "
+                       "127.0.0.1 when the API server calls the webhook by URL, as on the local cluster)")
+    certs.add_argument("--scaler-cert-hosts", default="", help="extra SANs of the scaler's certificate")
     parser.add_argument("--trigger-authentication", default="",
                         help="ClusterTriggerAuthentication the owned ScaledObjects reference (mutual TLS to the "
                         "scaler, enableTLS: \"true\"); '' for plaintext")
@@ -169,7 +173,9 @@ def cert_manager(args: argparse.Namespace, api: Any) -> Any:
     spec = CertSpec(namespace=args.cert_namespace, webhook_service=args.webhook_service,
                     scaler_service=args.scaler_service, keda_namespace=args.keda_namespace,
                     leaf_validity=dt.timedelta(hours=args.cert_validity_hours),
-                    ca_validity=dt.timedelta(days=args.ca_validity_days))
+                    ca_validity=dt.timedelta(days=args.ca_validity_days),
+                    extra_webhook_names=tuple(h for h in args.webhook_cert_hosts.split(",") if h),
+                    extra_scaler_names=tuple(h for h in args.scaler_cert_hosts.split(",") if h))
     return CertManager(api, spec, webhook_configuration=args.webhook_configuration or None)
 
 

@@ -1,0 +1,294 @@
+"""The installed thing runs: one ``kubectl apply --server-side -k manifests/`` on the local cluster, then
+the scaler and the controller run as processes with the install's own arguments, ServiceAccount tokens
+and RBAC (KWOK runs no containers), and an annotated workload gets staged nodes, placeholders, a floor
+that binds and mutated pods; KEDA's side is played by this test over mutual TLS with the client
+certificate the controller issued.
+
+What is emulated, and why: the kubelet (the scaler's Secret volume is written to a directory by the
+test; the webhook reads its Secret through the API anyway), and the Service in front of the webhook
+(without kube-proxy the API server cannot reach a process through a ClusterIP: the webhook
+configuration's clientConfig is switched to ``https://127.0.0.1:PORT/mutate``, and the controller
+adds 127.0.0.1 to its certificate with ``--webhook-cert-hosts``). Everything else is the install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.cluster.fixtures import NodePoolFactory, wait_for
+from tests.cluster.fleet import H100
+from tests.cluster.harness import Cluster
+from tests.servers import RedisServer, free_port
+from warmpool.annotations import parse_annotations
+from warmpool.model_uri import staged_label_key
+
+from .helpers import ROOT, kubectl, one, render
+from .test_cluster import (
+    EXAMPLE_NS,
+    INSTALL_NS,
+    KEDA_NS,
+    _delete_namespace,
+    _gone,
+    ensure_keda_namespace,
+    uninstall_cluster_objects,
+)
+
+pytestmark = pytest.mark.cluster
+P = "warmscale.io/"
+
+
+def _args(deploy: dict[str, Any], env: dict[str, str], replace_flags: dict[str, str]) -> list[str]:
+    """The container's args as the kubelet would expand them ($(VAR)), with some flags replaced."""
+    out = []
+    for a in deploy["spec"]["template"]["spec"]["containers"][0]["args"]:
+        for k, v in env.items():
+            a = a.replace(f"$({k})", v)
+        flag = a.split("=", 1)[0]
+        if flag in replace_flags:
+            a = f"{flag}={replace_flags[flag]}"
+        out.append(a)
+    return out
+
+
+@contextlib.asynccontextmanager
+async def process(args: list[str], log: Path, env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    with log.open("wb") as fh:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "warmscale", *args, stdout=fh,
+                                                    stderr=subprocess.STDOUT, env={**os.environ, **env})
+        try:
+            yield proc
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                try:
+                    await asyncio.wait_for(proc.wait(), 20)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+
+
+async def _secret(core: client.CoreV1Api, ns: str, name: str) -> dict[str, bytes] | None:
+    try:
+        s = await core.read_namespaced_secret(name, ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return {k: base64.b64decode(v) for k, v in (s.data or {}).items()}
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Any:
+    from tests.servers import REDIS_BIN, require_binary
+
+    require_binary(REDIS_BIN, "redis-server")
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
+    k8s_cluster: Cluster, k8s_admin: client.ApiClient, k8s_node_pool: NodePoolFactory, redis: RedisServer,
+    tmp_path: Path,
+) -> None:
+    core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
+    adm = client.AdmissionregistrationV1Api(k8s_admin)
+    for ns in (INSTALL_NS, EXAMPLE_NS):  # left over by an interrupted run
+        await _delete_namespace(core, ns)
+        await wait_for(lambda ns=ns: _gone(core, ns), within=90, what=f"namespace {ns} deleted")
+    await ensure_keda_namespace(core)  # KEDA's namespace (KEDA is a prerequisite)
+    kc = [kubectl(), "--kubeconfig", str(k8s_cluster.kubeconfig)]
+    try:
+        # --- 1. the one command of docs/install.md
+        out = await asyncio.to_thread(_run, [*kc, "apply", "--server-side", "-k", str(ROOT / "manifests")])
+        assert "mutatingwebhookconfiguration.admissionregistration.k8s.io/warmscale-webhook serverside-applied" in out
+        # the vLLM example (hand-written ScaledObject), with a floor schedule that covers now and staging
+        # Jobs that KWOK completes in a second
+        nodes = await k8s_node_pool(replace(H100, count=3))
+        ex = [o for o in render("manifests/examples/common") + render("manifests/examples/vllm")]
+        dep = one(ex, "Deployment", "vllm-llama")
+        dep["metadata"]["annotations"].update({
+            P + "min-ready": "tz=Europe/Berlin; * 00:00-24:00=2; default=1",
+            P + "stage-pod-annotations": json.dumps({"sim.warmscale.io/job-duration": "1s"})})
+        so = one(ex, "ScaledObject", "vllm-llama")
+        assert so["spec"]["minReplicaCount"] == 1  # the floor must bind through the scaler, not the SO
+        import yaml
+
+        await asyncio.to_thread(_run, [*kc, "apply", "--server-side", "-f", "-"], yaml.safe_dump_all(ex))
+        cfg = parse_annotations(dep["metadata"]["annotations"])
+        assert cfg.model_uri is not None
+        label = staged_label_key(cfg.model_uri)
+
+        # --- 2. the controller and the scaler as processes, with the install's args and SA tokens
+        objs = render("manifests")
+        ctl_dep, scaler_dep = one(objs, "Deployment", "warmscale-controller"), one(objs, "Deployment",
+                                                                                     "warmscale-scaler")
+        ctl_kc = k8s_cluster.write_token_kubeconfig(
+            tmp_path / "controller.kubeconfig", await k8s_cluster.mint_token(INSTALL_NS, "warmscale-warmpool"))
+        scaler_kc = k8s_cluster.write_token_kubeconfig(
+            tmp_path / "scaler.kubeconfig", await k8s_cluster.mint_token(INSTALL_NS, "warmscale-scaler"))
+        env = {"WARMSCALE_REDIS_URL": redis.url, "POD_NAME": "warmscale-controller-0", "POD_NAMESPACE": INSTALL_NS}
+        webhook_port, ctl_metrics = free_port(), free_port()
+        ctl_args = _args(ctl_dep, env, {"--webhook-port": str(webhook_port), "--metrics-port": str(ctl_metrics)})
+        ctl_args += [f"--kubeconfig={ctl_kc}", "--webhook-address=127.0.0.1", "--metrics-address=127.0.0.1",
+                     "--webhook-cert-hosts=127.0.0.1", "--resync=2"]
+        ctl_env = {"POD_NAMESPACE": INSTALL_NS, "WARMSCALE_IMAGE": "warmscale:0.1.0"}
+        async with process(ctl_args, tmp_path / "controller.log", ctl_env):
+            # the certificates: CA, webhook, scaler, KEDA's client certificate in KEDA's namespace
+            async def certs() -> dict[str, dict[str, bytes]] | None:
+                got = {n: await _secret(core, ns, n) for ns, n in (
+                    (INSTALL_NS, "warmscale-ca"), (INSTALL_NS, "warmscale-webhook-tls"),
+                    (INSTALL_NS, "warmscale-scaler-tls"), (KEDA_NS, "warmscale-keda-client-tls"))}
+                return got if all(got.values()) else None  # type: ignore[return-value]
+
+            secrets = await wait_for(certs, within=60, what="certificate Secrets written by the controller")
+
+            async def ca_bundle() -> bool:
+                hook = await adm.read_mutating_webhook_configuration("warmscale-webhook")
+                bundle = hook.webhooks[0].client_config.ca_bundle
+                return bool(bundle) and base64.b64decode(bundle) == secrets["warmscale-ca"]["ca.crt"]
+
+            await wait_for(ca_bundle, within=30, what="caBundle patched by the controller")
+            # the Service in front of the webhook, emulated (see the module docstring)
+            await adm.patch_mutating_webhook_configuration("warmscale-webhook", [
+                {"op": "remove", "path": "/webhooks/0/clientConfig/service"},
+                {"op": "add", "path": "/webhooks/0/clientConfig/url", "value": f"https://127.0.0.1:{webhook_port}/mutate"}],
+                _content_type="application/json-patch+json")
+            tls_dir = tmp_path / "scaler-tls"  # the kubelet's Secret volume, emulated
+            tls_dir.mkdir()
+            for k, v in secrets["warmscale-scaler-tls"].items():
+                (tls_dir / k).write_bytes(v)
+            grpc_port, scaler_metrics = free_port(), free_port()
+            s_args = [a.replace("/etc/warmscale/tls", str(tls_dir)) for a in _args(
+                scaler_dep, env, {"--host": "127.0.0.1", "--grpc-port": str(grpc_port),
+                                  "--metrics-port": str(scaler_metrics)})]
+            s_args.append(f"--kubeconfig={scaler_kc}")
+            async with process(s_args, tmp_path / "scaler.log", {"POD_NAMESPACE": INSTALL_NS}):
+                # --- 3. staged nodes and placeholders
+                async def staged() -> list[str]:
+                    return [n for n in nodes if ((await core.read_node(n)).metadata.labels or {}).get(label) == "true"]
+
+                staged_nodes = await wait_for(lambda: _at_least(staged, 2), within=90, what="2 staged nodes")
+
+                async def placeholders() -> list[Any]:
+                    pods = await core.list_namespaced_pod(EXAMPLE_NS, label_selector=f"{P}role=placeholder")
+                    return [p for p in pods.items if p.status.phase == "Running"]
+
+                await wait_for(placeholders, within=60, what="placeholder running")
+
+                # --- 4. mutated pods: a replica created now goes through the webhook
+                async def mutated() -> bool:
+                    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "labels": dict(
+                        dep["spec"]["template"]["metadata"]["labels"])}, "spec": dep["spec"]["template"]["spec"]}
+                    p = await core.create_namespaced_pod(EXAMPLE_NS, probe, dry_run="All")
+                    return bool(p.spec.init_containers)
+
+                await wait_for(mutated, within=60, what="webhook mutating (dry-run)")
+                await apps.patch_namespaced_deployment_scale("vllm-llama", EXAMPLE_NS, {"spec": {"replicas": 3}})
+
+                async def new_replicas() -> list[Any]:
+                    sel = "app.kubernetes.io/name=vllm-llama"
+                    pods = await core.list_namespaced_pod(EXAMPLE_NS, label_selector=sel)
+                    return [p for p in pods.items if p.spec.init_containers]
+
+                replicas = await wait_for(new_replicas, within=60, what="mutated replicas")
+                pod = replicas[0]
+                assert pod.spec.init_containers[0].name == "warmscale-ensure-model"
+                assert "--ensure" in pod.spec.init_containers[0].command
+                env_vars = {e.name: e.value for e in pod.spec.containers[0].env}
+                assert env_vars["WARMSCALE_MODEL_PATH"].startswith("/var/lib/warmscale/models/hf-")
+                pref = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
+                assert any(t.preference.match_expressions[0].key == label for t in pref)
+
+                async def on_staged() -> bool:
+                    p = await core.read_namespaced_pod(pod.metadata.name, EXAMPLE_NS)
+                    return bool(p.spec.node_name) and p.spec.node_name in staged_nodes
+
+                await wait_for(on_staged, within=60, what="mutated replica on a staged node")
+                await apps.patch_namespaced_deployment_scale("vllm-llama", EXAMPLE_NS, {"spec": {"replicas": 1}})
+
+                # --- 5. the floor binds: KEDA (this test) asks over mutual TLS with its client certificate
+                from proto import externalscaler_pb2 as pb
+                from proto import externalscaler_pb2_grpc as pbg
+
+                keda = secrets["warmscale-keda-client-tls"]
+                creds = grpc.ssl_channel_credentials(root_certificates=keda["ca.crt"], private_key=keda["tls.key"],
+                                                     certificate_chain=keda["tls.crt"])
+                [trigger] = so["spec"]["triggers"]
+                assert trigger["authenticationRef"]["kind"] == "ClusterTriggerAuthentication"
+                ref = pb.ScaledObjectRef(name="vllm-llama", namespace=EXAMPLE_NS, scalerMetadata=trigger["metadata"])
+                async with grpc.aio.secure_channel(f"127.0.0.1:{grpc_port}", creds, options=[
+                        ("grpc.ssl_target_name_override", "warmscale.warmscale.svc")]) as ch:
+                    stub = pbg.ExternalScalerStub(ch)
+
+                    async def desired() -> float | None:
+                        m = await stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref,
+                                                                       metricName="warmscale-desired-replicas"),
+                                                  timeout=5)
+                        v = m.metricValues[0].metricValueFloat
+                        return v if v >= 2 else None
+
+                    value = await wait_for(desired, within=60, what="the scaler asks for the floor (2)")
+                    assert value == 2.0  # no load (the engines are KWOK pods): the warm floor, not minReplicas 1
+                    # without the client certificate: refused
+                    async with grpc.aio.secure_channel(f"127.0.0.1:{grpc_port}", grpc.ssl_channel_credentials(
+                            root_certificates=keda["ca.crt"]), options=[
+                            ("grpc.ssl_target_name_override", "warmscale.warmscale.svc")]) as anon:
+                        with pytest.raises(grpc.aio.AioRpcError):
+                            await pbg.ExternalScalerStub(anon).IsActive(ref, timeout=3)
+                async with aiohttp.ClientSession() as http, http.get(
+                        f"http://127.0.0.1:{scaler_metrics}/decisions?namespace={EXAMPLE_NS}") as r:
+                    body = await r.json()
+                last = body["decisions"][-1]
+                assert last["desired"] == 2, last
+                print("smoke decision:", {k: last.get(k) for k in ("desired", "reason", "ready", "starting")})
+    finally:
+        _print_tracebacks(tmp_path)
+        await _delete_namespace(core, EXAMPLE_NS)
+        await _delete_namespace(core, INSTALL_NS)
+        await uninstall_cluster_objects(k8s_admin)
+        await _strip_finalizers(apps)
+
+
+def _run(cmd: list[str], stdin: str | None = None) -> str:
+    out = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _print_tracebacks(d: Path) -> None:
+    for log in d.glob("*.log"):
+        text = log.read_text(errors="replace")
+        if "Traceback" in text or "error" in text:
+            print(f"--- {log.name}\n{text[-6000:]}")
+
+
+async def _at_least(f: Any, n: int) -> list[str] | None:
+    got = await f()
+    return got if len(got) >= n else None
+
+
+async def _strip_finalizers(apps: client.AppsV1Api) -> None:
+    with contextlib.suppress(ApiException):
+        for d in (await apps.list_namespaced_deployment(EXAMPLE_NS)).items:
+            if d.metadata.finalizers:
+                await apps.patch_namespaced_deployment(d.metadata.name, EXAMPLE_NS, {"metadata": {"finalizers": None}})
