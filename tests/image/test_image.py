@@ -57,6 +57,6 @@ def test_image_runs_the_scaler_and_the_stager(image: str, tmp_path: Path) -> Non
     assert first.returncode == 0 and '"already":false' in first.stdout + first.stderr, first.stderr
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and '"already":true' in again.stdout + again.stderr, again.stderr
-    [entry] = [p for p in cache.iterdir() if p.name.startswith("file-")]
+    [entry] = [p for p in cache.iterdir() if "file-" in p.name and not p.name.startswith(".")]
     assert (entry / "data" / "model.bin").stat().st_size == 4096
     assert entry.stat().st_uid == 10001  # the image's user wrote it

@@ -215,7 +215,9 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 assert pod.spec.init_containers[0].name == "warmscale-ensure-model"
                 assert "--ensure" in pod.spec.init_containers[0].command
                 env_vars = {e.name: e.value for e in pod.spec.containers[0].env}
-                assert env_vars["WARMSCALE_MODEL_PATH"].startswith("/var/lib/warmscale/models/hf-")
+                from warmpool.model_uri import cache_dir
+
+                assert env_vars["WARMSCALE_MODEL_PATH"] == cache_dir(cfg.cache_root, cfg.model_uri) + "/data"
                 pref = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
                 assert any(t.preference.match_expressions[0].key == label for t in pref)
 

@@ -535,7 +535,9 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
     engine = spec["containers"][0]
     env = {e["name"]: e.get("value") for e in engine["env"]}
     model_path = env[MODEL_PATH_ENV]
-    assert model_path.startswith(f"{cache}/ws-file-") and model_path.endswith("/data")
+    from warmpool.model_uri import cache_dir
+
+    assert model_path == cache_dir(str(cache), parse_model_uri(uri)) + "/data"
     assert {"name": "warmscale-model-cache", "mountPath": str(cache), "readOnly": True} in engine["volumeMounts"]
     vols = {v["name"]: v for v in spec["volumes"]}
     assert vols["warmscale-model-cache"]["hostPath"] == {"path": str(cache), "type": "DirectoryOrCreate"}
