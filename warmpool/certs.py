@@ -313,7 +313,7 @@ class CertManager:
             cfg = await read_raw(self.adm.read_mutating_webhook_configuration, name)
         except ApiException as exc:
             if exc.status == 404:
-                log.warning("webhook configuration not found; caBundle not set", extra={"name": name})
+                log.warning("webhook configuration not found; caBundle not set", extra={"configuration": name})
                 return
             raise
         want = base64.b64encode(bundle).decode()
@@ -326,7 +326,7 @@ class CertManager:
         try:
             await self.adm.patch_mutating_webhook_configuration(name, patch,
                                                                 _content_type="application/json-patch+json")
-            log.info("webhook caBundle patched", extra={"name": name})
+            log.info("webhook caBundle patched", extra={"configuration": name})
         except ApiException as exc:
             if exc.status not in (409, 422):
                 raise
