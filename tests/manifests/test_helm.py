@@ -115,10 +115,10 @@ def test_chart_installs(k8s_cluster: Any, tmp_path: Path) -> None:
     """`helm install` on the local cluster (KEDA's CRDs and namespace present), then `helm uninstall`."""
     kc = ["--kubeconfig", str(k8s_cluster.kubeconfig)]
     subprocess.run([kubectl(), *kc, "create", "namespace", "keda"], capture_output=True, text=True, timeout=60)
-    for ns in ("warmscale",):  # a leftover kustomize install would conflict (objects not owned by the release)
-        subprocess.run([kubectl(), *kc, "delete", "namespace", ns, "--ignore-not-found", "--wait=true"],
-                       capture_output=True, text=True, timeout=180)
-    out = subprocess.run([helm(), *kc, "install", "warmscale", str(CHART), "--namespace", "default", "--wait=false"],
+    # as on an empty cluster: what other suites (or a kustomize install) left would not belong to the release
+    subprocess.run([kubectl(), *kc, "delete", "-k", str(ROOT / "manifests"), "--ignore-not-found", "--wait=true"],
+                   capture_output=True, text=True, timeout=300)
+    out = subprocess.run([helm(), *kc, "install", "warmscale", str(CHART), "--namespace", "default"],
                          capture_output=True, text=True, timeout=300)
     try:
         assert out.returncode == 0, out.stderr
