@@ -94,6 +94,10 @@ async def uninstall_cluster_objects(api: client.ApiClient) -> None:
               rbac.delete_namespaced_role_binding("warmscale-keda-client-cert", KEDA_NS),
               client.CoreV1Api(api).delete_namespaced_secret("warmscale-keda-client-tls", KEDA_NS),
               client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration("warmscale-webhook"),
+              client.AdmissionregistrationV1Api(api).delete_validating_admission_policy(
+                  "warmscale-warmpool-node-writes"),
+              client.AdmissionregistrationV1Api(api).delete_validating_admission_policy_binding(
+                  "warmscale-warmpool-node-writes"),
               client.CustomObjectsApi(api).delete_cluster_custom_object(
                   "keda.sh", "v1alpha1", "clustertriggerauthentications", "warmscale-mtls")]
     for call in calls:

@@ -116,10 +116,9 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
         await _delete_namespace(core, ns)
         await wait_for(lambda ns=ns: _gone(core, ns), within=90, what=f"namespace {ns} deleted")
     await ensure_keda_namespace(core)  # KEDA's namespace (KEDA is a prerequisite)
-    # as on an empty cluster: other suites create the placeholders' PriorityClass with their own client
-    with contextlib.suppress(ApiException):
-        await client.SchedulingV1Api(k8s_admin).delete_priority_class("warmscale-placeholder")
     kc = [kubectl(), "--kubeconfig", str(k8s_cluster.kubeconfig)]
+    # as on an empty cluster: what other suites (or an earlier install) left would have other field managers
+    await asyncio.to_thread(_run, [*kc, "delete", "-k", str(ROOT / "manifests"), "--ignore-not-found", "--wait=true"])
     try:
         # --- 1. the one command of docs/install.md
         out = await asyncio.to_thread(_run, [*kc, "apply", "--server-side", "-k", str(ROOT / "manifests")])
