@@ -148,6 +148,10 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 1, ann))
         await apps.create_namespaced_stateful_set(ns, s.statefulset("sts", 1, {P + "enabled": "true",
                                                                               P + "min-ready": "1"}))
+        # a cache root on a system path: an Event, nothing created or changed for it
+        bad = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI2,
+               P + "cache-root": "/var/lib/kubelet"}
+        await apps.create_namespaced_deployment(ns, s.gpu_deployment("bad", 0, bad))
         t0 = time.time()
         ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"), None if cluster_wide else ns,
                            tmp_path / "ctl.log", f"audit-{mode}")
@@ -162,6 +166,27 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
             await s.poll(so, 60, "ScaledObject created")
             await s.poll(staged_and_held, 60, "model staged and a placeholder held")
             await s.poll(lambda: _has_status(apps, ns), 30, "status annotations written")
+            # what the cluster admitted and ran: the stage Job tolerates its node's taint only, restricted
+            job = next(j for j in (await client.BatchV1Api(admin).list_namespaced_job(ns)).items
+                       if j.metadata.labels.get("warmscale.io/role") == "stage")
+            pod_spec = job.spec.template.spec
+            assert [(t.key, t.operator, t.value, t.effect) for t in pod_spec.tolerations] == [
+                ("nvidia.com/gpu", "Equal", "present", "NoSchedule")]
+            sc = pod_spec.containers[0].security_context
+            assert sc.capabilities.drop == ["ALL"] and sc.read_only_root_filesystem
+            assert sc.allow_privilege_escalation is False
+            assert pod_spec.security_context.seccomp_profile.type == "RuntimeDefault"
+
+            async def refused() -> bool:
+                evs = (await core.list_namespaced_event(ns, field_selector="involvedObject.name=bad")).items
+                return any(e.reason == "CacheRootRefused" and e.message.startswith(P + "cache-root") for e in evs)
+
+            await s.poll(refused, 30, "CacheRootRefused Event")
+            bad_dep = await apps.read_namespaced_deployment("bad", ns)
+            assert P + "status" not in (bad_dep.metadata.annotations or {}) and not bad_dep.metadata.finalizers
+            bad_hash = s.workload_hash("Deployment", ns, "bad")
+            owned = (await core.list_namespaced_pod(ns, label_selector=f"warmscale.io/workload={bad_hash}")).items
+            assert not owned
             # floor up (ScaledObject patched), then: no standby (placeholder deleted), no autoscale
             # (ScaledObject deleted), another model (old staging Job deleted, evict Job, node unlabelled)
             await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "min-ready": "2"}}})

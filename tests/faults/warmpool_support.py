@@ -214,3 +214,9 @@ async def strip_finalizers(api: client.ApiClient, ns: str) -> None:
                     await fn(d.metadata.name, ns, patch, _content_type="application/merge-patch+json")
                 except ApiException:
                     pass
+
+
+def workload_hash(kind: str, namespace: str, name: str) -> str:
+    from warmpool import objects as ob
+
+    return ob.h(f"{kind}/{namespace}/{name}")
