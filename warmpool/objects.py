@@ -153,16 +153,22 @@ def node_taints(node: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     return list(((node or {}).get("spec") or {}).get("taints") or [])
 
 
-# Stage and evict Jobs: no capability, no privilege escalation, the default seccomp profile, a read-only
+# Stager containers: no capability, no privilege escalation, the default seccomp profile, a read-only
 # root filesystem; the cache mount is the only writable path (sources are mounted read-only).
-JOB_POD_SECURITY: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
-JOB_CONTAINER_SECURITY: dict[str, Any] = {
+STAGER_CONTAINER_SECURITY: dict[str, Any] = {
     "privileged": False,
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+JOB_POD_SECURITY: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+# Stage and evict Jobs run as uid 0 *without any capability*: the kubelet creates a DirectoryOrCreate
+# hostPath as root:root 0755, so only its owner can write it (the image's own user, 10001, could not).
+# Without CAP_DAC_OVERRIDE/CAP_CHOWN/CAP_FOWNER root can write only what it owns (the cache) and
+# nothing on the read-only root filesystem.
+JOB_CONTAINER_SECURITY: dict[str, Any] = {**STAGER_CONTAINER_SECURITY, "runAsUser": 0, "runAsGroup": 0,
+                                          "runAsNonRoot": False}
 
 
 def _fmt(v: float) -> str:

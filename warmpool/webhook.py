@@ -124,7 +124,7 @@ def engine_patch(pod: Obj, cfg: WarmConfig, image: str) -> list[dict[str, Any]]:
         "command": ob.stager_args(cfg, cfg.cache_root, ensure=True),
         "envFrom": [{"secretRef": {"name": ob.STAGE_CREDENTIALS_SECRET, "optional": True}}],
         "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
-        "securityContext": dict(ob.JOB_CONTAINER_SECURITY),  # the cache mount is its only writable path
+        "securityContext": dict(ob.STAGER_CONTAINER_SECURITY),  # the cache mount is its only writable path
         "volumeMounts": mounts,
     }
     if not spec.get("initContainers"):

@@ -85,6 +85,7 @@ def _assert_restrictive(job: dict, writable: str) -> None:
         sc = c["securityContext"]
         assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
         assert sc["readOnlyRootFilesystem"] is True and sc["privileged"] is False
+        assert sc["runAsUser"] == 0  # the owner of the kubelet-created hostPath, without capabilities
         rw = [m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")]
         assert rw == [writable]
 
