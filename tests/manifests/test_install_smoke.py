@@ -123,6 +123,8 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
         # --- 1. the one command of docs/install.md
         out = await asyncio.to_thread(_run, [*kc, "apply", "--server-side", "-k", str(ROOT / "manifests")])
         assert "mutatingwebhookconfiguration.admissionregistration.k8s.io/warmscale-webhook serverside-applied" in out
+        show = _Shower(kc)  # the commands of docs/install.md and what they print (pytest -s)
+        show.text("kubectl apply --server-side -k manifests/", out)
         # the vLLM example (hand-written ScaledObject), with a floor schedule that covers now and staging
         # Jobs that KWOK completes in a second
         await k8s_node_pool(replace(H100, count=3))
@@ -170,6 +172,16 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 return bool(bundle) and base64.b64decode(bundle) == secrets["warmscale-ca"]["ca.crt"]
 
             await wait_for(ca_bundle, within=30, what="caBundle patched by the controller")
+            await show("kubectl -n warmscale get secrets")
+            await show("kubectl -n keda get secret warmscale-keda-client-tls")
+            await show("kubectl -n warmscale get lease warmscale-warmpool "
+                       "-o jsonpath='{.spec.holderIdentity}{\"\\n\"}'")
+            await show("kubectl get mutatingwebhookconfiguration warmscale-webhook "
+                       "-o jsonpath='{.webhooks[0].clientConfig.caBundle}' | base64 -d | openssl x509 -noout -subject")
+            await show("kubectl -n warmscale get secret warmscale-scaler-tls -o jsonpath='{.data.tls\\.crt}' "
+                       "| base64 -d | openssl x509 -noout -subject -issuer -enddate -ext subjectAltName")
+            await show("kubectl -n keda get secret warmscale-keda-client-tls -o jsonpath='{.data.tls\\.crt}' "
+                       "| base64 -d | openssl x509 -noout -subject -enddate -ext extendedKeyUsage")
             # the Service in front of the webhook, emulated (see the module docstring)
             await adm.patch_mutating_webhook_configuration("warmscale-webhook", [
                 {"op": "remove", "path": "/webhooks/0/clientConfig/service"},
@@ -197,6 +209,10 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                     return [p for p in pods.items if p.status.phase == "Running"]
 
                 await wait_for(placeholders, within=60, what="placeholder running")
+                await show("kubectl -n llm get deploy vllm-llama "
+                           "-o jsonpath='{.metadata.annotations.warmscale\\.io/status}{\"\\n\"}'")
+                await show(f"kubectl get nodes -l {label}=true")
+                await show("kubectl -n llm get pods -l warmscale.io/role=placeholder -o wide")
 
                 # --- 4. mutated pods: a replica created now goes through the webhook
                 async def mutated() -> bool:
@@ -214,6 +230,9 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                     return [p for p in pods.items if p.spec.init_containers]
 
                 replicas = await wait_for(new_replicas, within=60, what="mutated replicas")
+                await show("kubectl -n llm get pods -l app.kubernetes.io/name=vllm-llama -o jsonpath='{range .items[*]}"
+                           "{.metadata.name}{\" init=\"}{.spec.initContainers[0].name}{\" \"}"
+                           "{.spec.containers[0].env[?(@.name==\"WARMSCALE_MODEL_PATH\")].value}{\"\\n\"}{end}'")
                 pod = replicas[0]
                 assert pod.spec.init_containers[0].name == "warmscale-ensure-model"
                 assert "--ensure" in pod.spec.init_containers[0].command
@@ -270,6 +289,8 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 last = body["decisions"][-1]
                 assert last["desired"] == 2, last
                 print("smoke decision:", {k: last.get(k) for k in ("desired", "reason", "ready", "starting")})
+                await show(f"curl -s 'http://127.0.0.1:{scaler_metrics}/decisions?namespace=llm' | "
+                           "jq -c '.decisions[-1] | {name, desired, reason}'")
     finally:
         _print_tracebacks(tmp_path)
         for cmd in (["-n", EXAMPLE_NS, "get", "deploy,jobs,pods", "-o", "wide"],
@@ -281,6 +302,21 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
         await _delete_namespace(core, INSTALL_NS)
         await uninstall_cluster_objects(k8s_admin)
         await _strip_finalizers(apps)
+
+
+class _Shower:
+    """Run a documented shell command with the test cluster's kubeconfig and print it with its output."""
+
+    def __init__(self, kc: list[str]) -> None:
+        self.env = {**os.environ, "KUBECONFIG": kc[2], "PATH": f"{Path(kc[0]).parent}:{os.environ['PATH']}"}
+
+    def text(self, cmd: str, out: str) -> None:
+        print(f"\n$ {cmd}\n{out.rstrip()}")
+
+    async def __call__(self, cmd: str) -> None:
+        out = await asyncio.to_thread(subprocess.run, ["bash", "-c", cmd], capture_output=True, text=True,
+                                      timeout=60, env=self.env)
+        self.text(cmd, out.stdout + out.stderr)
 
 
 def _run(cmd: list[str], stdin: str | None = None) -> str:
