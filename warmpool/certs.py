@@ -37,6 +37,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 log = logging.getLogger("warmscale.warmpool.certs")
 
 RENEW_AT = 2 / 3
+BACKDATE = dt.timedelta(minutes=5)  # not_valid_before is set this far back (clock skew between peers)
 CA_SECRET = "warmscale-ca"
 WEBHOOK_SECRET = "warmscale-webhook-tls"
 SCALER_SECRET = "warmscale-scaler-tls"
@@ -88,7 +89,7 @@ def new_ca(now: dt.datetime, validity: dt.timedelta) -> tuple[bytes, bytes]:
     name = _name(f"warmscale-ca-{int(now.timestamp())}")
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + validity)
+            .not_valid_before(now - BACKDATE).not_valid_after(now + validity)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
                                          content_commitment=False, key_encipherment=False,
@@ -110,7 +111,7 @@ def issue(ca_cert: bytes, ca_key: bytes, cn: str, dns: Sequence[str], now: dt.da
                                                                       else [])
     b = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca.subject).public_key(key.public_key())
          .serial_number(x509.random_serial_number())
-         .not_valid_before(now - dt.timedelta(minutes=5))
+         .not_valid_before(now - BACKDATE)
          .not_valid_after(min(now + validity, ca.not_valid_after_utc))
          .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
          .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
@@ -136,12 +137,19 @@ def _load(pem: bytes | None) -> x509.Certificate | None:
         return None
 
 
+def renew_at(cert: x509.Certificate) -> dt.datetime:
+    """When ``RENEW_AT`` of the certificate's lifetime (from its issuance, not counting the back-dating)
+    has passed."""
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    issued = min(start + BACKDATE, end)
+    return issued + (end - issued) * RENEW_AT
+
+
 def due(cert: x509.Certificate | None, now: dt.datetime) -> bool:
     """Missing, unreadable, not yet valid, or past ``RENEW_AT`` of its lifetime."""
     if cert is None:
         return True
-    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
-    return now < start or now >= start + (end - start) * RENEW_AT
+    return now < cert.not_valid_before_utc or now >= renew_at(cert)
 
 
 def _split_bundle(pem: bytes) -> list[x509.Certificate]:
@@ -228,8 +236,7 @@ def next_check(current: Mapping[tuple[str, str], Data | None], now: dt.datetime,
         cert = _load((data or {}).get("tls.crt"))
         if cert is None:
             continue
-        start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
-        wait = min(wait, max(dt.timedelta(seconds=1), start + (end - start) * RENEW_AT - now))
+        wait = min(wait, max(dt.timedelta(seconds=1), renew_at(cert) - now))
     return wait.total_seconds()
 
 

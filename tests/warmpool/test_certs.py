@@ -160,3 +160,79 @@ async def test_scaler_serves_a_rotated_certificate_without_restart(tmp_path: Pat
         await health()  # KEDA with the new client certificate (and the new CA bundle)
     finally:
         await server.stop(0)
+
+
+@pytest.mark.cluster
+async def test_rotation_through_the_api_reaches_the_webhook_and_its_configuration(
+    k8s_admin: Any, k8s_namespace: str
+) -> None:
+    """CertManager against the real API server with 12 s leaves (renewed after 8 s): the Secrets are
+    rewritten, the webhook configuration's caBundle follows, and the webhook server (SecretCertificate,
+    as every controller replica runs it) serves the renewed certificate to new handshakes without a
+    restart."""
+    import asyncio
+    import socket
+
+    from kubernetes_asyncio import client
+
+    from tests.cluster.fixtures import wait_for
+    from warmpool.certs import CertManager, SecretCertificate
+    from warmpool.webhook import serve, webhook_configuration
+
+    ns = k8s_namespace
+    adm = client.AdmissionregistrationV1Api(k8s_admin)
+    name = f"warmscale-rotation-{ns}"
+    spec = CertSpec(namespace=ns, keda_namespace="", leaf_validity=dt.timedelta(seconds=12),
+                    extra_webhook_names=("127.0.0.1",))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = webhook_configuration(name, b"", url=f"https://127.0.0.1:{port}/mutate",
+                                namespace_selector={"matchLabels": {"kubernetes.io/metadata.name": ns}})
+    del cfg["webhooks"][0]["clientConfig"]["caBundle"]
+    await adm.create_mutating_webhook_configuration(cfg)
+    manager = CertManager(k8s_admin, spec, webhook_configuration=name)
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(manager.run(stop))]
+    source = SecretCertificate(k8s_admin, ns, every_s=1.0)
+    runner = None
+    try:
+        assert await asyncio.wait_for(source.wait_ready(stop), 30)
+
+        async def lister(_ns: str) -> list[Any]:
+            return []
+
+        runner = await serve(lister, port, None, None, host="127.0.0.1", context=source.context)
+        tasks.append(asyncio.create_task(source.run(stop)))
+
+        def served() -> int:
+            pem = ssl.get_server_certificate(("127.0.0.1", port))
+            return x509.load_pem_x509_certificate(pem.encode()).serial_number
+
+        async def ca_bundle() -> bytes:
+            hook = await adm.read_mutating_webhook_configuration(name)
+            import base64
+
+            return base64.b64decode(hook.webhooks[0].client_config.ca_bundle or "")
+
+        first = await asyncio.to_thread(served)
+        assert await wait_for(ca_bundle, within=10, what="caBundle patched")
+
+        async def renewed() -> int | None:
+            serial = await asyncio.to_thread(served)
+            return serial if serial != first else None
+
+        second = await wait_for(renewed, within=30, what="the webhook serving the renewed certificate")
+        assert second != first and source.loads >= 2 and manager.rotations >= 2
+        # the renewed leaf is issued by the CA the webhook configuration trusts
+        bundle = x509.load_pem_x509_certificates(await ca_bundle())
+        pem = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", port))
+        x509.load_pem_x509_certificate(pem.encode()).verify_directly_issued_by(bundle[0])
+    finally:
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if runner is not None:
+            await runner.cleanup()
+        await adm.delete_mutating_webhook_configuration(name)
