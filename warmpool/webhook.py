@@ -124,7 +124,10 @@ def engine_patch(pod: Obj, cfg: WarmConfig, image: str) -> list[dict[str, Any]]:
         "command": ob.stager_args(cfg, cfg.cache_root, ensure=True),
         "envFrom": [{"secretRef": {"name": ob.STAGE_CREDENTIALS_SECRET, "optional": True}}],
         "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
-        "securityContext": dict(ob.STAGER_CONTAINER_SECURITY),  # the cache mount is its only writable path
+        # as the staging Jobs: uid 0 without any capability (the kubelet creates the hostPath cache root as
+        # root:root 0755, so the image's user could not stage into it), read-only root filesystem: the
+        # cache mount is its only writable path
+        "securityContext": dict(ob.JOB_CONTAINER_SECURITY),
         "volumeMounts": mounts,
     }
     if not spec.get("initContainers"):

@@ -44,14 +44,16 @@ def _runtime(log: str) -> str:
 
 def test_image_runs_the_scaler_and_the_stager(image: str, tmp_path: Path) -> None:
     """Beyond the script's smoke test: the init container's command (`warmscale stage --ensure`)
-    runs in the image as its user 10001, on an unstaged then a ready cache."""
+    runs in the image with the webhook's security context (uid 0, every capability dropped, read-only
+    root filesystem) on a root-owned 0755 cache root as the kubelet creates it: unstaged, then ready."""
     src, cache = tmp_path / "src", tmp_path / "cache"
     src.mkdir()
     cache.mkdir()
     (src / "model.bin").write_bytes(b"w" * 4096)
-    os.chmod(cache, 0o777)
+    os.chmod(cache, 0o755)  # root:root 0755, as a DirectoryOrCreate hostPath
     cmd = ["podman", "--runtime", _runtime(image), "run", "--rm", "--ulimit", "nofile=16384:16384",
-           "--ulimit", "nproc=4096:4096", "-v", f"{src}:/src:ro", "-v", f"{cache}:/cache", TAG,
+           "--ulimit", "nproc=4096:4096", "--user", "0:0", "--cap-drop", "ALL", "--read-only",
+           "--security-opt", "no-new-privileges", "-v", f"{src}:/src:ro", "-v", f"{cache}:/cache", TAG,
            "--log-format", "json", "stage", "--ensure", "--uri", "file:///src", "--cache-root", "/cache"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0 and '"already":false' in first.stdout + first.stderr, first.stderr
@@ -59,4 +61,4 @@ def test_image_runs_the_scaler_and_the_stager(image: str, tmp_path: Path) -> Non
     assert again.returncode == 0 and '"already":true' in again.stdout + again.stderr, again.stderr
     [entry] = [p for p in cache.iterdir() if "file-" in p.name and not p.name.startswith(".")]
     assert (entry / "data" / "model.bin").stat().st_size == 4096
-    assert entry.stat().st_uid == 10001  # the image's user wrote it
+    assert entry.stat().st_uid == 0

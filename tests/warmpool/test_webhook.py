@@ -185,6 +185,9 @@ def test_engine_pod_loads_the_staged_copy() -> None:
     assert cmd[cmd.index("--cache-root") + 1] == "/var/lib/warmscale/models"
     assert cmd[cmd.index("--size") + 1] == str(16 * 1024**3)
     assert init["volumeMounts"][0] == {"name": "warmscale-model-cache", "mountPath": "/var/lib/warmscale/models"}
+    sc = init["securityContext"]  # can write the root-owned hostPath, and nothing else
+    assert sc["runAsUser"] == 0 and sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]
+    assert sc["allowPrivilegeEscalation"] is False
     assert engine_patch(out, cfg, IMAGE) == []  # idempotent
 
 
