@@ -18,13 +18,15 @@ log = logging.getLogger("warmscale.warmpool")
 
 
 def lease_namespace(args: argparse.Namespace) -> str:
-    """--lease-namespace, else the watched --namespace, else $POD_NAMESPACE, else ``warmscale``."""
-    return str(args.lease_namespace or args.namespace or os.environ.get("POD_NAMESPACE") or "warmscale")
+    """--lease-namespace, else the (first) watched --namespace, else $POD_NAMESPACE, else ``warmscale``."""
+    first = next((n.strip() for n in (args.namespace or "").split(",") if n.strip()), None)
+    return str(args.lease_namespace or first or os.environ.get("POD_NAMESPACE") or "warmscale")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
-    parser.add_argument("--namespace", help="watch only this namespace (default: all)")
+    parser.add_argument("--namespace", help="watch only this namespace, or these (comma-separated); default: all. "
+                        "Namespaced RBAC for them: `warmscale rbac --namespace NS[,NS...]`")
     parser.add_argument("--metrics-port", type=int, default=9102, help="Prometheus metrics port (0: off)")
     parser.add_argument("--metrics-address", default="0.0.0.0")
     parser.add_argument("--scaler-address", default="warmscale-scaler.warmscale.svc:9090",

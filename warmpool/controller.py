@@ -27,7 +27,7 @@ from scaler.warm_status import WarmStatus
 from warmpool import objects as ob
 from warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmpool.cache_roots import DEFAULT_ALLOWED
-from warmpool.kube import Cache, EventRecorder, ignore_status, with_retries
+from warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, with_retries
 from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
 from warmpool.planning import (
     CleanupPlan,
@@ -84,7 +84,7 @@ class Metrics:
 
 @dataclass
 class Options:
-    namespace: str | None = None  # None: all namespaces
+    namespace: str | None = None  # None: all namespaces; else one namespace or several, comma-separated
     scaler_address: str = "warmscale-scaler.warmscale.svc:9090"
     stager_image: str = "ghcr.io/warmscale/warmscale:latest"
     resync_s: float = 30.0
@@ -92,6 +92,11 @@ class Options:
     cache_root_allow: tuple[str, ...] = DEFAULT_ALLOWED  # where workloads' cache roots may lie
     trigger_authentication: str = ""  # ClusterTriggerAuthentication of owned ScaledObjects ("" : plaintext)
     watch_timeout_s: int = 300  # a watch is resumed (from its resourceVersion) after this long
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        """The watched namespaces; () means all."""
+        return tuple(n.strip() for n in (self.namespace or "").split(",") if n.strip())
 
 
 async def install_priority_class(api: client.ApiClient) -> None:
@@ -128,24 +133,30 @@ class Controller:
         self.preemptors: set[str] = set()  # pod uids the scheduler nominated (they preempted)
         self.reconcile_count = 0
         self.priority_class_ok = True
-        ns = opts.namespace
-
-        def lister(namespaced: Any, cluster_wide: Any) -> Any:
-            return functools.partial(namespaced, ns) if ns else cluster_wide
-
+        namespaces = opts.namespaces
         wt = opts.watch_timeout_s
-        self.deployments = Cache("deployments", lister(self.apps.list_namespaced_deployment,
-                                                       self.apps.list_deployment_for_all_namespaces), self._changed,
-                                 watch_timeout_s=wt)
-        self.statefulsets = Cache("statefulsets", lister(self.apps.list_namespaced_stateful_set,
-                                                         self.apps.list_stateful_set_for_all_namespaces), self._changed,
-                                  watch_timeout_s=wt)
+        self.caches: list[Cache] = []
+
+        def cache(name: str, namespaced: Any, cluster_wide: Any, on_change: Any, **kw: Any) -> Any:
+            """All namespaces: one cluster-wide cache; else one per watched namespace, seen as one."""
+            if not namespaces:
+                parts = [Cache(name, cluster_wide, on_change, watch_timeout_s=wt, **kw)]
+            else:
+                parts = [Cache(f"{name} {ns}", functools.partial(namespaced, ns), on_change, watch_timeout_s=wt, **kw)
+                         for ns in namespaces]
+            self.caches += parts
+            return parts[0] if len(parts) == 1 else MergedCache(name, parts)
+
+        self.deployments = cache("deployments", self.apps.list_namespaced_deployment,
+                                 self.apps.list_deployment_for_all_namespaces, self._changed)
+        self.statefulsets = cache("statefulsets", self.apps.list_namespaced_stateful_set,
+                                  self.apps.list_stateful_set_for_all_namespaces, self._changed)
         self.nodes = Cache("nodes", self.core.list_node, self._changed, watch_timeout_s=wt)
-        self.pods = Cache("pods", lister(self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
-                          self._pod_changed, watch_timeout_s=wt)
-        self.jobs = Cache("jobs", lister(self.batch.list_namespaced_job, self.batch.list_job_for_all_namespaces),
-                          self._changed, watch_timeout_s=wt, label_selector=f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}")
-        self.caches = [self.deployments, self.statefulsets, self.nodes, self.pods, self.jobs]
+        self.caches.append(self.nodes)
+        self.pods = cache("pods", self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces,
+                          self._pod_changed)
+        self.jobs = cache("jobs", self.batch.list_namespaced_job, self.batch.list_job_for_all_namespaces,
+                          self._changed, label_selector=f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}")
 
     # ------------------------------------------------------------ events from caches
 
@@ -267,7 +278,7 @@ class Controller:
             return None
         jobs = [j for j in self.jobs.items.values() if ((j.get("metadata") or {}).get("labels") or {}).get(ob.ROLE)
                 == "evict"]
-        cp = cleanup_plan(list(self.nodes.items.values()), jobs, active, scope=self.opts.namespace,
+        cp = cleanup_plan(list(self.nodes.items.values()), jobs, active, scope=set(self.opts.namespaces) or None,
                           allowed_roots=self.opts.cache_root_allow)
         for ns, key, uri, root, node in cp.create_evict_jobs:
             job = ob.evict_job(ns, key, uri, root, node, self.opts.stager_image,

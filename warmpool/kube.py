@@ -125,6 +125,22 @@ class Cache:
                 backoff = min(backoff * 2, 30.0)
 
 
+class MergedCache:
+    """One read-only view over per-namespace caches of a resource (a controller watching several
+    namespaces runs one list+watch per namespace: its Roles allow nothing cluster-wide)."""
+
+    def __init__(self, name: str, parts: list[Cache]) -> None:
+        self.name = name
+        self.parts = parts
+
+    @property
+    def items(self) -> dict[str, Obj]:
+        out: dict[str, Obj] = {}
+        for part in self.parts:
+            out.update(part.items)
+        return out
+
+
 class EventRecorder:
     """core/v1 Events on workloads, de-duplicated (same reason+message at most every ``every_s``)."""
 

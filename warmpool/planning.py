@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -378,17 +378,20 @@ def staged_record(node: Obj, key: str) -> dict[str, str] | None:
 
 
 def cleanup_plan(nodes: Sequence[Obj], evict_jobs: Sequence[Obj], active_keys: set[str],
-                 scope: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> CleanupPlan:
+                 scope: str | Collection[str] | None = None,
+                 allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> CleanupPlan:
     """Evict caches of models no enabled (and not deleting) workload uses, then drop their node labels.
 
     Per stale ``(node, key)``: no record of what was staged (label from an older controller) -> only the
     label goes (the stager's LRU reclaims the disk); else an evict Job on that node; once it succeeded
     (or failed for good: Warning, LRU later) the label and record are removed and the Job deleted.
-    Evict Jobs of keys that became active again are deleted. A controller scoped to namespace ``scope``
-    only touches records of that namespace (it cannot see the other namespaces' workloads). A record whose
+    Evict Jobs of keys that became active again are deleted. A controller scoped to the namespace(s)
+    ``scope`` only touches records of those (it cannot see the other namespaces' workloads). A record whose
     cache root is not an allowed one (node annotations are not proof of anything) gets no Job: the label
     and record are dropped with a warning."""
     p = CleanupPlan()
+    if isinstance(scope, str):
+        scope = {scope}
     jobs = {(str(_meta(j).get("namespace")), _name(j)): j for j in evict_jobs}
     wanted: set[tuple[str, str]] = set()
     for node_name, keys in stale_stage_labels(nodes, active_keys).items():
@@ -399,7 +402,7 @@ def cleanup_plan(nodes: Sequence[Obj], evict_jobs: Sequence[Obj], active_keys: s
                 if scope is None:
                     p.unlabel.append((node_name, key))
                 continue
-            if scope is not None and rec["ns"] != scope:
+            if scope is not None and rec["ns"] not in scope:
                 continue
             if (why := cache_root_problem(rec["root"], allowed_roots)) is not None:
                 p.warnings.append(f"not evicting {rec['uri']} on node {node_name}: {why}; label removed")

@@ -9,11 +9,10 @@ Two modes:
 
 * **cluster-wide** (default install, ``manifests/warmpool/rbac.yaml``): one ClusterRole with the
   workload rules for every namespace.
-* **namespaced** (``warmscale warmpool --namespace NS``): a Role + RoleBinding per watched namespace;
-  only what is cluster-scoped by nature stays in a ClusterRole (reading/watching nodes and patching
-  their labels, reading the placeholder PriorityClass). The Lease goes to the watched namespace. A
-  controller watches one namespace: for several, run one controller per namespace (same
-  ServiceAccount; each leads through its own Lease in its namespace).
+* **namespaced** (``warmscale warmpool --namespace NS[,NS...]``): a Role + RoleBinding per watched
+  namespace; only what is cluster-scoped by nature stays in a ClusterRole (reading/watching nodes and
+  patching their labels, reading the placeholder PriorityClass). The Lease goes to the first watched
+  namespace.
   ``warmscale rbac --namespace NS`` prints it (``manifests/overlays/namespaced/`` is generated so).
 
 Node writes are further limited by a ValidatingAdmissionPolicy: the controller's ServiceAccount may
@@ -104,8 +103,7 @@ def render(namespaces: Sequence[str] = (), install_ns: str = INSTALL_NAMESPACE, 
     """RBAC objects: cluster-wide mode when ``namespaces`` is empty, else a Role per namespace.
 
     ``lease_ns``: namespace of the Lease (default: the install namespace cluster-wide; in namespaced mode
-    each watched namespace, as ``warmscale warmpool --namespace NS`` puts its Lease in NS - one controller
-    per watched namespace, all under the same ServiceAccount)."""
+    the first watched namespace, where ``warmscale warmpool --namespace NS[,NS...]`` puts it)."""
     out: list[dict[str, Any]] = []
     if service_account:
         out.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(sa, install_ns)})
@@ -123,12 +121,11 @@ def render(namespaces: Sequence[str] = (), install_ns: str = INSTALL_NAMESPACE, 
             out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(NAME, ns),
                         "rules": _rules(WORKLOAD_RULES)})
             out.append(_binding("RoleBinding", NAME, "Role", NAME, install_ns, sa, ns))
+        lease_ns = lease_ns or namespaces[0]
     leader = f"{NAME}-leader"
-    # namespaced mode: one controller per watched namespace, each with its Lease in that namespace
-    for ns in [lease_ns] if lease_ns else list(namespaces):
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(leader, ns),
-                    "rules": _rules(LEASE_RULES)})
-        out.append(_binding("RoleBinding", leader, "Role", leader, install_ns, sa, ns))
+    out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(leader, lease_ns),
+                "rules": _rules(LEASE_RULES)})
+    out.append(_binding("RoleBinding", leader, "Role", leader, install_ns, sa, lease_ns))
     return out
 
 
@@ -211,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespace", action="append", default=[],
-                   help="namespaced mode: a Role per watched namespace (repeat or comma-separate)")
+                   help="namespaced mode: a Role per watched namespace (repeat or comma-separate, in the order "
+                   "given to `warmscale warmpool --namespace`: the Lease goes to the first)")
     p.add_argument("--install-namespace", default=INSTALL_NAMESPACE, help="namespace of the ServiceAccount")
     p.add_argument("--lease-namespace", default=None, help="namespace of the Lease (default: see the module doc)")
     p.add_argument("--no-service-account", action="store_true",

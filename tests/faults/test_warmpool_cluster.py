@@ -113,9 +113,10 @@ async def test_node_writes_limited_to_own_labels_by_admission_policy(fc: Cluster
 # ------------------------------------------------------------------ least privilege: the audit log
 
 
-def _rule_allows(ev: dict[str, Any], namespace: str | None) -> bool:
-    """Whether the generated rules grant ``ev``: namespaced mode (``namespace``: workload and Lease rules
-    there only) or cluster-wide (None: workload rules anywhere, the Lease in the install namespace)."""
+def _rule_allows(ev: dict[str, Any], namespaces: list[str] | None) -> bool:
+    """Whether the generated rules grant ``ev``: namespaced mode (``namespaces``: workload rules there only,
+    the Lease in the first) or cluster-wide (None: workload rules anywhere, the Lease in the install
+    namespace)."""
     ref = ev.get("objectRef") or {}
     group, res, verb = ref.get("apiGroup", ""), ref.get("resource", ""), ev.get("verb")
     if ref.get("subresource"):
@@ -127,9 +128,11 @@ def _rule_allows(ev: dict[str, Any], namespace: str | None) -> bool:
             continue
         if "resourceNames" in r and ref.get("name") not in r["resourceNames"]:
             continue
-        if namespace is not None and where != "cluster" and ref.get("namespace") != namespace:
-            continue  # namespaced mode: only the watched namespace (which also holds the Lease)
-        if namespace is None and where == "lease" and ref.get("namespace") != s.INSTALL_NS:
+        if namespaces is not None and where == "workload" and ref.get("namespace") not in namespaces:
+            continue  # namespaced mode: only the watched namespaces
+        if namespaces is not None and where == "lease" and ref.get("namespace") != namespaces[0]:
+            continue
+        if namespaces is None and where == "lease" and ref.get("namespace") != s.INSTALL_NS:
             continue  # cluster-wide: the Lease lives in the install namespace
         return True
     return False
@@ -139,21 +142,23 @@ def _rule_allows(ev: dict[str, Any], namespace: str | None) -> bool:
 async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path: Path, mode: str) -> None:
     cluster_wide = mode == "cluster-wide"
     ns = "ws-audit-cw" if cluster_wide else "ws-audit"
+    ns_b = ns + "-b"  # namespaced mode watches both (`--namespace ws-audit,ws-audit-b`): a Role in each
     async with fc.admin_client() as admin:
-        await s.install(admin, ns, cluster_wide=cluster_wide)
+        await s.install(admin, [ns, ns_b], cluster_wide=cluster_wide)
         apps, core = client.AppsV1Api(admin), client.CoreV1Api(admin)
         custom = client.CustomObjectsApi(admin)
         ann = {P + "enabled": "true", P + "autoscale": "true", P + "min-ready": "1", P + "max-replicas": "4",
                P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI, **s.staged("1s")}
         await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 1, ann))
-        await apps.create_namespaced_stateful_set(ns, s.statefulset("sts", 1, {P + "enabled": "true",
+        await apps.create_namespaced_stateful_set(ns_b, s.statefulset("sts", 1, {P + "enabled": "true",
                                                                               P + "min-ready": "1"}))
         # a cache root on a system path: an Event, nothing created or changed for it
         bad = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI2,
                P + "cache-root": "/var/lib/kubelet"}
         await apps.create_namespaced_deployment(ns, s.gpu_deployment("bad", 0, bad))
         t0 = time.time()
-        ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"), None if cluster_wide else ns,
+        ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"),
+                           None if cluster_wide else f"{ns},{ns_b}",
                            tmp_path / "ctl.log", f"audit-{mode}")
         try:
             async def so() -> Any:
@@ -165,7 +170,7 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
 
             await s.poll(so, 60, "ScaledObject created")
             await s.poll(staged_and_held, 60, "model staged and a placeholder held")
-            await s.poll(lambda: _has_status(apps, ns), 30, "status annotations written")
+            await s.poll(lambda: _has_status(apps, ns, ns_b), 30, "status annotations written")
             # what the cluster admitted and ran: the stage Job tolerates its node's taint only, restricted
             job = next(j for j in (await client.BatchV1Api(admin).list_namespaced_job(ns)).items
                        if j.metadata.labels.get("warmscale.io/role") == "stage")
@@ -221,7 +226,7 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         assert events, "no audit events of the controller"
         denied = [_brief(e) for e in events if (e.get("responseStatus") or {}).get("code") == 403]
         assert not denied, f"requests the RBAC denied: {denied[:10]}"
-        outside = [_brief(e) for e in events if not _rule_allows(e, None if cluster_wide else ns)]
+        outside = [_brief(e) for e in events if not _rule_allows(e, None if cluster_wide else [ns, ns_b])]
         assert not outside, f"requests outside the granted rules: {outside[:10]}"
         used = {((e["objectRef"].get("apiGroup") or ""), e["objectRef"]["resource"], e["verb"]) for e in events}
         unused = rbac.granted() - used
@@ -232,9 +237,9 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
             await client.RbacAuthorizationV1Api(admin).delete_cluster_role_binding(rbac.NAME)
 
 
-async def _has_status(apps: client.AppsV1Api, ns: str) -> bool:
+async def _has_status(apps: client.AppsV1Api, ns: str, ns_sts: str) -> bool:
     d = await apps.read_namespaced_deployment("llm", ns)
-    st = await apps.read_namespaced_stateful_set("sts", ns)
+    st = await apps.read_namespaced_stateful_set("sts", ns_sts)
     return all(P + "status" in (o.metadata.annotations or {}) for o in (d, st)) and \
         "warmscale.io/cache-cleanup" in (d.metadata.finalizers or [])
 

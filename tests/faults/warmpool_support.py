@@ -108,14 +108,17 @@ async def ensure_namespace(api: client.ApiClient, name: str) -> None:
             raise
 
 
-async def install(api: client.ApiClient, namespace: str, cluster_wide: bool = False) -> None:
-    """What an install gives the controller: the generated RBAC - namespaced for ``namespace``, or the
-    cluster-wide one (SA in ``warmscale``) -, the shipped node-write policy and the shipped PriorityClass."""
+async def install(api: client.ApiClient, namespace: str | list[str], cluster_wide: bool = False) -> None:
+    """What an install gives the controller: the generated RBAC - namespaced for ``namespace`` (one or
+    several), or the cluster-wide one (SA in ``warmscale``) -, the shipped node-write policy and the
+    shipped PriorityClass."""
     from warmpool.controller import install_priority_class
 
+    namespaces = [namespace] if isinstance(namespace, str) else list(namespace)
     await ensure_namespace(api, INSTALL_NS)
-    await ensure_namespace(api, namespace)
-    for obj in (rbac.render([], INSTALL_NS) if cluster_wide else rbac.render([namespace], INSTALL_NS)):
+    for ns in namespaces:
+        await ensure_namespace(api, ns)
+    for obj in (rbac.render([], INSTALL_NS) if cluster_wide else rbac.render(namespaces, INSTALL_NS)):
         await apply(api, obj)
     import yaml
 

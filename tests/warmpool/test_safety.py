@@ -109,6 +109,7 @@ def test_stage_and_evict_jobs_are_restrictive() -> None:
     ({"namespace": "llm"}, {"POD_NAMESPACE": "warmscale"}, "llm"),
     ({}, {"POD_NAMESPACE": "ops"}, "ops"),
     ({"namespace": "llm", "lease_namespace": "ops"}, {}, "ops"),
+    ({"namespace": "llm,ops"}, {}, "llm"),
 ])
 def test_lease_namespace(argv: dict[str, str], env: dict[str, str], want: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
