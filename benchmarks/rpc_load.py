@@ -443,20 +443,23 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
         try:
             await scaler.ready()
             farm0 = proc_cpu_seconds(farm.proc.pid)
-            r = await keda_load(scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
+            if args.client == "ghz":
+                await keda_load(scaler.port, metas, 0.0, 3.0, scaler.proc.pid)  # creates the trackers
+                r = await ghz_load(args.ghz, scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
+                r["client"] = "ghz (Go), 2 processes x 50 workers, 2 connections"
+            else:
+                r = await keda_load(scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
+                r["client"] = "Python grpc.aio, one channel, one poller per ScaledObject"
             r["engine_farm_cpu_cores"] = round((proc_cpu_seconds(farm.proc.pid) - farm0)
                                                / (args.warmup + args.duration), 3)
             r["scaler_view"] = await scaler_view(metrics_port)
-            path = f"warmscale{' --rpc-process' if args.rpc_process else ''}, real scraping ({config})"
+            path = (f"warmscale{' --rpc-process' if args.rpc_process else ''}, {config}"
+                    f"{', ghz' if args.client == 'ghz' else ''}")
             rows.append({"path": path, "config": config, "rpc_process": args.rpc_process,
                          "config_description": CONFIGS[config], "scaled_objects": n, "endpoints": count,
                          "payload_bytes": len(__import__("benchmarks.engine_farm").engine_farm.payload(kind)), **r})
             print(f"  {config} n={n}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
                   f"CPU {r['server_cpu_cores']} cores", file=sys.stderr)
-            if args.ghz:
-                r = await ghz_load(args.ghz, scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
-                rows.append({"path": f"warmscale, real scraping ({config}), ghz", "config": config,
-                             "scaled_objects": n, "endpoints": count, **r})
         finally:
             scaler.stop()
     finally:
@@ -508,12 +511,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rpc-process", action=argparse.BooleanOptionalAction, default=True,
                     help="run the scaler with --rpc-process (default) or answer RPCs on its main event loop")
     ap.add_argument("--ghz", default=shutil.which("ghz") or str(Path.home() / "go" / "bin" / "ghz"),
-                    help="also load the scaler from ghz, a Go gRPC load tool (go install "
-                    "github.com/bojand/ghz/cmd/ghz@v0.120.0); skipped when not found")
+                    help="path of ghz, a Go gRPC load tool (go install github.com/bojand/ghz/cmd/ghz@v0.120.0)")
+    ap.add_argument("--client", choices=["python", "ghz"], default="python",
+                    help="the load generator: a Python grpc.aio client (KEDA's pattern: one channel, GetMetrics "
+                         "then IsActive per poll) or ghz (a Go client: far less CPU on a small machine)")
     ap.add_argument("--output", type=Path, default=RESULTS / "rpc_load.json")
     args = ap.parse_args(argv)
     if args.ghz and not os.access(args.ghz, os.X_OK):
         args.ghz = None
+    if args.client == "ghz" and not args.ghz:
+        ap.error("--client ghz: ghz not found (go install github.com/bojand/ghz/cmd/ghz@v0.120.0)")
     result = asyncio.run(run(args))
     print(table(result["rows"]))
     print(f"host: {result['host']['cpus']} CPUs, loadavg before/after {result['host']['loadavg_before'][0]} / "
