@@ -9,7 +9,6 @@ reconcile recomputes every annotated workload's plan from the caches. Creates ar
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
@@ -27,7 +26,7 @@ from scaler.warm_status import WarmStatus
 from warmpool import objects as ob
 from warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmpool.cache_roots import DEFAULT_ALLOWED
-from warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, with_retries
+from warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
 from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
 from warmpool.planning import (
     CleanupPlan,
@@ -182,8 +181,7 @@ class Controller:
             await asyncio.gather(*(c.synced.wait() for c in self.caches))
             log.info("caches synced")
             while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._dirty.wait(), self.opts.resync_s)
+                await wait_event(self._dirty, self.opts.resync_s)  # never swallows a cancellation
                 await asyncio.sleep(self.opts.debounce_s)
                 self._dirty.clear()
                 await self.reconcile_all()
@@ -203,10 +201,13 @@ class Controller:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            log.error("PriorityClass missing: placeholders are not created until it exists (it is part of the "
-                      "install: manifests/base/priorityclass.yaml)", extra={"priorityclass": ob.PRIORITY_CLASS})
+            if self.priority_class_ok:  # once, not every reconcile
+                log.error("PriorityClass missing: placeholders are not created until it exists (it is part of "
+                          "the install: manifests/base/priorityclass.yaml)", extra={"priorityclass": ob.PRIORITY_CLASS})
             self.priority_class_ok = False
             return False
+        if not self.priority_class_ok:
+            log.info("PriorityClass found: placeholders are created", extra={"priorityclass": ob.PRIORITY_CLASS})
         self.priority_class_ok = True
         return True
 

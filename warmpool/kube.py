@@ -47,6 +47,25 @@ async def with_retries(what: str, call: Callable[[], Awaitable[T]], attempts: in
     raise AssertionError("unreachable")
 
 
+async def wait_event(event: asyncio.Event, within: float) -> bool:
+    """Wait for ``event`` at most ``within`` s; True if it is set. Unlike ``asyncio.wait_for`` on Python
+    3.11, a cancellation arriving as the event fires is never swallowed (the caller stops for sure)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within):
+            await event.wait()
+    return event.is_set()
+
+
+async def cancel_and_wait(task: asyncio.Task[Any], every: float = 1.0) -> None:
+    """Cancel ``task`` and wait until it is done, cancelling again if it swallowed the cancellation."""
+    task.cancel()
+    while not task.done():
+        done, _ = await asyncio.wait({task}, timeout=every)
+        if not done:
+            log.warning("task ignored its cancellation; cancelling again", extra={"task": task.get_name()})
+            task.cancel()
+
+
 async def read_raw(call: Callable[..., Awaitable[Any]], *args: Any) -> Obj:
     """GET returning raw JSON; non-2xx raises ApiException (``_preload_content=False`` does not)."""
     resp = await call(*args, _preload_content=False)
@@ -260,8 +279,7 @@ class LeaderElector:
                     log.warning("lease check failed", extra={"error": str(exc)[:200]})
                     got = False
                 if not got:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self.retry_period)
+                    await wait_event(stop, self.retry_period)
                     continue
                 log.info("became leader", extra={"identity": self.identity, "lease": self.name})
                 self.is_leader = True
@@ -269,8 +287,7 @@ class LeaderElector:
                 last_renew = time.monotonic()
                 try:
                     while not stop.is_set() and not task.done():
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(stop.wait(), self.renew_period)
+                        await wait_event(stop, self.renew_period)
                         if stop.is_set():
                             break
                         try:
@@ -284,9 +301,8 @@ class LeaderElector:
                             break
                 finally:
                     self.is_leader = False
-                    task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                        await cancel_and_wait(task)
                     log.info("stopped leading", extra={"identity": self.identity})
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     log.error("controller crashed", extra={"error": str(task.exception())})
