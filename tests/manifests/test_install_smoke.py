@@ -302,6 +302,9 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
         await _delete_namespace(core, INSTALL_NS)
         await uninstall_cluster_objects(k8s_admin)
         await _strip_finalizers(apps)
+        from warmpool.controller import install_priority_class
+
+        await install_priority_class(k8s_admin)  # as other suites expect the cluster (it was deleted above)
 
 
 class _Shower:
