@@ -51,6 +51,7 @@ from .test_cluster import (
 
 pytestmark = pytest.mark.cluster
 P = "warmscale.io/"
+SHARED = ROOT.parent / "shared" / "reference"
 
 
 def _args(deploy: dict[str, Any], env: dict[str, str], replace_flags: dict[str, str]) -> list[str]:
@@ -108,7 +109,7 @@ def redis(tmp_path: Path) -> Any:
 
 async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
     k8s_cluster: Cluster, k8s_admin: client.ApiClient, k8s_node_pool: NodePoolFactory, redis: RedisServer,
-    tmp_path: Path,
+    fake_engine: Any, tmp_path: Path,
 ) -> None:
     core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
     adm = client.AdmissionregistrationV1Api(k8s_admin)
@@ -276,7 +277,23 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                         return v if v >= 2 else None
 
                     value = await wait_for(desired, within=60, what="the scaler asks for the floor (2)")
-                    assert value == 2.0  # no load (the engines are KWOK pods): the warm floor, not minReplicas 1
+                    assert value == 2.0  # KWOK engines serve no /metrics: unknown, the floor held, not 1
+                    # the same ScaledObject reading an engine that reports no load at all (vLLM idle
+                    # metrics from a local server): the floor binds as the reason, not as a hold
+                    idle = fake_engine((SHARED / "metrics-samples" / "vllm-idle.prom").read_text())
+                    meta = {k: v for k, v in trigger["metadata"].items() if k not in ("podSelector", "metricsPort")}
+                    ref = pb.ScaledObjectRef(name="vllm-llama", namespace=EXAMPLE_NS,
+                                             scalerMetadata={**meta, "endpoints": idle.url})
+                    assert await wait_for(desired, within=60, what="the floor with zero load") == 2.0
+
+                    async def warm_floor() -> bool:
+                        await desired()  # KEDA keeps asking
+                        async with aiohttp.ClientSession() as http, http.get(
+                                f"http://127.0.0.1:{scaler_metrics}/decisions?namespace={EXAMPLE_NS}") as r:
+                            got = (await r.json())["decisions"]
+                        return any(d["reason"] == "warm-floor" and d["desired"] == 2 for d in got)
+
+                    await wait_for(warm_floor, within=30, interval=1.0, what="decision reason warm-floor")
                     # without the client certificate: refused
                     async with grpc.aio.secure_channel(f"127.0.0.1:{grpc_port}", grpc.ssl_channel_credentials(
                             root_certificates=keda["ca.crt"]), options=[
@@ -286,11 +303,10 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 async with aiohttp.ClientSession() as http, http.get(
                         f"http://127.0.0.1:{scaler_metrics}/decisions?namespace={EXAMPLE_NS}") as r:
                     body = await r.json()
-                last = body["decisions"][-1]
-                assert last["desired"] == 2, last
-                print("smoke decision:", {k: last.get(k) for k in ("desired", "reason", "ready", "starting")})
+                got = {(d["desired"], d["reason"]) for d in body["decisions"]}
+                assert (2, "warm-floor") in got and (2, "signals-unknown") in got, json.dumps(body)
                 await show(f"curl -s 'http://127.0.0.1:{scaler_metrics}/decisions?namespace=llm' | "
-                           "jq -c '.decisions[-1] | {name, desired, reason}'")
+                           "jq -c '.decisions[] | {name, desired, reason}'")
     finally:
         _print_tracebacks(tmp_path)
         for cmd in (["-n", EXAMPLE_NS, "get", "deploy,jobs,pods", "-o", "wide"],
