@@ -439,7 +439,7 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
     try:
         metas = with_endpoints(shape, await asyncio.to_thread(farm.ports), per_set)
         metrics_port = free_port()
-        scaler = ScalerProcess.cli(metrics_port, *(["--rpc-process"] if args.rpc_process else []))
+        scaler = ScalerProcess.cli(metrics_port, "--rpc-process" if args.rpc_process else "--no-rpc-process")
         try:
             await scaler.ready()
             farm0 = proc_cpu_seconds(farm.proc.pid)

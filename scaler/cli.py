@@ -169,9 +169,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated CIDRs, addresses and host names the scaler may connect to "
                              "(endpoints, pods, Prometheus, Redis queues), checked on resolved addresses; "
                              "anything else is INVALID_ARGUMENT (default: no restriction)")
-    parser.add_argument("--rpc-process", action="store_true",
-                        help="answer KEDA's gRPC from a process of its own (recommended from a few hundred "
-                             "ScaledObjects: RPCs never wait behind ticks and scrapes)")
+    parser.add_argument("--rpc-process", action=argparse.BooleanOptionalAction, default=True,
+                        help="answer KEDA's gRPC from a process of its own, from a mirror of the decisions "
+                             "(default; RPCs never wait behind ticks and scrapes). --no-rpc-process: one process")
     parser.add_argument("--no-kubernetes", action="store_true",
                         help="never use the Kubernetes API (podSelector then reports a source error)")
 
@@ -192,7 +192,7 @@ async def serve(args: argparse.Namespace) -> int:
         instance_id=args.instance_id,
         max_trackers=args.max_trackers,
         max_trackers_per_namespace=args.max_trackers_per_namespace,
-        rpc_process=bool(getattr(args, "rpc_process", False)),
+        rpc_process=bool(getattr(args, "rpc_process", True)),
     )
     from scaler.target_guard import TargetGuard
 

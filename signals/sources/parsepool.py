@@ -27,7 +27,7 @@ def _parse(text: str, engine: str, max_bytes: int) -> ReplicaSignal:
 
 
 def default_workers() -> int:
-    return max(1, min(4, os.cpu_count() or 1))
+    return max(1, min(2, os.cpu_count() or 1))
 
 
 class ParsePool:
