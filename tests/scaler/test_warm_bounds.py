@@ -61,15 +61,42 @@ def test_bounds_at() -> None:
     assert bounds_at(TGI_MIN_READY, TGI_ZERO, datetime(2026, 12, 2, 2, 0, tzinfo=ZoneInfo("UTC"))).zero_allowed
 
 
-async def test_scheduled_floor_binds_a_hand_written_scaledobject_at_the_window_start() -> None:
-    """vLLM example: hand-written ScaledObject (minReplicas 1), min-ready 2 from Monday 08:00 Berlin.
-    Zero load. At 07:59:50 the scaler asks for 1; once its clock passes 08:00 it asks for 2 without any
-    controller reconcile in between (the status was published before the window)."""
+def _example_metadata(owned: bool) -> dict[str, str]:
+    """The vLLM example's trigger metadata: its hand-written ScaledObject, or the one the controller
+    would create for the same Deployment with autoscale on (minReplicas = the floor it saw: 1)."""
+    from pathlib import Path
+
+    import yaml
+
+    from warmpool import objects as ob
+    from warmpool.annotations import parse_annotations
+    from warmpool.controller import workload_from
+
+    d = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "vllm"
+    if not owned:
+        so = yaml.safe_load((d / "scaledobject.yaml").read_text())
+    else:
+        dep = yaml.safe_load((d / "deployment.yaml").read_text())
+        dep["metadata"]["annotations"]["warmscale.io/autoscale"] = "true"
+        cfg = parse_annotations(dep["metadata"]["annotations"])
+        so = ob.scaled_object(workload_from("Deployment", dep), cfg, 1, "warmscale.warmscale.svc:9090",
+                              "warmscale-mtls")
+    meta = dict(so["spec"]["triggers"][0]["metadata"])
+    assert meta["minReplicas"] == "1"
+    return {**meta, "scrapeIntervalSeconds": "0.1"}  # the reader is scripted: no engines are scraped
+
+
+@pytest.mark.parametrize("owned", [False, True], ids=["hand-written", "controller-owned"])
+async def test_scheduled_floor_binds_at_the_window_start(owned: bool) -> None:
+    """vLLM example: ScaledObject with minReplicas 1 (hand-written, or created by the controller before
+    the window), min-ready 2 from Monday 08:00 Berlin. Zero load. At 07:59:50 the scaler asks for 1;
+    once its clock passes 08:00 it asks for 2 without any controller reconcile in between (the status
+    was published before the window)."""
     store, clock = MemoryStore(), Clock(_t(2026, 11, 30, 7, 59, 50))
     await store.put_warm_status("llm", "vllm-llama", WarmStatus(
         "llm", "vllm-llama", updated_at=clock.t - 5, min_ready=VLLM_MIN_READY, scale_to_zero="never"))
     m = _manager(ScriptedReader(load=0.0), store, clock)
-    t = m.get("llm", "vllm-llama", META)
+    t = m.get("llm", "vllm-llama", _example_metadata(owned))
     d = await t.current()
     assert (d.desired, d.reason) == (1, "min-replicas")
     clock.t = _t(2026, 11, 30, 8, 0, 0)
