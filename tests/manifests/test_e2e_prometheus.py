@@ -40,6 +40,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 
 SCALER_JOB, CONTROLLER_JOB = "warmscale-scaler", "warmscale-controller"
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Metrics with series only after a failure repeated (next-layer findings): none in a healthy run.
+ONLY_AFTER_FAILURES = frozenset({"warmscale_advice"})
 
 
 class ScrapingPrometheus(PrometheusServer):
@@ -279,6 +281,12 @@ async def test_dashboards_and_alerts_against_real_prometheus(
                 if prom.api("query", query=q)["result"]:
                     del pending[where]
             await asyncio.sleep(1)
+        # Panels of series that exist only once a failure has repeated (no finding in a healthy run): their
+        # family must still be scraped, so the query names a real metric.
+        for where, expr in list(pending.items()):
+            names = metric_names(expr)
+            if names and names <= ONLY_AFTER_FAILURES and all(_exists(prom, n) for n in names):
+                del pending[where]
         assert not pending, "dashboard queries without data:\n" + "\n".join(f"{k}: {v}" for k, v in pending.items())
         assert not keda.errors, keda.errors[:5]
 
