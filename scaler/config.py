@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
 
+from scaler.capacity import MODEL_PROFILES
 from signals.model import ENGINES
 from signals.redact import redact
 
@@ -42,7 +43,11 @@ class ScalerConfig:
     min_replicas: int = 1
     max_replicas: int = 10
     scale_to_zero: bool = False
-    target_inflight_per_replica: float = 32.0
+    target_inflight_per_replica: float | None = None
+    target_utilization: float = 0.7
+    burst_window_seconds: float = 10.0
+    model_profile: str | None = None
+    gpu_product: str | None = None
     target_waiting_per_replica: float = 4.0
     kv_cache_target: float = 0.8
     kv_cache_high: float = 0.9
@@ -52,6 +57,7 @@ class ScalerConfig:
     time_to_ready_seconds: float = 120.0
     trend_window_seconds: float = 60.0
     scale_down_stabilization_seconds: float = 300.0
+    node_idle_seconds: float = 600.0
     scale_up_max_step: float = 2.0
     idle_window_seconds: float = 60.0
     staleness_seconds: float = 30.0
@@ -244,6 +250,17 @@ class Key:
         return bool(self.check(value))
 
 
+def _parse_profile(raw: str) -> str:
+    p = raw.strip().lower()
+    if p not in MODEL_PROFILES:
+        raise ValueError(f"unknown model profile {raw[:80]!r}; expected one of {', '.join(MODEL_PROFILES)}")
+    return p
+
+
+def _gpu_product(v: str) -> bool:
+    return 0 < len(v) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", v) is not None
+
+
 # Bounds shared by several keys.
 _SECONDS_DAY = 86_400.0
 MAX_REPLICAS = 10_000
@@ -277,7 +294,19 @@ KEYS: tuple[Key, ...] = (
     Key("scaleToZero", "scale_to_zero", parse_bool, None,
         "Allow IsActive=false and a 0 target once every replica is idle. Default false."),
     Key("targetInflightPerReplica", "target_inflight_per_replica", _parse_float, Range(0.01, 1e6),
-        "Running + waiting requests one replica should carry."),
+        "Optional override: running + waiting requests one replica should carry. Unset: the "
+        "sequence-, KV- and prefill-bound needs from the learned per-replica capacity size the "
+        "workload (docs/policy.md, \"Capacity in tokens\")."),
+    Key("targetUtilization", "target_utilization", _parse_float, Range(0.05, 1),
+        "Share of one replica's learned capacity (prefill tokens/s, sequences) to size for."),
+    Key("burstWindowSeconds", "burst_window_seconds", _parse_float, Range(1, 3600),
+        "Window of the arriving prompt tokens/s the prefill-bound need is sized from."),
+    Key("modelProfile", "model_profile", _parse_profile, None,
+        "Prior of the per-replica capacity before anything is measured (scaler/capacity.py PRIORS, "
+        "e.g. 8b-h100, 70b-h100-tp4); unset: the engine's generic prior."),
+    Key("gpuProduct", "gpu_product", str.strip, _gpu_product,
+        "GPU product the replicas run on (as the nvidia.com/gpu.product node label); the learned "
+        "capacity is kept per product. Unset: the product pod discovery reads from the nodes."),
     Key("targetWaitingPerReplica", "target_waiting_per_replica", _parse_float, Range(0, 1e6),
         "Queued requests per replica tolerated before the queue alone asks for more replicas."),
     Key("kvCacheTarget", "kv_cache_target", _parse_float, Range(0, 1, lo_open=True),
@@ -296,7 +325,11 @@ KEYS: tuple[Key, ...] = (
     Key("trendWindowSeconds", "trend_window_seconds", _parse_float, Range(0.1, _SECONDS_DAY),
         "Window over which the demand trend (slope) is fitted for the look-ahead."),
     Key("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", _parse_float, Range(0, _SECONDS_DAY),
-        "Scale down only to the highest recommendation of this window."),
+        "Minimum hold of a recent peak need (the burst hold keeps it for the break-even time of "
+        "releasing capacity, at least this long; docs/policy.md)."),
+    Key("nodeIdleSeconds", "node_idle_seconds", _parse_float, Range(0, _SECONDS_DAY),
+        "How long a released GPU node stays (billed, idle) before the cluster autoscaler removes it "
+        "(cluster-autoscaler scale-down-unneeded-time); part of the burst hold's break-even time."),
     Key("scaleUpMaxStep", "scale_up_max_step", _parse_float, Range(1, 100),
         "Largest multiplicative step of the proportional (KV, TTFT) rules per decision."),
     Key("idleWindowSeconds", "idle_window_seconds", _parse_float, Range(0, 7 * _SECONDS_DAY),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from scaler import capacity as cap
 from scaler.config import ScalerConfig
 from scaler.gateway import gateway_view
 from scaler.state import ReplicaMemory, ScalerState
@@ -50,6 +51,14 @@ class Observation:
     stale_endpoints: float = 0.0  # endpoints the picker has no fresh metrics for
     saturation: float | None = None  # the picker's saturation of this role's stage
     pd_floor: int | None = None  # the pdGroup's ratio bound for this role (scaler.pdgroup)
+    ttr_ladder: tuple[tuple[str, int, float], ...] = ()  # the warm ladder (scaler.ladder); () = time_to_ready_s
+    # Token view (None: no replica exposes prompt tokens). Rates are over burstWindowSeconds, all replicas.
+    prompt_rate: float | None = None  # prompt tokens prefilled per second
+    waiting_prompt_tokens: float | None = None  # waiting requests x mean prompt tokens per request
+    prefill_tps: float = cap.PRIORS["generic"].prefill_tps  # learned prefill tokens/s of one replica
+    max_seqs: float = cap.PRIORS["generic"].max_seqs  # sequences one replica runs at once
+    capacity_samples: int = 0  # saturated intervals behind prefill_tps (0: the prior)
+    gpu_product: str = ""
 
     @property
     def uncertain(self) -> bool:
@@ -149,6 +158,11 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     activity = False
     completed = 0.0
     completion_counted = False
+    prompt_tokens = 0.0
+    prompt_counted = False
+    gpu = cfg.gpu_product or snapshot.gpu_product or ""
+    prior = cap.prior_for(cfg.engine, cfg.model_profile)
+    estimate = state.capacity.get(gpu) or cap.start(prior)
 
     for reading in known:
         sig = reading.signal
@@ -166,6 +180,13 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
                 completion_counted = True
                 if sig.requests_total >= prev.requests_total:  # a decrease is a counter reset
                     completed += sig.requests_total - prev.requests_total
+            if sig.prompt_tokens_total is not None and prev.prompt_tokens_total is not None:
+                prompt_counted = True
+                if sig.prompt_tokens_total >= prev.prompt_tokens_total:  # a decrease is a counter reset
+                    dp = sig.prompt_tokens_total - prev.prompt_tokens_total
+                    prompt_tokens += dp
+                    saturated = sig.waiting > 0 and (prev.waiting or 0.0) > 0
+                    estimate = cap.learn(estimate, dp, reading.observed_at - prev.observed_at, saturated)
             if _increased(sig.requests_total, prev.requests_total) or _increased(
                 sig.generation_tokens_total, prev.generation_tokens_total
             ):
@@ -176,6 +197,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
             requests_total=sig.requests_total,
             generation_tokens_total=sig.generation_tokens_total,
             preemptions_total=sig.preemptions_total,
+            prompt_tokens_total=sig.prompt_tokens_total,
+            waiting=sig.waiting,
         )
     present = {r.replica for r in snapshot.replicas}
     memory = {k: v for k, v in memory.items() if k in present}
@@ -222,6 +245,13 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         completions = (*completions, (now, completed * scale))
     completions = _prune(completions, trend_since)
     completion_rate = _rate(completions)
+    prompt_samples = state.prompt_samples
+    if prompt_counted:
+        finished = completed * scale if completion_counted else 0.0
+        prompt_samples = (*prompt_samples, (now, prompt_tokens * scale, finished))
+    prompt_samples = _prune3(prompt_samples, trend_since)
+    prompt_rate, per_request = _prompt_view(prompt_samples, now - cfg.burst_window_seconds)
+    maxes = [r.signal.max_running for r in known if r.signal is not None and r.signal.max_running]
 
     preemption_kept = _prune(tuple(preemptions), now - cfg.ttft_window_seconds)
     span = max(cfg.ttft_window_seconds, 1e-9)
@@ -257,6 +287,13 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         starting_replicas=snapshot.starting_replicas,
         current_replicas=snapshot.current_replicas,
         time_to_ready_s=snapshot.time_to_ready_s,
+        ttr_ladder=snapshot.ttr_ladder,
+        prompt_rate=prompt_rate,
+        waiting_prompt_tokens=(waiting * scale + queue) * per_request if per_request is not None else None,
+        prefill_tps=estimate.prefill_tps,
+        max_seqs=min(maxes) if maxes else prior.max_seqs,
+        capacity_samples=estimate.samples,
+        gpu_product=gpu,
         warm_floor=snapshot.warm_floor,
         pd_floor=snapshot.pd_floor,
         zero_allowed=snapshot.zero_allowed,
@@ -272,11 +309,36 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         running_samples=running_samples,
         waiting_samples=waiting_samples,
         completions=completions,
+        prompt_samples=prompt_samples,
+        capacity={**state.capacity, gpu: estimate},
         preemption_events=preemption_kept,
         last_activity_at=last_activity,
     )
     return obs, new_state
 
+
+
+def _prune3(samples: tuple[tuple[float, float, float], ...], since: float) -> tuple[tuple[float, float, float], ...]:
+    return tuple(s for s in samples if s[0] >= since)
+
+
+def _prompt_view(samples: tuple[tuple[float, float, float], ...], since: float) -> tuple[float | None, float | None]:
+    """(prompt tokens/s since ``since``, mean prompt tokens per finished request over all samples).
+    Each sample counts what happened since the decision before it, so the oldest sample in the
+    span lies outside it."""
+    if len(samples) < 2:
+        return None, None
+    recent = [s for s in samples if s[0] >= since]
+    rate = None
+    if len(recent) >= 2 and recent[-1][0] > recent[0][0]:
+        rate = sum(s[1] for s in recent[1:]) / (recent[-1][0] - recent[0][0])
+    elif recent:  # one decision in the window: the span back to the sample before it
+        older = [s for s in samples if s[0] < since]
+        if older and recent[-1][0] > older[-1][0]:
+            rate = recent[-1][1] / (recent[-1][0] - older[-1][0])
+    tokens = sum(s[1] for s in samples[1:])
+    requests = sum(s[2] for s in samples[1:])
+    return rate, (tokens / requests if requests > 0 else None)
 
 
 def _rate(samples: tuple[tuple[float, float], ...]) -> float | None:

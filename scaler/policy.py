@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from scaler.config import ScalerConfig
 from scaler.gateway import saturation_rule, select_rules
 from scaler.hpa import metric_value_for
+from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready
 from scaler.observation import Observation
 from scaler.state import ScalerState
 
@@ -21,9 +22,8 @@ from scaler.state import ScalerState
 MIN_TTFT_SAMPLES = 5
 # Scale down only to a count that would carry at most this share less than the in-flight target.
 SCALE_DOWN_HEADROOM = 0.2
-# The scale-down window covers at least this many times the time-to-ready (ski rental: releasing a
-# replica pays off only if it stays unneeded longer than it takes to get it back).
-STABILISATION_TTR_FACTOR = 2.0
+# Rounds of the look-ahead fixed point (the ladder has at most a few steps).
+LOOK_AHEAD_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,9 @@ def window_max_push(
 
 def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) -> tuple[Decision, ScalerState]:
     last = state.last_desired
-    ttr = obs.time_to_ready_s if obs.time_to_ready_s is not None else cfg.time_to_ready_seconds
+    ladder: Ladder = obs.ttr_ladder or single(
+        obs.time_to_ready_s if obs.time_to_ready_s is not None else cfg.time_to_ready_seconds)
+    ttr = time_to_ready(ladder, 1)
     if obs.ready_replicas is not None:
         ready = obs.ready_replicas
     elif obs.known_replicas + obs.unknown_replicas > 0:
@@ -95,20 +97,42 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     # Up to targetWaitingPerReplica per ready replica is ordinary queueing; beyond it is a backlog.
     tolerated = cfg.target_waiting_per_replica * ready
     backlog = max(0.0, waiting_total - tolerated)
-    horizon = min(ttr, cfg.trend_window_seconds)
 
     # 1. Demand: the concurrency the replicas serve, plus ordinary queueing, plus the growth of the
-    #    served concurrency expected before a new replica is ready. Only a sustained trend is
-    #    extrapolated, and no further than the window it was fitted over.
-    inflight = running_total + min(waiting_total, tolerated) + max(0.0, obs.running_slope) * horizon
+    #    served concurrency expected before the last replica asked for is ready: the horizon is the
+    #    warm ladder's time-to-ready of the k-th additional replica (a fixed point: more demand, more
+    #    replicas, a colder k-th one, a longer horizon). Only a sustained trend is extrapolated.
+    now_inflight = running_total + min(waiting_total, tolerated)
     if ready == 0:
-        inflight += backlog  # nothing serves yet (scale from zero): every waiting request needs a slot
-    rules["demand"] = _ceil(inflight / cfg.target_inflight_per_replica)
+        now_inflight += backlog  # nothing serves yet (scale from zero): every waiting request needs a slot
+    # Concurrency one replica is sized for: the override, else the learned sequence capacity.
+    per_replica = (cfg.target_inflight_per_replica if cfg.target_inflight_per_replica is not None
+                   else max(1.0, cfg.target_utilization * obs.max_seqs))
+    growth = max(0.0, obs.running_slope)
+    # A trend extrapolated over a cold start can ask for many times today's load; the proportional
+    # rules' step bound (scaleUpMaxStep) bounds it too, per decision.
+    most = max(now_inflight, per_replica) * (cfg.scale_up_max_step - 1.0)
+
+    def ahead(h: float) -> float:
+        return now_inflight + min(growth * h, most)
+
+    horizon = ttr
+    inflight = ahead(horizon)
+    for _ in range(LOOK_AHEAD_ROUNDS):
+        if growth <= 0:
+            break
+        k = max(1, _ceil(inflight / per_replica) - provisioned)
+        longer = time_to_ready(ladder, k)
+        if longer <= horizon:
+            break
+        horizon = longer
+        inflight = ahead(horizon)
+    rules["demand"] = _ceil(inflight / per_replica)
     # Hysteresis: below the current count, step down only to a count that would run at most
     # (1 - SCALE_DOWN_HEADROOM) of the target, so load hovering at a boundary does not flap.
     current = obs.current_replicas if obs.current_replicas is not None else last
     if current is not None and rules["demand"] < current:
-        held = _ceil(inflight / (cfg.target_inflight_per_replica * (1 - SCALE_DOWN_HEADROOM)))
+        held = _ceil(inflight / (per_replica * (1 - SCALE_DOWN_HEADROOM)))
         rules["demand"] = min(current, held)
 
     # 2. Backlog: the engines are full (below the in-flight target: KV- or prefill-bound). Add the
@@ -127,8 +151,16 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         if extra > 0:
             rules["queue"] = min(_ceil(ready + extra), _ceil(max(provisioned, 1) * cfg.scale_up_max_step))
 
+    # 1b. Prefill-bound need: the prompt tokens arriving per second (prefilled over the burst window,
+    #     plus the waiting requests' prompts, to be taken within that window) over what one replica
+    #     prefills at the target utilisation (its learned capacity, scaler.capacity).
+    if obs.prompt_rate is not None:
+        arriving = obs.prompt_rate + (obs.waiting_prompt_tokens or 0.0) / cfg.burst_window_seconds
+        rules["prefill"] = _ceil(arriving / (cfg.target_utilization * obs.prefill_tps))
+
     # 3. KV pressure: size so that mean KV usage would sit at the target. Preemptions confirm
-    #    pressure only while usage is still above the target.
+    #    pressure only while usage is still above the target. Without a targetInflightPerReplica
+    #    override the KV-bound need applies at every level (it is what holds decode capacity).
     kv_hot = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_high
     kv_warm = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_target
     preempting = obs.preemption_rate > 0 and kv_warm
@@ -137,6 +169,10 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         if preempting:
             need = max(need, ready + 1)
         rules["kv"] = max(provisioned, min(need, _ceil(ready * cfg.scale_up_max_step)))
+    elif ready > 0 and obs.kv_usage_mean is not None and cfg.target_inflight_per_replica is None and obs.running > 0:
+        kv_need = _ceil(ready * obs.kv_usage_mean / cfg.kv_cache_target)
+        if kv_need > 1:  # one replica is the floor anyway (and must not block scale to zero)
+            rules["kv"] = kv_need
 
     # 4. TTFT SLO: the windowed quantile against the SLO scales the ready replicas proportionally,
     #    unless the slowness is a backlog that drains by itself before new replicas would be ready.
@@ -176,15 +212,24 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     if desired > cfg.max_replicas:
         desired, reason = cfg.max_replicas, "max-replicas"
 
-    # Scale-down stabilisation: the highest recommendation of the window.
-    # The window is at least the time-to-ready: capacity released now could not come back sooner.
-    window = max(cfg.scale_down_stabilization_seconds, STABILISATION_TTR_FACTOR * ttr)
-    recs = window_max_push(state.recommendations, now, desired, now - window)
+    # Burst hold (ski rental): each replica above today's need is held for the break-even time of
+    # releasing it (the node idle time plus the time-to-ready of the ladder step it would come back
+    # by), at least scaleDownStabilizationSeconds; the warmest-returning replicas go first.
+    window = longest_hold(ladder, cfg.node_idle_seconds, cfg.scale_down_stabilization_seconds)
+    past = state.recommendations
+    if state.last_decision_at is None and obs.current_replicas:
+        # A fresh tracker knows nothing of the recent need: the fleet it finds counts as one (a
+        # fleet sized by someone is not released before the break-even time either).
+        past = ((now, min(obs.current_replicas, cfg.max_replicas)),)
+    recs = window_max_push(past, now, desired, now - window)
     state = replace(state, recommendations=recs)
     if desired > 0:
-        stabilised = recs[0][1]
-        if stabilised > desired:
-            desired, reason = stabilised, "scale-down-stabilization"
+        base = desired
+        for t, v in recs:
+            held = held_count(base, v, now - t, ladder, cfg.node_idle_seconds, cfg.scale_down_stabilization_seconds)
+            if held > desired:
+                young = now - t < cfg.scale_down_stabilization_seconds
+                desired, reason = held, "scale-down-stabilization" if young else "burst-hold"
     # Lost state (no stored window to stabilise with): hold for one window at what ran before.
     if state.state_lost_at is not None:
         if now - state.state_lost_at < window:

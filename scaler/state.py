@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scaler.capacity import Estimate
 from signals.histogram import Histogram
 
 
@@ -21,6 +22,8 @@ class ReplicaMemory:
     requests_total: float | None = None
     generation_tokens_total: float | None = None
     preemptions_total: float | None = None
+    prompt_tokens_total: float | None = None
+    waiting: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -36,6 +39,8 @@ class ReplicaMemory:
             requests_total=d.get("requests_total"),
             generation_tokens_total=d.get("generation_tokens_total"),
             preemptions_total=d.get("preemptions_total"),
+            prompt_tokens_total=d.get("prompt_tokens_total"),
+            waiting=d.get("waiting"),
         )
 
 
@@ -50,6 +55,10 @@ class ScalerState:
     completions: tuple[tuple[float, float], ...] = ()
     preemption_events: tuple[tuple[float, float], ...] = ()
     recommendations: tuple[tuple[float, int], ...] = ()
+    # (time, prompt tokens prefilled, requests finished) per decision, over trendWindowSeconds
+    prompt_samples: tuple[tuple[float, float, float], ...] = ()
+    # Learned per-replica capacity, per GPU product ("" when unknown); see scaler.capacity.
+    capacity: dict[str, Estimate] = field(default_factory=dict)
     last_activity_at: float | None = None
     last_desired: int | None = None
     last_increase_at: float | None = None
@@ -67,6 +76,8 @@ class ScalerState:
             "waiting_samples": [list(s) for s in self.waiting_samples],
             "preemption_events": [list(s) for s in self.preemption_events],
             "recommendations": [list(s) for s in self.recommendations],
+            "prompt_samples": [list(s) for s in self.prompt_samples],
+            "capacity": {k: v.to_dict() for k, v in self.capacity.items()},
             "last_activity_at": self.last_activity_at,
             "last_desired": self.last_desired,
             "last_increase_at": self.last_increase_at,
@@ -84,6 +95,8 @@ class ScalerState:
             waiting_samples=tuple((float(t), float(v)) for t, v in d.get("waiting_samples", [])),
             preemption_events=tuple((float(t), float(v)) for t, v in d.get("preemption_events", [])),
             recommendations=tuple((float(t), int(v)) for t, v in d.get("recommendations", [])),
+            prompt_samples=tuple((float(t), float(p), float(r)) for t, p, r in d.get("prompt_samples", [])),
+            capacity={str(k): Estimate.from_dict(v) for k, v in d.get("capacity", {}).items()},
             last_activity_at=d.get("last_activity_at"),
             last_desired=d.get("last_desired"),
             last_increase_at=d.get("last_increase_at"),

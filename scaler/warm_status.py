@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from scaler.ladder import time_to_ready
 from scaler.schedule import Bounds, bounds_at
 
 WARM_STATES = ("placeholder+staged", "staged", "cold")
@@ -47,13 +48,23 @@ class WarmStatus:
         except ValueError:
             return None
 
-    def expected_time_to_ready(self, fallback: float) -> float:
-        """Look-ahead for the next replica: the warmest state that has capacity and a measurement."""
-        if self.placeholders_ready > 0 and "placeholder+staged" in self.time_to_ready_s:
-            return self.time_to_ready_s["placeholder+staged"]
-        if self.staged_nodes > 0 and "staged" in self.time_to_ready_s:
-            return self.time_to_ready_s["staged"]
-        return self.time_to_ready_s.get("cold", fallback)
+    def ladder(self, fallback: float) -> tuple[tuple[str, int, float], ...]:
+        """The warm ladder (:mod:`scaler.ladder`): the first ``placeholders_ready`` additional replicas
+        start on a placeholder, the next ones on staged nodes without one, the rest cold. A state
+        without a measurement is skipped (its replicas count as the next colder state's)."""
+        ttr = self.time_to_ready_s
+        steps: list[tuple[str, int, float]] = []
+        if self.placeholders_ready > 0 and "placeholder+staged" in ttr:
+            steps.append(("placeholder+staged", self.placeholders_ready, ttr["placeholder+staged"]))
+        staged_free = self.staged_nodes - (self.placeholders_ready if steps else 0)
+        if staged_free > 0 and "staged" in ttr:
+            steps.append(("staged", staged_free, ttr["staged"]))
+        steps.append(("cold", 0, ttr.get("cold", fallback)))
+        return tuple(steps)
+
+    def expected_time_to_ready(self, fallback: float, k: int = 1) -> float:
+        """Seconds until the k-th additional replica started now is ready (the warm ladder)."""
+        return time_to_ready(self.ladder(fallback), k)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -166,6 +166,10 @@ class Snapshot:
     warm_capacity: int | None = None
     current_replicas: int | None = None
     ttft_window: Histogram | None = None
+    # The warm ladder: (warm state, replicas it can start, seconds) warmest first; the last step's
+    # count is 0 (unlimited). Empty: only ``time_to_ready_s`` is known (see scaler.ladder).
+    ttr_ladder: tuple[tuple[str, int, float], ...] = ()
+    gpu_product: str | None = None  # GPU product of the target's nodes (GFD label), when discovered
     target_name: str | None = None
     warm_floor: int | None = None
     pd_floor: int | None = None  # the prefill/decode ratio bound of the ScaledObject's pdGroup

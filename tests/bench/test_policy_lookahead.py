@@ -1,7 +1,9 @@
 """Policy fix found by the trace replay: the look-ahead extrapolated the demand trend (a slope fitted
 over trendWindowSeconds, 60 s by default) over the whole time-to-ready. With the warm pool used
 up, that is the cold start (510 s for 8B, 905 s for 70B): a start-up ramp or a burst of a few
-requests then asked for maxReplicas. The slope is now extrapolated at most over its fit window."""
+requests then asked for maxReplicas. The slope was then extrapolated at most over its fit window;
+since issue 12 the horizon is the warm ladder's time-to-ready again (not capped by the window) and
+one decision extrapolates at most (scaleUpMaxStep - 1) x today's load instead."""
 
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ def test_a_ramp_over_one_minute_is_not_extrapolated_over_a_cold_start() -> None:
     # 0 -> 12 in-flight requests within a minute (slope 0.2/s), then a 510 s cold start ahead.
     loads = [min(12.0, 1.0 * i) for i in range(13)]
     rules = _run(loads, ttr=510.0)
-    # Before the fix: 12 + 0.2 x 510 = 114 in flight -> 4 replicas. Now: 12 + 0.2 x 60 = 24 -> 1.
-    assert rules["demand"] == 1
+    # Before the fix: 12 + 0.2 x 510 = 114 in flight -> 4 replicas. Now: 12 + min(0.2 x 510, 1 x 32) = 44 -> 2.
+    assert rules["demand"] == 2
 
 
 def test_look_ahead_still_covers_growth_within_the_window() -> None:

@@ -171,7 +171,7 @@ async def test_redis_out_of_memory_follower_never_serves_a_stale_decision(
 async def test_flushall_does_not_release_a_held_scale_down(
     tmp_path: Path, redis_fresh: RedisServer, engine: Engine
 ) -> None:
-    extra = {"scaleDownStabilizationSeconds": "8"}
+    extra = {"scaleDownStabilizationSeconds": "8", "nodeIdleSeconds": "0"}
     engine.set(running=150)  # -> 15
     procs = await start_scalers(tmp_path, 2, "--redis-url", redis_fresh.url)
     try:

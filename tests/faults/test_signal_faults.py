@@ -22,7 +22,7 @@ pytestmark = pytest.mark.servers
 FAST = {
     "engine": "vllm",
     "timeToReadySeconds": "1",
-    "scaleDownStabilizationSeconds": "0",
+    "scaleDownStabilizationSeconds": "0", "nodeIdleSeconds": "0",
     "maxReplicas": "50",
 }
 

@@ -56,7 +56,7 @@ def manager(store: Store, reader: Any, instance: str) -> TrackerManager:
 
 
 PREFILL_META = {**META, "role": "prefill", "pdGroup": "llama", "maxReplicas": "20",
-                "scaleDownStabilizationSeconds": "0", "timeToReadySeconds": "0"}
+                "scaleDownStabilizationSeconds": "0", "nodeIdleSeconds": "0", "timeToReadySeconds": "0"}
 DECODE_META = {**META, "role": "decode", "pdGroup": "llama", "decodePerPrefillMin": "1",
                "decodePerPrefillMax": "2", "maxReplicas": "20"}
 

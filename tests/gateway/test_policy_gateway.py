@@ -13,7 +13,7 @@ from scaler.policy import Decision, decide
 from scaler.state import ScalerState
 from signals.model import GatewayReading, GatewaySignal, ReplicaReading, ReplicaSignal, Snapshot
 
-EPP = {"eppAddress": "http://epp.test:9090/metrics", "eppPool": "qwen-chat"}
+EPP = {"eppAddress": "http://epp.test:9090/metrics", "eppPool": "qwen-chat", "targetInflightPerReplica": "32"}
 ZERO = {**EPP, "scaleToZero": "true", "minReplicas": "0", "idleWindowSeconds": "0", "maxReplicas": "8"}
 
 
@@ -61,7 +61,7 @@ def test_stale_endpoints_never_count_as_idle_nor_allow_scale_down(stale: float) 
     run = Run(parse_metadata(ZERO))
     d = run.step(picker(0, stale=stale, ready=3, sat={"effective": 0.2}))
     assert d.active and d.desired >= 1 and d.reason != "idle"
-    run2 = Run(parse_metadata({**EPP, "maxReplicas": "8", "scaleDownStabilizationSeconds": "0",
+    run2 = Run(parse_metadata({**EPP, "maxReplicas": "8", "scaleDownStabilizationSeconds": "0", "nodeIdleSeconds": "0",
                                "timeToReadySeconds": "0"}))
     run2.step(picker(0, running=150, ready=5, sat={"effective": 0.7}))
     d = run2.step(picker(0, running=10, ready=5, stale=stale, sat={"effective": 0.3}))

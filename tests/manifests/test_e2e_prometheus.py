@@ -269,7 +269,7 @@ async def test_dashboards_and_alerts_against_real_prometheus(
         keda = Keda(f"127.0.0.1:{grpc_port}", ns, "llama", {
             "endpoints": ",".join([*engines.urls, dead]), "engine": "vllm", "maxReplicas": "8", "ttftSloSeconds": "0.2",
             "ttftWindowSeconds": "10", "scrapeIntervalSeconds": "0.5", "trendWindowSeconds": "10",
-            "scaleDownStabilizationSeconds": "5", "hpaTolerance": "0"})
+            "scaleDownStabilizationSeconds": "5", "nodeIdleSeconds": "0", "hpaTolerance": "0"})
 
         # Every dashboard query returns data (polling while the run produces it).
         queries = list(dashboard_queries())

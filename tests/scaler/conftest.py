@@ -26,9 +26,11 @@ from signals.model import ReplicaReading, ReplicaSignal, Snapshot
 from tests.scaler.keda_v2_20_2 import externalscaler_pb2 as pb_v2
 from tests.scaler.keda_v2_20_2 import externalscaler_pb2_grpc as grpc_v2
 
-# Fast trackers: a decision every 0.1 s. 32 in-flight requests per replica (the default target).
+# Fast trackers: a decision every 0.1 s. 32 in-flight requests per replica (the targetInflightPerReplica
+# override; these tests are about the tracker, not the capacity model).
 META: dict[str, str] = {
     "endpoints": "http://engine.test:8000/metrics",
+    "targetInflightPerReplica": "32",
     "minReplicas": "1",
     "maxReplicas": "20",
     "scrapeIntervalSeconds": "0.1",

@@ -109,7 +109,8 @@ def test_ttft_slo_scales_ready_replicas_proportionally() -> None:
 
 def test_ttft_window_forgets_old_slowness() -> None:
     run = Run(cfg(ttftSloSeconds="0.5", targetInflightPerReplica="1000", ttftWindowSeconds="30",
-                  scaleDownStabilizationSeconds="0", timeToReadySeconds="0"))
+                  scaleDownStabilizationSeconds="0",
+                  nodeIdleSeconds="0", timeToReadySeconds="0"))
     run.step([replica("a", running=5, hist=ttft({}))])
     slow = ttft({1.0: 20})
     assert run.step([replica("a", running=5, hist=slow)]).reason == "ttft"
@@ -133,9 +134,10 @@ def test_look_ahead_adds_growth_over_time_to_ready() -> None:
     for load in range(0, 50, 5):  # +5 requests per second
         d = run.step([replica("a", running=load)])
     assert d is not None
-    # load now 45, slope 5/s, 60 s ahead: 345 -> 35 replicas (capped at maxReplicas 10)
-    assert d.rules["demand"] == 35
-    assert d.desired == 10
+    # load now 45, slope 5/s, 60 s ahead: 345, but one decision extrapolates at most
+    # (scaleUpMaxStep - 1) x today's load: 90 -> 9 replicas
+    assert d.rules["demand"] == 9
+    assert d.desired == 9
 
 
 def test_no_look_ahead_on_falling_demand() -> None:
@@ -167,7 +169,8 @@ def test_starting_estimate_without_api_access() -> None:
 
 
 def test_scale_down_is_stabilised() -> None:
-    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="300"))
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="300", nodeIdleSeconds="0",
+                  timeToReadySeconds="0"))
     assert run.step([replica("a", running=80)]).desired == 8
     for _ in range(10):
         d = run.step([replica("a", running=5)], dt=25)
@@ -177,7 +180,7 @@ def test_scale_down_is_stabilised() -> None:
 
 
 def test_partial_data_blocks_scale_down() -> None:
-    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="0"))
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="0", nodeIdleSeconds="0"))
     assert run.step([replica("a", running=40), replica("b", running=40)]).desired == 8
     d = run.step([replica("a", running=0), unknown("b")])
     assert (d.desired, d.reason) == (8, "partial-data-hold")
@@ -243,7 +246,7 @@ def test_reported_metric_lands_the_hpa(tolerance: str, current: int, desired: in
     from scaler.hpa import hpa_replicas
 
     run = Run(cfg(targetInflightPerReplica="1", hpaTolerance=tolerance, maxReplicas="100",
-                  scaleDownStabilizationSeconds="0"))
+                  scaleDownStabilizationSeconds="0", nodeIdleSeconds="0", timeToReadySeconds="0"))
     # Below the current count the policy's hysteresis wants load at most 80% of the target.
     load = desired if desired >= current else desired * 0.8
     d = run.step([replica("a", running=load)], current_replicas=current)
@@ -314,21 +317,59 @@ def test_a_spike_is_not_a_trend() -> None:
 
 
 def test_hysteresis_holds_a_count_at_the_boundary() -> None:
-    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="0", timeToReadySeconds="0"))
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="0",
+                  nodeIdleSeconds="0", timeToReadySeconds="0"))
     assert run.step([replica("a", running=15)]).desired == 2
     assert run.step([replica("a", running=9)], dt=30).desired == 2  # 9 > 0.8 * 10: stays
     assert run.step([replica("a", running=7)], dt=30).desired == 1  # 7 <= 8: steps down
 
 
-def test_scale_down_window_covers_twice_the_time_to_ready() -> None:
-    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="60", timeToReadySeconds="300"))
-    assert run.step([replica("a", running=50)]).desired == 5
-    assert run.step([replica("a", running=1)], dt=500).desired == 5
-    assert run.step([replica("a", running=1)], dt=150).desired == 1
+def test_burst_hold_releases_exactly_at_the_break_even_time() -> None:
+    """Cold return path: hold = time-to-ready 300 s + node idle 600 s = 900 s after the peak."""
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="60", timeToReadySeconds="300",
+                  nodeIdleSeconds="600"))
+    assert run.step([replica("a", running=50)]).desired == 5  # the peak, at t0
+    d = run.step([replica("a", running=1)], dt=30)
+    assert (d.desired, d.reason) == (5, "scale-down-stabilization")  # within the minimum hold
+    d = run.step([replica("a", running=1)], dt=869.5)  # t0 + 899.5
+    assert (d.desired, d.reason) == (5, "burst-hold")
+    assert run.step([replica("a", running=1)], dt=0.5).desired == 1  # t0 + 900: released
+
+
+def test_burst_hold_releases_the_warm_returning_replicas_first() -> None:
+    """Two placeholders (90 s) then cold (510 s): the two replicas that would come back through a
+    placeholder go after max(minimum hold 60, 90) = 90 s, the others after 510 + 600 s."""
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="60", nodeIdleSeconds="600"))
+    ladder = (("placeholder+staged", 2, 90.0), ("cold", 0, 510.0))
+    assert run.step([replica("a", running=50)], ttr_ladder=ladder).desired == 5
+    assert run.step([replica("a", running=1)], dt=89, ttr_ladder=ladder).desired == 5
+    d = run.step([replica("a", running=1)], dt=1, ttr_ladder=ladder)
+    assert (d.desired, d.reason) == (3, "burst-hold")
+    assert run.step([replica("a", running=1)], dt=1019, ttr_ladder=ladder).desired == 3  # t0 + 1109
+    assert run.step([replica("a", running=1)], dt=1, ttr_ladder=ladder).desired == 1  # t0 + 1110
+
+
+def test_look_ahead_horizon_is_the_kth_replicas_time_to_ready() -> None:
+    """The horizon is not capped by the trend window: one placeholder (30 s), then cold (300 s).
+    Growth of 5/s: a 30 s horizon already needs more than one new replica, so the k-th one is cold."""
+    ladder = (("placeholder+staged", 1, 30.0), ("cold", 0, 300.0))
+    run = Run(cfg(targetInflightPerReplica="10", trendWindowSeconds="10", maxReplicas="500", scaleUpMaxStep="100"))
+    d = None
+    for load in range(0, 50, 5):
+        d = run.step([replica("a", running=load)], ttr_ladder=ladder, ready_replicas=1, starting_replicas=0)
+    assert d is not None
+    assert d.rules["demand"] == 155  # (45 + 5 * 300) / 10
+    assert d.time_to_ready_s == 30.0
+    # A lone extra replica would have come through the placeholder: horizon 30 s.
+    run = Run(cfg(targetInflightPerReplica="100", trendWindowSeconds="10", maxReplicas="500", scaleUpMaxStep="100"))
+    for load in range(0, 50, 5):
+        d = run.step([replica("a", running=load)], ttr_ladder=ladder, ready_replicas=1, starting_replicas=0)
+    assert d.rules["demand"] == 2  # (45 + 5 * 30) / 100 = 1.95
 
 
 def test_old_preemptions_without_kv_pressure_hold_nothing() -> None:
-    run = Run(cfg(targetInflightPerReplica="100", scaleDownStabilizationSeconds="0", timeToReadySeconds="0"))
+    run = Run(cfg(targetInflightPerReplica="100", scaleDownStabilizationSeconds="0",
+                  nodeIdleSeconds="0", timeToReadySeconds="0"))
     run.step([replica("a", running=1, kv=0.1, preempt=0)], ready_replicas=1, starting_replicas=0)
     d = run.step([replica("a", running=1, kv=0.1, preempt=5)], ready_replicas=1, starting_replicas=0)
     assert "kv" not in d.rules and d.desired == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.scaler.test_policy import Run, cfg, replica, unknown
 
 ZERO = {"scaleToZero": "true", "minReplicas": "0", "idleWindowSeconds": "5", "scaleDownStabilizationSeconds": "0",
-        "timeToReadySeconds": "0", "targetInflightPerReplica": "10"}
+        "nodeIdleSeconds": "0", "timeToReadySeconds": "0", "targetInflightPerReplica": "10"}
 
 
 def test_a_replica_source_that_sees_nothing_holds_a_busy_workload() -> None:

@@ -10,7 +10,7 @@ from signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
 CFG = parse_metadata({"endpoints": "http://e:1/m", "scaleToZero": "true", "minReplicas": "0",
                       "idleWindowSeconds": "0", "targetInflightPerReplica": "10",
-                      "scaleDownStabilizationSeconds": "60", "timeToReadySeconds": "1"})
+                      "scaleDownStabilizationSeconds": "60", "nodeIdleSeconds": "0", "timeToReadySeconds": "1"})
 
 
 def _snap(now: float, running: float, current: int | None = None) -> Snapshot:

@@ -1,0 +1,72 @@
+"""The warm ladder: what the k-th additional replica takes to become ready (pure).
+
+A ladder is a tuple of steps ``(warm state, count, seconds)``, warmest first: the first ``count``
+replicas started now land in that state and take ``seconds``; the last step's count is 0
+(unlimited, normally ``cold``). The warm-pool controller publishes what builds it
+(:meth:`scaler.warm_status.WarmStatus.ladder`); without a warm pool the ladder is one unlimited
+step at ``timeToReadySeconds``. The look-ahead and the burst hold both read it (docs/policy.md).
+"""
+
+from __future__ import annotations
+
+Ladder = tuple[tuple[str, int, float], ...]
+
+PLACEHOLDER = "placeholder+staged"
+
+
+def single(seconds: float) -> Ladder:
+    return (("cold", 0, seconds),)
+
+
+def step_of(ladder: Ladder, k: int) -> tuple[str, float]:
+    """(warm state, seconds) of the k-th additional replica (k >= 1; k <= 0 counts as 1)."""
+    if not ladder:
+        raise ValueError("empty ladder")
+    k = max(1, k)
+    seen = 0
+    for state, count, seconds in ladder:
+        if count <= 0:
+            return state, seconds
+        seen += count
+        if k <= seen:
+            return state, seconds
+    state, _, seconds = ladder[-1]
+    return state, seconds
+
+
+def time_to_ready(ladder: Ladder, k: int) -> float:
+    """Seconds until the k-th additional replica started now is ready."""
+    return step_of(ladder, k)[1]
+
+
+def break_even(ladder: Ladder, j: int, node_idle_s: float, min_hold_s: float) -> float:
+    """How long the j-th replica above the current need is held after the need last asked for it.
+
+    Ski rental: releasing it saves GPU time only if it stays unneeded longer than the node idles
+    after the release (still billed) plus the time-to-ready of the path it would come back by. A
+    return through a placeholder costs no idle node (the warm pool holds that capacity anyway).
+    ``min_hold_s`` (scaleDownStabilizationSeconds) is the floor."""
+    state, seconds = step_of(ladder, j)
+    idle = 0.0 if state == PLACEHOLDER else node_idle_s
+    return max(min_hold_s, seconds + idle)
+
+
+def held_count(base: int, peak: int, age: float, ladder: Ladder, node_idle_s: float, min_hold_s: float) -> int:
+    """Replicas still held ``age`` seconds after a need of ``peak`` when the need is ``base`` now:
+    ``base`` plus the replicas above it whose break-even time has not passed (the warmest-returning
+    ones are released first)."""
+    if peak <= base:
+        return base
+    released = 0
+    for j in range(1, peak - base + 1):
+        if break_even(ladder, j, node_idle_s, min_hold_s) <= age:
+            released += 1
+        else:
+            break  # break-even times do not decrease with j
+    return peak - released
+
+
+def longest_hold(ladder: Ladder, node_idle_s: float, min_hold_s: float) -> float:
+    """The longest break-even time on the ladder (how far back the peak memory must reach)."""
+    holds = [max(min_hold_s, seconds + (0.0 if state == PLACEHOLDER else node_idle_s)) for state, _, seconds in ladder]
+    return max(holds, default=min_hold_s)

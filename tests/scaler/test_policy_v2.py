@@ -1,0 +1,183 @@
+"""Policy v2 rules (issue 12): the warm ladder, the burst hold, and properties of the whole policy."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.ladder import break_even, held_count, longest_hold, time_to_ready
+from scaler.warm_status import WarmStatus
+from tests.scaler.test_policy import Run, cfg, replica, unknown
+
+TTR = {"placeholder+staged": 90.0, "staged": 200.0, "cold": 510.0}
+
+# (placeholders ready, staged nodes, k) -> seconds for the k-th additional replica
+LADDER = [
+    (0, 0, 1, 510.0),
+    (1, 1, 1, 90.0),
+    (1, 1, 2, 510.0),  # one placeholder does not make the second replica warm (issue 12)
+    (3, 3, 3, 90.0),
+    (3, 3, 4, 510.0),
+    (1, 3, 2, 200.0),  # staged nodes without a placeholder come next
+    (1, 3, 3, 200.0),
+    (1, 3, 4, 510.0),
+    (0, 2, 1, 200.0),
+    (0, 2, 3, 510.0),
+]
+
+
+@pytest.mark.parametrize(("placeholders", "staged", "k", "seconds"), LADDER)
+def test_kth_replica_time_to_ready(placeholders: int, staged: int, k: int, seconds: float) -> None:
+    ws = WarmStatus("ns", "w", 0.0, placeholders_ready=placeholders, staged_nodes=staged, time_to_ready_s=TTR)
+    assert ws.expected_time_to_ready(120.0, k) == seconds
+
+
+def test_ladder_without_measurements_falls_back() -> None:
+    ws = WarmStatus("ns", "w", 0.0, placeholders_ready=2)
+    assert ws.ladder(120.0) == (("cold", 0, 120.0),)
+    assert ws.expected_time_to_ready(120.0) == 120.0
+
+
+# (ladder, j, node idle, min hold) -> break-even seconds
+BREAK_EVEN = [
+    ((("cold", 0, 510.0),), 1, 600.0, 300.0, 1110.0),
+    ((("cold", 0, 10.0),), 1, 0.0, 300.0, 300.0),  # the minimum hold binds
+    ((("placeholder+staged", 1, 90.0), ("cold", 0, 510.0)), 1, 600.0, 60.0, 90.0),  # no idle node
+    ((("placeholder+staged", 1, 90.0), ("cold", 0, 510.0)), 2, 600.0, 60.0, 1110.0),
+    ((("staged", 1, 200.0), ("cold", 0, 510.0)), 1, 600.0, 60.0, 800.0),
+]
+
+
+@pytest.mark.parametrize(("ladder", "j", "idle", "min_hold", "seconds"), BREAK_EVEN)
+def test_break_even(ladder: tuple[tuple[str, int, float], ...], j: int, idle: float, min_hold: float,
+                    seconds: float) -> None:
+    assert break_even(ladder, j, idle, min_hold) == seconds
+
+
+def test_held_count_and_longest_hold() -> None:
+    ladder = (("placeholder+staged", 2, 90.0), ("cold", 0, 510.0))
+    assert held_count(1, 6, 89.0, ladder, 600.0, 60.0) == 6
+    assert held_count(1, 6, 90.0, ladder, 600.0, 60.0) == 4
+    assert held_count(1, 6, 1110.0, ladder, 600.0, 60.0) == 1
+    assert held_count(5, 3, 0.0, ladder, 600.0, 60.0) == 5
+    assert longest_hold(ladder, 600.0, 60.0) == 1110.0
+    assert time_to_ready(ladder, 0) == 90.0
+
+
+# ---- properties -------------------------------------------------------------------------------
+
+loads = st.lists(st.tuples(st.integers(0, 400), st.integers(0, 200), st.floats(0.0, 1.0)), min_size=1, max_size=4)
+
+
+def _desired(meta: dict[str, str], history: list[list[tuple[int, int, float]]]) -> int:
+    run = Run(cfg(**meta))
+    d = None
+    for step in history:
+        d = run.step([replica(f"r{i}", running=r, waiting=w, kv=kv) for i, (r, w, kv) in enumerate(step)], dt=5)
+    assert d is not None
+    return d.desired
+
+
+META = {"maxReplicas": "200", "targetInflightPerReplica": "16", "ttftSloSeconds": "1"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=st.lists(loads, min_size=1, max_size=5), extra_running=st.integers(0, 300),
+       extra_waiting=st.integers(0, 300))
+def test_more_demand_never_yields_fewer_replicas(history: list[list[tuple[int, int, float]]], extra_running: int,
+                                                 extra_waiting: int) -> None:
+    """More waiting requests never yield fewer replicas; more running ones neither, while nothing waits
+    beyond ordinary queueing. (With a backlog, the running count is also evidence of how much one
+    engine holds: more running per replica means each new replica absorbs more of the backlog.)"""
+    more = [list(step) for step in history]
+    r, w, kv = more[-1][0]
+    more[-1][0] = (r, w + extra_waiting, kv)
+    assert _desired(META, more) >= _desired(META, history)
+    calm = [[(r, min(w, 4), kv) for r, w, kv in step] for step in history]
+    busier = [list(step) for step in calm]
+    r, w, kv = busier[-1][0]
+    busier[-1][0] = (r + extra_running, w, kv)
+    assert _desired(META, busier) >= _desired(META, calm)
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=st.lists(loads, min_size=2, max_size=5), hide=st.integers(0, 3))
+def test_unknown_data_never_lowers_the_count(history: list[list[tuple[int, int, float]]], hide: int) -> None:
+    run = Run(cfg(**META))
+    last = None
+    for step in history[:-1]:
+        last = run.step([replica(f"r{i}", running=r, waiting=w, kv=kv) for i, (r, w, kv) in enumerate(step)], dt=5)
+    assert last is not None
+    final = history[-1]
+    readings = [unknown(f"r{i}") if i == hide % len(final) else replica(f"r{i}", running=r, waiting=w, kv=kv)
+                for i, (r, w, kv) in enumerate(final)]
+    d = run.step(readings, dt=400)  # long enough for every hold to have expired on known data
+    assert d.desired >= last.desired
+
+
+# ---- capacity in tokens ------------------------------------------------------------------------
+
+from scaler.capacity import PRIORS, Estimate, learn, prior_for  # noqa: E402
+from signals.model import ReplicaReading, ReplicaSignal  # noqa: E402
+
+
+def engine(name: str, prompt_total: float, waiting: float = 0, running: float = 0, requests: float = 0,
+           kv: float | None = 0.1) -> ReplicaReading:
+    sig = ReplicaSignal(engine="vllm", waiting=waiting, running=running, kv_usage=kv, prompt_tokens_total=prompt_total,
+                        requests_total=requests, generation_tokens_total=requests * 100)
+    return ReplicaReading(replica=name, observed_at=0.0, signal=sig)
+
+
+@pytest.mark.parametrize(("true_tps", "prior"), [(24_000.0, "generic"), (5_000.0, "8b-h100"), (16_000.0, "8b-h100")])
+def test_capacity_estimate_converges_on_a_saturated_engines_counters(true_tps: float, prior: str) -> None:
+    """A simulated engine prefills ``true_tps`` while requests wait: the estimate converges on it."""
+    meta = {"maxReplicas": "50"} if prior == "generic" else {"maxReplicas": "50", "modelProfile": prior}
+    run = Run(cfg(**meta))
+    total = 0.0
+    d = run.step([engine("a", total, waiting=10, running=8)], dt=1)
+    for _ in range(200):
+        total += true_tps * 1.0
+        d = run.step([engine("a", total, waiting=10, running=8)], dt=1)
+    assert run.state.capacity[""].prefill_tps == pytest.approx(true_tps, rel=0.02)
+    assert run.state.capacity[""].samples == 200
+    assert d.rules["prefill"] >= 2  # prefill-bound: the waiting prompts are more than one replica takes
+
+
+def test_capacity_is_kept_per_gpu_product_and_survives_json() -> None:
+    from scaler.state import ScalerState
+
+    run = Run(cfg(gpuProduct="NVIDIA-H100-80GB-HBM3"))
+    run.step([engine("a", 0.0, waiting=5)])
+    run.step([engine("a", 9_000.0, waiting=5)])
+    assert set(run.state.capacity) == {"NVIDIA-H100-80GB-HBM3"}
+    again = ScalerState.from_dict(run.state.to_dict())
+    assert again.capacity == run.state.capacity
+
+
+def test_learn_table() -> None:
+    e = Estimate(10_000.0)
+    assert learn(e, 500.0, 0.1, True) == e  # too short an interval
+    assert learn(e, 12_000.0, 1.0, False).prefill_tps == 12_000.0  # served more than thought: raised
+    assert learn(e, 2_000.0, 1.0, False) == e  # not saturated: a low rate says nothing about capacity
+    assert learn(e, 14_000.0, 1.0, True).prefill_tps == pytest.approx((10_000 * 3 + 14_000) / 4)
+    assert prior_for("vllm", "70b-h100-tp4") == PRIORS["70b-h100-tp4"]
+    assert prior_for("tgi", None) == PRIORS["tgi"]
+    assert prior_for("ray", None) == PRIORS["generic"]
+
+
+@pytest.mark.parametrize(("prompt_tps", "expected"), [(1_000.0, 1), (20_000.0, 2), (40_000.0, 4), (1_000_000.0, 6)])
+def test_the_same_queue_with_more_prompt_tokens_asks_for_more_replicas(prompt_tps: float, expected: int) -> None:
+    """Four replicas, the same requests in flight, 1k to 1M prompt tokens/s: different decisions (issue 12).
+    Capacity: the 8b-h100 prior, 16k tok/s at 70% -> 11.2k tok/s per replica; a replica seen serving
+    more (250k tok/s each at 1M) raises its estimate to that: 1M / (0.7 x 250k) -> 6."""
+    run = Run(cfg(modelProfile="8b-h100", maxReplicas="90", burstWindowSeconds="10", nodeIdleSeconds="0",
+                  timeToReadySeconds="0", scaleDownStabilizationSeconds="0"))
+    total = 0.0
+    d = None
+    for _ in range(12):
+        d = run.step([engine(f"r{i}", total / 4, running=20) for i in range(4)], dt=1, ready_replicas=4,
+                     starting_replicas=0, current_replicas=4)
+        total += prompt_tps
+    assert d is not None
+    assert d.desired == expected
