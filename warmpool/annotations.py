@@ -4,18 +4,8 @@ Every key, its default and meaning is in :data:`KEYS` (``python -m warmpool.anno
 table that ``docs/warmpool.md`` carries). An invalid value raises :class:`AnnotationError` naming the
 key; the controller turns it into an Event and changes nothing.
 
-``min-ready`` is a number or a schedule::
-
-    tz=Europe/Berlin; mon-fri 08:00-20:00=4; sat,sun 10:00-16:00=1; default=0
-
-Entries are separated by ``;``. ``tz=`` (an IANA zone, default UTC) and ``default=`` (the floor outside
-every window, default 0) are optional. A window is ``<days> <HH:MM>-<HH:MM>=<floor>``: days are
-``mon``..``sun``, ranges (``mon-fri``, ``fri-mon``), lists (``sat,sun``) or ``*``/``daily``; the end may be
-``24:00``; an end at or before the start crosses midnight and belongs to the start day. Where windows
-overlap, the largest floor applies.
-
-``scale-to-zero`` is ``never`` (default), ``allowed``, or ``allowed: <windows>`` (windows as above without
-``=floor``, in the schedule's timezone unless a ``tz=`` entry is given).
+``min-ready`` (a number or a schedule by day and time) and ``scale-to-zero`` (``never``, ``allowed`` or
+``allowed: <windows>``) use the syntax documented and parsed in :mod:`scaler.schedule`.
 """
 
 from __future__ import annotations
