@@ -140,8 +140,9 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
+@contextlib.contextmanager
+def running_redis() -> Iterator[RedisServer]:
+    """A started private redis-server (skips, or fails in CI, without the binary); closed on exit."""
     require_binary(REDIS_BIN, "redis-server")
     server = RedisServer()
     server.start()
@@ -149,6 +150,12 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with running_redis() as server:
+        yield server
 
 
 # ---------------------------------------------------------------------------------------- Prometheus

@@ -27,7 +27,7 @@ import redis
 
 from scaler.warm_status import WarmStatus
 from tests.faults.scalerproc import Engine, ScalerProcess, start_scalers, until
-from tests.servers import REDIS_BIN, FakeEngine, RedisServer, require_binary
+from tests.servers import FakeEngine, RedisServer, running_redis
 
 pytestmark = pytest.mark.servers
 
@@ -46,16 +46,13 @@ META = {
 @pytest.fixture
 def redis_fresh() -> Iterator[RedisServer]:
     """A private redis-server (these tests stop, kill, fill and flush it)."""
-    require_binary(REDIS_BIN, "redis-server")
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                server.proc.send_signal(signal.SIGCONT)
-        server.close()
+    with running_redis() as server:
+        try:
+            yield server
+        finally:
+            if server.proc is not None and server.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    server.proc.send_signal(signal.SIGCONT)
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tests.cluster.fixtures import NodePoolFactory, wait_for
 from tests.cluster.fleet import H100
 from tests.cluster.harness import Cluster
-from tests.servers import RedisServer, free_port
+from tests.servers import RedisServer, free_port, running_redis
 from warmpool.annotations import parse_annotations
 from warmpool.model_uri import staged_label_key
 
@@ -96,15 +96,8 @@ async def _secret(core: client.CoreV1Api, ns: str, name: str) -> dict[str, bytes
 
 @pytest.fixture
 def redis(tmp_path: Path) -> Any:
-    from tests.servers import REDIS_BIN, require_binary
-
-    require_binary(REDIS_BIN, "redis-server")
-    server = RedisServer()
-    server.start()
-    try:
+    with running_redis() as server:
         yield server
-    finally:
-        server.close()
 
 
 async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
