@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster.fixtures import wait_for
+from tests.cluster.fixtures import ignore_not_found, wait_for
 from tests.cluster.harness import Cluster
 from tests.cluster.workloads import pod
 
@@ -38,11 +37,7 @@ async def namespaces(k8s_admin: client.ApiClient) -> AsyncIterator[list[str]]:
         yield names
     finally:
         for n in names:
-            try:
-                await core.delete_namespace(n)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            await ignore_not_found(core.delete_namespace(n))
 
 
 @pytest.fixture
@@ -72,11 +67,7 @@ async def reader_kubeconfig(k8s_cluster: Cluster, k8s_admin: client.ApiClient, k
         yield path
     finally:
         for call in (rbac.delete_cluster_role_binding(name), rbac.delete_cluster_role(name)):
-            try:
-                await call
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            await ignore_not_found(call)
 
 
 def advise(kubeconfig_path: Path, *extra: str) -> dict[str, Any]:

@@ -111,11 +111,7 @@ async def k8s_namespace(k8s_admin: client.ApiClient) -> AsyncIterator[str]:
     try:
         yield name
     finally:
-        try:
-            await core.delete_namespace(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await ignore_not_found(core.delete_namespace(name))
 
 
 @pytest.fixture
@@ -176,16 +172,18 @@ async def k8s_node_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> Asyn
         # No kubelet will ever confirm these pods' deletion once the node is gone: force them.
         pods = await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
         for pod in pods.items:
-            try:
-                await core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        try:
-            await core.delete_node(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            await ignore_not_found(
+                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0))
+        await ignore_not_found(core.delete_node(name))
+
+
+async def ignore_not_found(call: Awaitable[Any]) -> None:
+    """Await a delete (or any API call); an object that is already gone (404) is fine."""
+    try:
+        await call
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 async def wait_for(predicate: Callable[[], Awaitable[Any]], *, within: float, what: str, interval: float = 0.25) -> Any:
