@@ -339,7 +339,9 @@ KEYS: tuple[Key, ...] = (
     Key("scrapeIntervalSeconds", "scrape_interval_seconds", _parse_float, Range(0.1, 3600),
         "How often the scaler reads the sources and recomputes the decision."),
     Key("scrapeTimeoutSeconds", "scrape_timeout_seconds", _parse_float, Range(0.05, 600),
-        "Timeout of one scrape/query."),
+        "Total deadline of one scrape or query (body and parsing included). A decision waits at most "
+        "min(this, 0.8 x scrapeIntervalSeconds) for its sources; a replica not read by then is unknown for that "
+        "decision."),
     Key("maxPayloadBytes", "max_payload_bytes", _parse_int, Range(1024, MAX_PAYLOAD_BYTES),
         "A metrics payload larger than this is rejected (replica unknown)."),
     Key("hpaTolerance", "hpa_tolerance", _parse_float, Range(0, 1, hi_open=True),
