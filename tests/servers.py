@@ -70,7 +70,8 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float, log: Pa
     raise RuntimeError(f"server did not listen on {port} within {timeout}s: {log.read_text()[-2000:]}")
 
 
-def _stop(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    """SIGTERM, wait up to ``timeout`` s, then SIGKILL; nothing when it has already exited."""
     if proc is None or proc.poll() is not None:
         return
     proc.send_signal(signal.SIGTERM)
@@ -122,7 +123,7 @@ class RedisServer:
         raise RuntimeError("redis-server does not answer PING (still loading?)")
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
         self.proc = None
 
     def restart(self) -> None:
@@ -225,7 +226,7 @@ class PrometheusServer:
         raise RuntimeError(f"prometheus not ready within {timeout}s: {self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        _stop(self.proc, timeout=20.0)
+        stop_process(self.proc, timeout=20.0)
         self.proc = None
 
     def restart(self) -> None:

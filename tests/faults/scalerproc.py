@@ -22,7 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.scaler.conftest import Client, make_client
-from tests.servers import FakeEngine, free_port
+from tests.servers import FakeEngine, free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,13 +133,7 @@ class ScalerProcess:
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self.client.channel.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(self.proc.wait, 15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        await asyncio.to_thread(stop_process, self.proc, 15)
         self._log.close()
 
 

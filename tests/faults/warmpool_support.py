@@ -25,6 +25,7 @@ from tests.cluster.binaries import BinariesMissing
 from tests.cluster.fixtures import _skip_allowed
 from tests.cluster.fleet import H100
 from tests.cluster.harness import Cluster, ClusterConfig
+from tests.servers import stop_process
 from warmpool import rbac
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,13 +172,7 @@ class Controller:
         self.proc.wait(10)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc, 20)
         self.out.close()
         return int(self.proc.returncode)
 
