@@ -53,3 +53,17 @@ async def test_failures_propagate_and_are_not_left_unretrieved() -> None:
     with pytest.raises(RuntimeError):
         await shared.get("k", boom, wait=1.0)
     await shared.aclose()
+
+
+async def test_isolated_resolver_resolves_and_shares_one_lookup_per_name() -> None:
+    import socket
+
+    from signals.sources.resolver import IsolatedResolver
+
+    r = IsolatedResolver(workers=2)
+    got = await asyncio.gather(*(r.resolve("localhost", 80, socket.AF_INET) for _ in range(20)))
+    assert all(g and g[0]["host"] == "127.0.0.1" and g[0]["port"] == 80 for g in got)
+    assert not r._inflight  # every lookup done and forgotten
+    with pytest.raises(OSError):
+        await r.resolve("no-such-host.invalid", 80)
+    await r.close()
