@@ -55,6 +55,7 @@ class Observation:
     # Token view (None: no replica exposes prompt tokens). Rates are over burstWindowSeconds, all replicas.
     prompt_rate: float | None = None  # prompt tokens prefilled per second
     waiting_prompt_tokens: float | None = None  # waiting requests x mean prompt tokens per request
+    prompt_per_request: float | None = None  # mean prompt tokens per finished request (trend window)
     prefill_tps: float = cap.PRIORS["generic"].prefill_tps  # learned prefill tokens/s of one replica
     max_seqs: float = cap.PRIORS["generic"].max_seqs  # sequences one replica runs at once
     capacity_samples: int = 0  # saturated intervals behind prefill_tps (0: the prior)
@@ -290,6 +291,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         ttr_ladder=snapshot.ttr_ladder,
         prompt_rate=prompt_rate,
         waiting_prompt_tokens=(waiting * scale + queue) * per_request if per_request is not None else None,
+        prompt_per_request=per_request,
         prefill_tps=estimate.prefill_tps,
         max_seqs=min(maxes) if maxes else prior.max_seqs,
         capacity_samples=estimate.samples,

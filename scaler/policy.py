@@ -16,6 +16,7 @@ from scaler.gateway import saturation_rule, select_rules
 from scaler.hpa import metric_value_for
 from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready
 from scaler.observation import Observation
+from scaler.slo import slo_count
 from scaler.state import ScalerState
 
 # Fewer TTFT observations than this in the window say nothing about a quantile.
@@ -180,8 +181,16 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         if obs.ttft_window.count >= MIN_TTFT_SAMPLES:
             q = obs.ttft_window.quantile(cfg.ttft_quantile)
             if q is not None and q > cfg.ttft_slo_seconds:
-                ratio = min(q / cfg.ttft_slo_seconds, cfg.scale_up_max_step)
-                rules["ttft"] = max(provisioned, _ceil(ready * ratio))
+                most = _ceil(ready * cfg.scale_up_max_step)
+                # The SLO model (scaler/slo.py): the smallest count whose predicted quantile, corrected
+                # by the observed one, meets the SLO; proportional where the model cannot say.
+                n_slo = None
+                if obs.prompt_rate is not None and obs.prompt_per_request:
+                    n_slo = slo_count(q, cfg.ttft_slo_seconds, cfg.ttft_quantile, ready, obs.prompt_rate,
+                                      obs.prefill_tps, obs.prompt_per_request, most)
+                if n_slo is None:
+                    n_slo = _ceil(ready * min(q / cfg.ttft_slo_seconds, cfg.scale_up_max_step))
+                rules["ttft"] = max(provisioned, n_slo)
 
     # 5. Endpoint-picker saturation of the stage this ScaledObject serves.
     sat = saturation_rule(obs.saturation, obs.stale_endpoints, ready, provisioned, cfg)

@@ -63,7 +63,8 @@ def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, 
         "ttftSloSeconds": f"{slo_ttft:g}",
         "ttftQuantile": "0.95",
         "ttftWindowSeconds": "60",
-        "targetInflightPerReplica": "32",
+        # No targetInflightPerReplica: the per-replica capacity is learned from the engines' token
+        # counters (scaler/capacity.py, issue 12), starting from the engine's generic prior.
         "targetWaitingPerReplica": "4",
         "scaleDownStabilizationSeconds": "600",
     }

@@ -181,3 +181,36 @@ def test_the_same_queue_with_more_prompt_tokens_asks_for_more_replicas(prompt_tp
         total += prompt_tps
     assert d is not None
     assert d.desired == expected
+
+
+# ---- SLO model ---------------------------------------------------------------------------------
+
+from scaler.slo import slo_count, wait_quantile  # noqa: E402
+
+
+def test_wait_quantile_table() -> None:
+    # 1 replica, 10k tok/s capacity, 1k tokens per request: mu = 10 req/s.
+    assert wait_quantile(1, 400.0, 10_000.0, 1_000.0, 0.95) == 0.0  # rho 0.04 <= 1 - 0.95: no wait at p95
+    assert wait_quantile(1, 20_000.0, 10_000.0, 1_000.0, 0.95) == float("inf")  # overloaded
+    w8 = wait_quantile(1, 8_000.0, 10_000.0, 1_000.0, 0.95)
+    assert w8 == pytest.approx(__import__("math").log(0.8 / 0.05) / (10 - 8))
+    assert wait_quantile(2, 8_000.0, 10_000.0, 1_000.0, 0.95) < w8  # more replicas, shorter wait
+
+
+@pytest.mark.parametrize(("observed", "ready", "expected"), [
+    (1.5, 1, 2),  # queueing at 1 replica (rho 0.8): 2 replicas bring the wait under the SLO
+    (6.0, 1, 7),  # observed 6 s: the modelled wait is scaled by (6 - 0.1) / 1.39 = 4.3 for every count
+])
+def test_slo_count_table(observed: float, ready: int, expected: int) -> None:
+    assert slo_count(observed, 0.5, 0.95, ready, 8_000.0, 10_000.0, 1_000.0, most=8) == expected
+
+
+def test_slo_count_is_capped() -> None:
+    assert slo_count(6.0, 0.5, 0.95, 1, 8_000.0, 10_000.0, 1_000.0, most=5) == 5
+
+
+def test_slo_count_does_not_chase_what_more_replicas_cannot_fix() -> None:
+    # A 30k-token prompt alone takes 3 s to prefill at 10k tok/s: an SLO of 2 s is out of reach.
+    assert slo_count(5.0, 2.0, 0.95, 3, 60_000.0, 10_000.0, 30_000.0, most=6) == 3
+    # No queueing in the model at the current count: the model cannot say (the proportional rule decides).
+    assert slo_count(5.0, 2.0, 0.95, 3, 100.0, 10_000.0, 1_000.0, most=6) is None

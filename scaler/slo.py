@@ -1,0 +1,48 @@
+"""The TTFT SLO model: the smallest replica count whose predicted TTFT quantile meets the SLO (pure).
+
+TTFT = prefill of the request's own prompt + the wait for prefill capacity. With prompt tokens
+arriving at ``P`` tokens/s, ``p`` tokens per request and ``C`` tokens/s one replica prefills, the
+prefill work is split over ``n`` replicas, each an M/M/1 queue with arrival rate ``lam = P / (p n)``
+and service rate ``mu = C / p`` requests/s. The q-quantile of its wait is
+``ln(rho / (1 - q)) / (mu - lam)`` for ``rho = lam/mu > 1 - q`` (else 0). The observed quantile corrects the
+model: the part of it the prefill does not explain is attributed to the wait, and the modelled
+wait is scaled by that factor for every ``n`` (docs/policy.md, "SLO model").
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def wait_quantile(n: int, prompt_tps: float, capacity_tps: float, per_request: float, q: float) -> float:
+    """The q-quantile of the prefill wait with ``n`` replicas (``inf`` when they cannot keep up)."""
+    if n <= 0:
+        return math.inf
+    mu = capacity_tps / per_request
+    lam = prompt_tps / per_request / n
+    if lam >= mu:
+        return math.inf
+    rho = lam / mu
+    if rho <= 1.0 - q:
+        return 0.0
+    return math.log(rho / (1.0 - q)) / (mu - lam)
+
+
+def slo_count(observed_q: float, slo: float, q: float, ready: int, prompt_tps: float, capacity_tps: float,
+              per_request: float, most: int) -> int | None:
+    """Smallest count in ``[ready, most]`` whose corrected prediction meets ``slo``; ``most`` when
+    none does but more replicas still help; ``None`` when the model cannot say (no queueing in the
+    model at ``ready``) or no count helps (a request's own prefill alone exceeds the SLO)."""
+    if ready <= 0 or per_request <= 0 or capacity_tps <= 0 or prompt_tps < 0:
+        return None
+    base = per_request / capacity_tps
+    if base >= slo:
+        return ready  # more replicas do not shorten a prefill: hold, do not chase the SLO
+    w0 = wait_quantile(ready, prompt_tps, capacity_tps, per_request, q)
+    if w0 <= 0.0:
+        return None
+    factor = max(1.0, (observed_q - base) / w0) if math.isfinite(w0) else 1.0
+    for n in range(ready, max(ready, most) + 1):
+        if base + factor * wait_quantile(n, prompt_tps, capacity_tps, per_request, q) <= slo:
+            return n
+    return max(ready, most)
