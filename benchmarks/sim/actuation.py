@@ -1,4 +1,6 @@
-"""How a desired replica count reaches the Deployment in a cluster: HPA, KEDA, Prometheus, Knative KPA.
+"""How a desired replica count reaches the Deployment in a cluster: HPA, KEDA, Knative KPA.
+
+(What Prometheus holds for the Prometheus-fed policies is :class:`benchmarks.sim.exposition.PromScrape`.)
 
 Parameters default to the upstream defaults listed in ``shared/reference/autoscalers.md`` (b); the
 HPA's replica arithmetic for an External AverageValue metric is the scaler's own
@@ -156,36 +158,6 @@ class Keda:
 
     def is_active_value(self, value: float) -> bool:
         return value > self.cfg.activation_threshold
-
-
-class PrometheusScrape:
-    """What Prometheus holds: each pod's gauges as of its last scrape (one global interval)."""
-
-    def __init__(self, interval_s: float = 15.0, phase_s: float = 0.0) -> None:
-        self.interval = interval_s
-        self.next_at = phase_s
-        self.samples: list[dict[str, float]] = []
-
-    def maybe_scrape(self, now: float, pods: list[Any]) -> None:
-        if now + 1e-9 < self.next_at:
-            return
-        self.next_at = now + self.interval
-        out = []
-        for pod in pods:
-            e = pod.engine
-            out.append({
-                "waiting": float(e.waiting_n),
-                "running": float(e.running_n),
-                "kv": e.kv_usage(),
-                "util": pod.gpu_util(now),
-            })
-        self.samples = out
-
-    def sum(self, key: str) -> float:
-        return sum(s[key] for s in self.samples)
-
-    def avg(self, key: str) -> float | None:
-        return self.sum(key) / len(self.samples) if self.samples else None
 
 
 @dataclass(frozen=True)
