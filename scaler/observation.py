@@ -184,16 +184,27 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
             if sig.prompt_tokens_total is not None and prev.prompt_tokens_total is not None:
                 prompt_counted = True
                 if sig.prompt_tokens_total >= prev.prompt_tokens_total:  # a decrease is a counter reset
-                    dp = sig.prompt_tokens_total - prev.prompt_tokens_total
-                    prompt_tokens += dp
-                    saturated = sig.waiting > 0 and (prev.waiting or 0.0) > 0
-                    estimate = cap.learn(estimate, dp, reading.observed_at - prev.observed_at, saturated)
+                    prompt_tokens += sig.prompt_tokens_total - prev.prompt_tokens_total
             if _increased(sig.requests_total, prev.requests_total) or _increased(
                 sig.generation_tokens_total, prev.generation_tokens_total
             ):
                 activity = True
+        # Capacity sample: from the sample's start to now once it spans MIN_SAMPLE_SECONDS; requests
+        # must have waited at every scrape of it (prefill was the bottleneck throughout).
+        sample_at, sample_prompt, sample_sat = reading.observed_at, sig.prompt_tokens_total, sig.waiting > 0
+        if prev is not None and prev.sample_at is not None and prev.sample_prompt is not None \
+                and sig.prompt_tokens_total is not None and sig.prompt_tokens_total >= prev.sample_prompt:
+            span_s = reading.observed_at - prev.sample_at
+            saturated = prev.sample_saturated and sig.waiting > 0
+            if span_s >= cap.MIN_SAMPLE_SECONDS:
+                estimate = cap.learn(estimate, sig.prompt_tokens_total - prev.sample_prompt, span_s, saturated)
+            else:
+                sample_at, sample_prompt, sample_sat = prev.sample_at, prev.sample_prompt, saturated
         memory[reading.replica] = ReplicaMemory(
             observed_at=reading.observed_at,
+            sample_at=sample_at,
+            sample_prompt=sample_prompt,
+            sample_saturated=sample_sat,
             ttft=sig.ttft,
             requests_total=sig.requests_total,
             generation_tokens_total=sig.generation_tokens_total,

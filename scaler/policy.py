@@ -38,6 +38,8 @@ class Decision:
     ready: int = 0
     starting: int = 0
     time_to_ready_s: float = 0.0
+    prefill_tps: float = 0.0  # learned prefill tokens/s of one replica (scaler.capacity)
+    capacity_samples: int = 0  # saturated intervals behind it (0: still the prior)
 
 
 def _ceil(x: float) -> int:
@@ -286,5 +288,7 @@ def _finish(
         ready=ready,
         starting=starting,
         time_to_ready_s=ttr,
+        prefill_tps=obs.prefill_tps,
+        capacity_samples=obs.capacity_samples,
     )
     return decision, new_state

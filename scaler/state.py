@@ -24,6 +24,11 @@ class ReplicaMemory:
     preemptions_total: float | None = None
     prompt_tokens_total: float | None = None
     waiting: float | None = None
+    # Start of the replica's current capacity sample (scaler.capacity): time, prompt tokens then, and
+    # whether requests waited at every scrape since.
+    sample_at: float | None = None
+    sample_prompt: float | None = None
+    sample_saturated: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -41,6 +46,9 @@ class ReplicaMemory:
             preemptions_total=d.get("preemptions_total"),
             prompt_tokens_total=d.get("prompt_tokens_total"),
             waiting=d.get("waiting"),
+            sample_at=d.get("sample_at"),
+            sample_prompt=d.get("sample_prompt"),
+            sample_saturated=bool(d.get("sample_saturated", False)),
         )
 
 

@@ -214,3 +214,14 @@ def test_slo_count_does_not_chase_what_more_replicas_cannot_fix() -> None:
     assert slo_count(5.0, 2.0, 0.95, 3, 60_000.0, 10_000.0, 30_000.0, most=6) == 3
     # No queueing in the model at the current count: the model cannot say (the proportional rule decides).
     assert slo_count(5.0, 2.0, 0.95, 3, 100.0, 10_000.0, 1_000.0, most=6) is None
+
+
+def test_capacity_samples_span_short_scrape_intervals() -> None:
+    """Scrapes every 0.125 s (the demo's speed-up): samples accumulate until they span 0.5 s."""
+    run = Run(cfg(maxReplicas="50", scrapeIntervalSeconds="0.125"))
+    total = 0.0
+    for _ in range(800):
+        run.step([engine("a", total, waiting=10, running=8)], dt=0.125)
+        total += 30_000.0 * 0.125
+    est = run.state.capacity[""]
+    assert est.prefill_tps == pytest.approx(30_000.0, rel=0.02) and est.samples >= 150

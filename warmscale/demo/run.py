@@ -94,6 +94,7 @@ class DemoOptions:
             "trendWindowSeconds": f"{60.0 / s:g}",
             "timeToReadySeconds": f"{120.0 / s:g}",
             "scaleDownStabilizationSeconds": f"{300.0 / s:g}",
+            "nodeIdleSeconds": f"{600.0 / s:g}",
             "idleWindowSeconds": f"{60.0 / s:g}",
             "stalenessSeconds": f"{30.0 / s:g}",
             "scrapeIntervalSeconds": f"{max(1.0 / s, 0.1):g}",  # the scaler's floor is 0.1 s
@@ -292,6 +293,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                 decision = await trackers[0].current() if trackers else None
                 row["warmscale"]["target"] = decision.desired if decision else None
                 row["warmscale"]["reason"] = decision.reason if decision else ""
+                # The learned per-replica prefill capacity, in trace seconds (the demo runs `speed` x faster).
+                row["warmscale"]["prefill_tps"] = round(decision.prefill_tps / opts.speed) if decision else None
                 row["today"]["target"] = today.hpa_target
                 if now >= next_sample:
                     next_sample += SAMPLE_S
@@ -356,7 +359,12 @@ def _format_row(row: dict[str, Any], slo: float) -> str:
     wr, wq, wt = cells(row["warmscale"])
     w = row["warmscale"]
     return (f"{_mmss(row['t']):>5} {row['arrivals_per_s']:6.1f}  {tr:>8} {tq:>6} {tt:>10}   {wr:>8} "
-            f"{w['placeholders']:>4} {wq:>6} {wt:>10}  {w.get('reason') or ''}")
+            f"{w['placeholders']:>4} {wq:>6} {wt:>10}  {w.get('reason') or ''}{_capacity(w)}")
+
+
+def _capacity(w: dict[str, Any]) -> str:
+    tps = w.get("prefill_tps")
+    return f" (learned {tps / 1000:.1f}k prompt tok/s per replica)" if tps else ""
 
 
 def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleets: dict[str, Fleet],
