@@ -501,8 +501,9 @@ class Tracker:
             return snapshot
         age = snapshot.taken_at - ws.updated_at
         fresh = age <= max(3 * self.cfg.staleness_seconds, 60.0)
-        changes: dict[str, Any] = {"time_to_ready_s": ws.expected_time_to_ready(self.cfg.time_to_ready_seconds),
-                                   "ttr_ladder": ws.ladder(self.cfg.time_to_ready_seconds)}
+        ws_gpu = ws.for_gpu(self.cfg.gpu_product or snapshot.gpu_product)
+        changes: dict[str, Any] = {"time_to_ready_s": ws_gpu.expected_time_to_ready(self.cfg.time_to_ready_seconds),
+                                   "ttr_ladder": ws_gpu.ladder(self.cfg.time_to_ready_seconds)}
         # The warm pool's floor and scale-to-zero windows, evaluated at this snapshot's time. They are
         # configuration, so they bind as long as the controller keeps publishing (a status older than
         # WARM_BOUNDS_MAX_AGE belongs to a workload no longer managed: the ScaledObject's bounds apply).

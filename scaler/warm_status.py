@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +38,11 @@ class WarmStatus:
     time_to_ready_s: dict[str, float] = field(default_factory=dict)
     min_ready: str = ""
     scale_to_zero: str = ""
+    # Version 2 (issue 12): the measured medians per GPU product of the nodes the replicas started on
+    # (nvidia.com/gpu.product; "" unlabelled). Readers of version 1 ignore it; readers of version 2
+    # accept a version-1 status (empty).
+    version: int = 2
+    time_to_ready_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def bounds(self, now: float) -> Bounds | None:
         """Floor and scale-to-zero at ``now`` (epoch seconds); ``None`` when not published or unreadable."""
@@ -47,6 +52,13 @@ class WarmStatus:
             return bounds_at(self.min_ready or "0", self.scale_to_zero or "never", datetime.fromtimestamp(now, UTC))
         except ValueError:
             return None
+
+    def for_gpu(self, gpu: str | None) -> WarmStatus:
+        """This status with the medians measured on ``gpu`` nodes, where there are any."""
+        by = self.time_to_ready_by_gpu.get(gpu or "")
+        if not gpu or not by:
+            return self
+        return replace(self, time_to_ready_s={**self.time_to_ready_s, **by})
 
     def ladder(self, fallback: float) -> tuple[tuple[str, int, float], ...]:
         """The warm ladder (:mod:`scaler.ladder`): the first ``placeholders_ready`` additional replicas
@@ -73,4 +85,8 @@ class WarmStatus:
     def from_dict(cls, d: dict[str, Any]) -> WarmStatus:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         known["time_to_ready_s"] = {str(k): float(v) for k, v in dict(known.get("time_to_ready_s", {})).items()}
+        known["time_to_ready_by_gpu"] = {
+            str(g): {str(k): float(v) for k, v in dict(m).items()}
+            for g, m in dict(known.get("time_to_ready_by_gpu") or {}).items()}
+        known["version"] = int(known.get("version", 1))
         return cls(**known)

@@ -29,9 +29,11 @@ from warmpool.cache_roots import DEFAULT_ALLOWED
 from warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
 from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
 from warmpool.planning import (
+    GPU_PRODUCT_LABEL,
     CleanupPlan,
     Plan,
     TimeToReady,
+    TimeToReadyByGpu,
     cleanup_plan,
     parse_time,
     plan,
@@ -128,6 +130,7 @@ class Controller:
         self.events = EventRecorder(self.core)
         self._dirty = asyncio.Event()
         self.ttr: dict[str, TimeToReady] = {}
+        self.ttr_gpu: dict[str, TimeToReadyByGpu] = {}
         self.placeholder_left: dict[str, float] = {}  # node -> when a placeholder left it
         self.preemptors: set[str] = set()  # pod uids the scheduler nominated (they preempted)
         self.reconcile_count = 0
@@ -418,13 +421,31 @@ class Controller:
             else self.apps.patch_namespaced_stateful_set
         await ignore_status(patch(wl.name, wl.namespace, body, _content_type=MERGE), 404)
 
+    async def _seed_time_to_ready(self, wl: ob.Workload) -> None:
+        """Fail-over: a new leader starts from the medians the previous one published to the store
+        (when the sink can read them back); an unreachable store just starts empty."""
+        get = getattr(self.sink, "get_warm_status", None)
+        if get is None:
+            return
+        try:
+            last = await get(wl.namespace, wl.name)
+        except Exception as exc:
+            log.warning("reading the last warm status failed", extra={"workload": wl.key, "error": str(exc)[:200]})
+            return
+        if isinstance(last, WarmStatus):
+            self.ttr.setdefault(wl.key, TimeToReady()).seed(last.time_to_ready_s)
+            self.ttr_gpu.setdefault(wl.key, TimeToReadyByGpu()).seed(last.time_to_ready_by_gpu)
+
     async def _measure_and_publish(self, wl: ob.Workload, p: Plan, pods: list[dict[str, Any]], now: datetime) -> None:
         cfg = p.config
         assert cfg is not None
         nodes = self.nodes.items
         label = staged_label_key(cfg.model_uri) if cfg.model_uri else None
         prepulled = set(p.prepulled_nodes)
+        if wl.key not in self.ttr:
+            await self._seed_time_to_ready(wl)
         ttr = self.ttr.setdefault(wl.key, TimeToReady())
+        ttr_gpu = self.ttr_gpu.setdefault(wl.key, TimeToReadyByGpu())
         ready = starting = 0
         for pod in pods:
             m = pod.get("metadata") or {}
@@ -448,6 +469,7 @@ class Controller:
             state = warm_state(staged, took)
             if ttr.observe(str(m.get("uid")), state, secs):
                 self.metrics.startup.labels(wl.namespace, wl.name, state).observe(secs)
+            ttr_gpu.observe(str(node_labels.get(GPU_PRODUCT_LABEL) or ""), str(m.get("uid")), state, secs)
         lab = (wl.namespace, wl.name)
         self.metrics.warm_capacity.labels(*lab).set(p.placeholders_ready)
         self.metrics.staged_nodes.labels(*lab).set(len(p.staged_nodes))
@@ -460,7 +482,7 @@ class Controller:
             placeholders_ready=p.placeholders_ready,
             staged_nodes=len(p.staged_nodes) if label else len(p.prepulled_nodes),
             ready_replicas=ready, starting_replicas=starting, spec_replicas=wl.replicas,
-            min_ready_floor=p.floor, time_to_ready_s=ttr.medians(),
+            min_ready_floor=p.floor, time_to_ready_s=ttr.medians(), time_to_ready_by_gpu=ttr_gpu.medians(),
             # the schedule itself, which the scaler evaluates at its own clock (floors bind at a window's
             # start, not at this controller's next reconcile)
             min_ready=wl.annotations.get(PREFIX + "min-ready", "0").strip(),

@@ -343,6 +343,33 @@ class TimeToReady:
     def medians(self) -> dict[str, float]:
         return {k: float(statistics.median(v)) for k, v in self._samples.items() if v}
 
+    def seed(self, medians: Mapping[str, float]) -> None:
+        """Start from medians a previous controller published (fail-over): one sample per warm state
+        that has none yet, so the first real measurement already moves the median."""
+        for state, seconds in medians.items():
+            if not self._samples.get(state):
+                self._samples.setdefault(state, deque(maxlen=self.window)).append(float(seconds))
+
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by GPU Feature Discovery on each GPU node
+
+
+class TimeToReadyByGpu:
+    """:class:`TimeToReady` per GPU product of the node a replica started on ("" when unlabelled)."""
+
+    def __init__(self) -> None:
+        self.by_gpu: dict[str, TimeToReady] = {}
+
+    def observe(self, gpu: str, uid: str, state: str, seconds: float) -> bool:
+        return self.by_gpu.setdefault(gpu, TimeToReady()).observe(uid, state, seconds)
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {g: m for g, t in self.by_gpu.items() if (m := t.medians())}
+
+    def seed(self, by_gpu: Mapping[str, Mapping[str, float]]) -> None:
+        for gpu, medians in by_gpu.items():
+            self.by_gpu.setdefault(gpu, TimeToReady()).seed(medians)
+
 
 def stale_stage_labels(nodes: Iterable[Obj], active_keys: set[str]) -> dict[str, list[str]]:
     """Per node, ``warmscale.io/staged-*`` labels of models no enabled workload uses any more."""
