@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import defaultdict
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
-import aiohttp
 import orjson
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
 
 from warmscale.advise.model import LatencySample, LoadSample, PodRecord, ScaleSample, Signals
 from warmscale.advise.pods import gpu_quota_namespaces, pod_record
@@ -69,15 +72,13 @@ async def read_kubernetes(api: Any, namespace: str | None) -> tuple[list[PodReco
     return pods, quotas, notes
 
 
-async def query_range(session: aiohttp.ClientSession, address: str, query: str, start: float, end: float,
-                      step: float = STEP_S, deadline_s: float = 20.0) -> list[dict[str, Any]]:
-    url = f"{address.rstrip('/')}/api/v1/query_range?" + urlencode(
-        {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"})
-    async with asyncio.timeout(deadline_s), session.get(url) as resp:
-        doc = orjson.loads(await resp.read())
-    if doc.get("status") != "success":
-        raise RuntimeError(f"prometheus: {doc.get('error') or resp.status}")
-    result: list[dict[str, Any]] = doc["data"]["result"]
+def query_range(prom: PrometheusConnect, query: str, start: float, end: float, step: float = STEP_S,
+                deadline_s: float = 20.0) -> list[dict[str, Any]]:
+    """One range query through prometheus-api-client (blocking: ``read_prometheus`` runs it in a thread;
+    this one-shot CLI reads history, not the scaler's hot path)."""
+    result: list[dict[str, Any]] = prom.custom_query_range(
+        query, start_time=datetime.fromtimestamp(start, UTC), end_time=datetime.fromtimestamp(end, UTC),
+        step=f"{step:g}", params={"timeout": f"{deadline_s:g}s"}, timeout=deadline_s)
     return result
 
 
@@ -107,11 +108,14 @@ async def read_prometheus(address: str, start: float, end: float, pods: list[Pod
                           ) -> tuple[list[ScaleSample], list[LatencySample], list[LoadSample]]:
     ns_sel = f'{{namespace="{namespace}"}}' if namespace else ""
     st = step if step is not None else step_for(end - start)
-    async with aiohttp.ClientSession() as session:
-        scale_res = await asyncio.gather(*(query_range(session, address, q + ns_sel, start, end, st)
+    prom = PrometheusConnect(url=address.rstrip("/"), disable_ssl=False, retry=Retry(total=0))
+    try:
+        scale_res = await asyncio.gather(*(asyncio.to_thread(query_range, prom, q + ns_sel, start, end, st)
                                            for q in SCALE_QUERIES.values()))
-        lat_res = await asyncio.gather(*(query_range(session, address, q, start, end, st)
+        lat_res = await asyncio.gather(*(asyncio.to_thread(query_range, prom, q, start, end, st)
                                          for q in (ITL_QUERY, PROMPT_QUERY, RUNNING_QUERY, KV_QUERY)))
+    except PrometheusApiClientException as exc:
+        raise RuntimeError(f"prometheus: {exc}") from None
     by = {k: _series(r, "namespace", "scaledobject") for k, r in zip(SCALE_QUERIES, scale_res, strict=True)}
     scale: list[ScaleSample] = []
     for key, desired in by["desired"].items():
@@ -148,7 +152,7 @@ async def read_signals(api: Any, *, namespace: str | None, since_s: float, now: 
     if prometheus:
         try:
             scale, latency, load = await read_prometheus(prometheus, now - since_s, now, pods, namespace)
-        except (TimeoutError, aiohttp.ClientError, RuntimeError, KeyError, ValueError) as exc:
+        except (TimeoutError, requests.RequestException, RuntimeError, KeyError, ValueError) as exc:
             notes.append(f"prometheus {prometheus} not readable ({type(exc).__name__}: {exc}): cold-start and "
                          "prefill-interference not evaluated")
     else:
