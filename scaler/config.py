@@ -45,6 +45,7 @@ class ScalerConfig:
     scale_to_zero: bool = False
     target_inflight_per_replica: float | None = None
     target_utilization: float = 0.7
+    kv_bound_target: float = 0.5
     burst_window_seconds: float = 10.0
     model_profile: str | None = None
     gpu_product: str | None = None
@@ -299,6 +300,10 @@ KEYS: tuple[Key, ...] = (
         "workload (docs/policy.md, \"Capacity in tokens\")."),
     Key("targetUtilization", "target_utilization", _parse_float, Range(0.05, 1),
         "Share of one replica's learned capacity (prefill tokens/s, sequences) to size for."),
+    Key("kvBoundTarget", "kv_bound_target", _parse_float, Range(0, 1, lo_open=True),
+        "Mean KV-cache usage the KV-bound need sizes for when no targetInflightPerReplica is set: room "
+        "left to admit long prompts and their decode growth (0.5 measured on Mooncake; 0.56-0.8 let "
+        "bursts of 30k-85k-token prompts queue, docs/benchmarks.md)."),
     Key("burstWindowSeconds", "burst_window_seconds", _parse_float, Range(1, 3600),
         "Window of the arriving prompt tokens/s the prefill-bound need is sized from."),
     Key("modelProfile", "model_profile", _parse_profile, None,

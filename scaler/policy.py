@@ -173,7 +173,7 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
             need = max(need, ready + 1)
         rules["kv"] = max(provisioned, min(need, _ceil(ready * cfg.scale_up_max_step)))
     elif ready > 0 and obs.kv_usage_mean is not None and cfg.target_inflight_per_replica is None and obs.running > 0:
-        kv_need = _ceil(ready * obs.kv_usage_mean / cfg.kv_cache_target)
+        kv_need = _ceil(ready * obs.kv_usage_mean / cfg.kv_bound_target)
         if kv_need > 1:  # one replica is the floor anyway (and must not block scale to zero)
             rules["kv"] = kv_need
 
