@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # Build the local test cluster binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) from Go modules, only those that are missing from the cache.
+# kube-scheduler, kwok) and KEDA (operator, metrics adapter) from Go modules, only those that
+# are missing from the cache.
 #
+# Usage:  build-cluster.sh [--no-keda | --keda-only]
 # Output: ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/k8s-<version>/{etcd,kube-apiserver,...}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kwok-<version>/kwok
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/helm-<version>/helm
+#         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/keda-<version>/{keda-operator,keda-adapter}
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
 #         GOMODCACHE/GOCACHE/GOPROXY are honoured (Go defaults otherwise).
 set -euo pipefail
+
+want_cluster=1 want_keda=1
+case "${1:-}" in
+  "") ;;
+  --no-keda) want_keda=0 ;;
+  --keda-only) want_cluster=0 ;;
+  *) echo "usage: $0 [--no-keda | --keda-only]" >&2; exit 2 ;;
+esac
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../testbed/versions.env
@@ -18,6 +29,7 @@ source "$repo/testbed/versions.env"
 cache="${WARMSCALE_CACHE:-$HOME/.cache/warmscale}"
 k8s_dir="$cache/bin/k8s-$KUBERNETES_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
+keda_dir="$cache/bin/keda-$KEDA_VERSION"
 nice_level="${WARMSCALE_BUILD_NICE:-10}"
 jobs="${WARMSCALE_BUILD_JOBS:-2}"
 
@@ -38,6 +50,7 @@ check_pin "$repo/testbed/k8s/go.mod" k8s.io/kubernetes "$KUBERNETES_VERSION"
 check_pin "$repo/testbed/k8s/go.mod" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check_pin "$repo/testbed/kwok/go.mod" sigs.k8s.io/kwok "$KWOK_VERSION"
 check_pin "$repo/testbed/helm/go.mod" helm.sh/helm/v4 "$HELM_VERSION"
+check_pin "$repo/testbed/keda/go.mod" github.com/kedacore/keda/v2 "$KEDA_VERSION"
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -68,6 +81,7 @@ build() { # build <module dir> <out dir> <ldflags> <name>=<package>...
 
 start=$SECONDS
 
+if [[ $want_cluster == 1 ]]; then
 kv="${KUBERNETES_VERSION#v}"; major="${kv%%.*}"; rest="${kv#*.}"; minor="${rest%%.*}"
 build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 ldf="-s -w"
@@ -95,5 +109,16 @@ build "$repo/testbed/helm" "$helm_dir" "-s -w -X helm.sh/helm/v4/internal/versio
 
 got="$("$k8s_dir/kube-apiserver" --version)"
 [[ "$got" == "Kubernetes $KUBERNETES_VERSION" ]] || { log "unexpected kube-apiserver version: $got"; exit 1; }
+fi
 
-log "done in $((SECONDS - start))s: $k8s_dir $kwok_dir"
+# KEDA last: the largest build (3,300+ packages, ~10 min cold on 2 cores), needed only by the
+# real-KEDA tests (marker keda), `up --keda` and `warmscale demo --cluster`.
+if [[ $want_keda == 1 ]]; then
+  kedaldf="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}"
+  kedaldf+=" -X github.com/kedacore/keda/v2/version.GitCommit=none"
+  build "$repo/testbed/keda" "$keda_dir" "$kedaldf" \
+    keda-operator=github.com/kedacore/keda/v2/cmd/operator \
+    keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+fi
+
+log "done in $((SECONDS - start))s"
