@@ -172,6 +172,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rpc-process", action=argparse.BooleanOptionalAction, default=True,
                         help="answer KEDA's gRPC from a process of its own, from a mirror of the decisions "
                              "(default; RPCs never wait behind ticks and scrapes). --no-rpc-process: one process")
+    parser.add_argument("--no-stream-metric-spec", action="store_true",
+                        help="answer StreamMetricSpec with UNIMPLEMENTED, so KEDA polls GetMetricSpec instead "
+                             "(for comparisons; the stream saves KEDA one GetMetricSpec call per poll)")
     parser.add_argument("--no-kubernetes", action="store_true",
                         help="never use the Kubernetes API (podSelector then reports a source error)")
 
@@ -193,6 +196,7 @@ async def serve(args: argparse.Namespace) -> int:
         max_trackers=args.max_trackers,
         max_trackers_per_namespace=args.max_trackers_per_namespace,
         rpc_process=bool(getattr(args, "rpc_process", True)),
+        stream_metric_spec=not getattr(args, "no_stream_metric_spec", False),
     )
     from scaler.target_guard import TargetGuard
 

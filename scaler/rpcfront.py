@@ -95,6 +95,7 @@ class FrontLink:
         ours, theirs = socket.socketpair()
         options = {"host": o.host, "grpc_port": o.grpc_port, "tls_cert": o.tls_cert, "tls_key": o.tls_key,
                    "tls_client_ca": o.tls_client_ca, "idle_seconds": o.tracker_idle_seconds,
+                   "stream_metric_spec": o.stream_metric_spec,
                    "log_level": logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()}
         self.proc = subprocess.Popen(  # noqa: ASYNC220  (a quick spawn, once)
             [sys.executable, "-m", "scaler.rpcfront", "--fd", str(theirs.fileno()), "--options",
@@ -257,9 +258,10 @@ class _Entry:
 class FrontService:
     """``externalscaler.ExternalScaler`` answered from the mirror."""
 
-    def __init__(self, writer: asyncio.StreamWriter, idle_seconds: float) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, idle_seconds: float, *, stream_metric_spec: bool = True) -> None:
         from proto import externalscaler_pb2 as pb
 
+        self.stream_metric_spec = stream_metric_spec
         self.pb = pb
         self._writer = writer
         self.idle_seconds = idle_seconds
@@ -434,6 +436,8 @@ class FrontService:
         await self._stream("StreamIsActive", request, context, lambda e: self.pb.IsActiveResponse(result=e.answer[0]))
 
     async def StreamMetricSpec(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not self.stream_metric_spec:  # --no-stream-metric-spec: KEDA then polls GetMetricSpec
+            await self._abort(context, grpc.StatusCode.UNIMPLEMENTED, "StreamMetricSpec is switched off")
         await self._stream("StreamMetricSpec", request, context, self._spec)
 
     def wake_all(self) -> None:
@@ -462,7 +466,8 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
 
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_connection(sock=sock)
-    service = FrontService(writer, float(options.get("idle_seconds") or 600.0))
+    service = FrontService(writer, float(options.get("idle_seconds") or 600.0),
+                           stream_metric_spec=bool(options.get("stream_metric_spec", True)))
     health = HealthServicer()
     server = grpc.aio.server(options=[
         ("grpc.so_reuseport", 0),

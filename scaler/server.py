@@ -57,9 +57,10 @@ def _spec(tracker: Tracker, d: Decision) -> pb.GetMetricSpecResponse:
 class ExternalScalerService:
     """Implements ``externalscaler.ExternalScaler`` (both KEDA v2.20 and main protos)."""
 
-    def __init__(self, manager: TrackerManager, metrics: ScalerMetrics) -> None:
+    def __init__(self, manager: TrackerManager, metrics: ScalerMetrics, *, stream_metric_spec: bool = True) -> None:
         self.manager = manager
         self.metrics = metrics
+        self.stream_metric_spec = stream_metric_spec
         self.shutting_down = False
         self.inflight = 0
         self.last_started = 0.0  # monotonic time the latest unary RPC reached its handler
@@ -188,6 +189,9 @@ class ExternalScalerService:
 
     async def StreamMetricSpec(self, request: pb.ScaledObjectRef,
                                context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not self.stream_metric_spec:
+            # As a scaler without the RPC answers: KEDA then polls GetMetricSpec (--no-stream-metric-spec).
+            await self._abort(context, grpc.StatusCode.UNIMPLEMENTED, "StreamMetricSpec is switched off")
         await self._stream("StreamMetricSpec", request, context, _spec)
 
 
@@ -216,6 +220,7 @@ class ServerOptions:
     # Answer KEDA's RPCs from a process of their own (scaler/rpcfront.py): at 1,000+ ScaledObjects the
     # RPCs then never wait behind the trackers' ticks and scrapes.
     rpc_process: bool = False
+    stream_metric_spec: bool = True
 
 
 class ScalerServer:
@@ -234,7 +239,8 @@ class ScalerServer:
                                    max_trackers_per_namespace=options.max_trackers_per_namespace),
             instance_id=options.instance_id, clock=clock, guard=guard,
         )
-        self.service = ExternalScalerService(self.manager, self.metrics)
+        self.service = ExternalScalerService(self.manager, self.metrics,
+                                             stream_metric_spec=options.stream_metric_spec)
         self.health = HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._http: Any = None

@@ -9,6 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
+from . import keda
 from .binaries import BinariesMissing, locate
 from .fleet import DEFAULT_POOLS, default_fleet
 from .harness import STATE_FILE, Cluster, ClusterConfig, ClusterStartError, default_state_dir
@@ -32,6 +33,12 @@ def _up(args: argparse.Namespace) -> int:
         existing = Cluster.attach(state_dir)
         if existing.healthy():
             log.info("cluster already running", extra={"state_dir": str(state_dir)})
+            if args.keda:
+                try:
+                    keda.start(existing, build=args.build, within=args.timeout)
+                except (BinariesMissing, RuntimeError, TimeoutError) as exc:
+                    print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
+                    return 1
             print(existing.kubeconfig)
             return 0
         log.warning("replacing a stopped or unhealthy cluster", extra={"state_dir": str(state_dir)})
@@ -39,9 +46,10 @@ def _up(args: argparse.Namespace) -> int:
     pools = default_fleet(args.nodes, _pool_overrides(args.pool))
     try:
         cluster = Cluster.start(
-            ClusterConfig(pools=pools, state_dir=state_dir, build_missing=args.build, startup_timeout=args.timeout)
+            ClusterConfig(pools=pools, state_dir=state_dir, build_missing=args.build, startup_timeout=args.timeout,
+                          keda=args.keda, hpa_sync_period=args.hpa_sync_period)
         )
-    except (BinariesMissing, ClusterStartError, TimeoutError) as exc:
+    except (BinariesMissing, ClusterStartError, RuntimeError, TimeoutError) as exc:
         print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
         return 1
     print(
@@ -68,7 +76,12 @@ def _status(args: argparse.Namespace) -> int:
         return 3
     cluster = Cluster.attach(args.state_dir)
     healthy = cluster.healthy(within=2)
-    print(json.dumps({"running": cluster.alive(), "healthy": healthy, **cluster.status()}, indent=2))
+    body = {"running": cluster.alive(), "healthy": healthy, **cluster.status()}
+    keda_status = keda.status(cluster) if healthy else None
+    if keda_status is not None:
+        body["keda"] = keda_status
+        healthy = healthy and keda_status["healthy"]
+    print(json.dumps(body, indent=2))
     return 0 if healthy else 3
 
 
@@ -78,10 +91,14 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(_: argparse.Namespace) -> int:
+def _build(args: argparse.Namespace) -> int:
     binaries = locate(build=True)
     for path in binaries.all():
         print(path)
+    if args.keda:
+        kb = keda.locate(build=True)
+        print(kb.operator)
+        print(kb.adapter)
     return 0
 
 
@@ -112,12 +129,17 @@ def main(argv: list[str] | None = None) -> int:
         help=f"size of one pool ({', '.join(p.name for p in DEFAULT_POOLS)}); 0 drops it",
     )
     up.add_argument("--build", action="store_true", help="build missing binaries first")
+    up.add_argument("--keda", action="store_true",
+                    help="also run the real KEDA operator + metrics adapter (also on an already running cluster)")
+    up.add_argument("--hpa-sync-period", default="5s", help="controller-manager HPA sync period (default 5s)")
     up.add_argument("--timeout", type=float, default=180.0, help="startup timeout in seconds")
     up.set_defaults(func=_up)
 
     sub.add_parser("down", help="stop the cluster and remove its state").set_defaults(func=_down)
     sub.add_parser("status", help="print what runs (exit 3 unless running and healthy)").set_defaults(func=_status)
-    sub.add_parser("build", help="build missing binaries, print their paths").set_defaults(func=_build)
+    build = sub.add_parser("build", help="build missing binaries, print their paths")
+    build.add_argument("--keda", action="store_true", help="also KEDA (operator, metrics adapter)")
+    build.set_defaults(func=_build)
 
     token = sub.add_parser("token", help="mint a TokenRequest token for a ServiceAccount")
     token.add_argument("namespace")

@@ -47,7 +47,16 @@ STAGES_DIR = Path(__file__).parent / "stages"
 KWOK_CONFIG = Path(__file__).parent / "kwok-config.yaml"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"
+# Pod IPs come from a loopback range (the whole 127.0.0.0/8 is this machine), so that a simulated
+# engine can listen on a KWOK pod's IP and port and be scraped there like a real pod. The second
+# octet is drawn per cluster, so clusters running side by side do not hand out the same IPs.
+POD_CIDR_TEMPLATE = "127.{}.0.0/16"
+
+
+def random_pod_cidr() -> str:
+    import random
+
+    return POD_CIDR_TEMPLATE.format(random.randint(16, 250))
 
 
 TEMP_PREFIX = "warmscale-cluster-"
@@ -107,6 +116,8 @@ class ClusterConfig:
     # and the admin are not logged): <state dir>/logs/audit.log, see Cluster.audit_events().
     audit: bool = True
     extra_apiserver_args: list[str] = field(default_factory=list)  # e.g. ["--watch-cache=false"]
+    keda: bool = False  # also start the real KEDA operator + metrics adapter (tests/cluster/keda.py)
+    pod_cidr: str | None = None  # None: a random 127.X.0.0/16
 
 
 @dataclass
@@ -184,6 +195,16 @@ class Cluster:
         cluster = _Starter(binaries, cfg, state_dir).run()
         cluster.info["startup_seconds"] = round(time.monotonic() - t0, 2)
         cluster._write_state()
+        if cfg.keda:
+            from . import keda
+
+            try:
+                keda.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
+            except BaseException:
+                cluster.stop()
+                raise
+            cluster.info["startup_seconds"] = round(time.monotonic() - t0, 2)
+            cluster._write_state()
         log.info("cluster ready", extra={"state_dir": str(state_dir), "seconds": cluster.info["startup_seconds"]})
         return cluster
 
@@ -249,6 +270,8 @@ class Cluster:
             "state_dir": str(self.state_dir) if self.state_dir else None,
             "startup_seconds": self.info.get("startup_seconds"),
             "nodes": self.info.get("nodes"),
+            "pod_cidr": self.info.get("pod_cidr"),
+            "hpa_sync_period": self.info.get("hpa_sync_period"),
             "processes": [
                 {"name": p.name, "pid": p.pid, "alive": p.alive(), "rss_mib": round(p.rss_bytes() / 2**20, 1)}
                 for p in self.processes
@@ -421,6 +444,7 @@ class _Starter:
         self.handles: list[processes.ProcessHandle] = []
         self.deadline = time.monotonic() + cfg.startup_timeout
         self.t0 = time.monotonic()
+        self.pod_cidr = cfg.pod_cidr or random_pod_cidr()
 
     def run(self) -> Cluster:
         try:
@@ -470,6 +494,8 @@ class _Starter:
             self.handles,
             {
                 "ports": dataclasses.asdict(ports),
+                "pod_cidr": self.pod_cidr,
+                "hpa_sync_period": self.cfg.hpa_sync_period,
                 "nodes": sum(pool.count for pool in self.cfg.pools),
                 "pools": {pool.name: pool.count for pool in self.cfg.pools},
                 "argv": {"kube-apiserver": apiserver_argv},
@@ -650,7 +676,7 @@ class _Starter:
             f"--manage-nodes-with-label-selector={fleet.KWOK_LABEL}={fleet.KWOK_LABEL_VALUE}",
             *(f"--config={c}" for c in configs),
             "--node-lease-duration-seconds=40",
-            f"--cidr={POD_CIDR}",
+            f"--cidr={self.pod_cidr}",
             "--node-ip=10.0.0.1",
         ]
 

@@ -196,3 +196,59 @@ def generate(directory: Path) -> Pki:
     fp_ca, fp_key, fp_cert = _make_ca(directory, "front-proxy-ca", "warmscale-front-proxy-ca")
     fp_client = _issue(directory, "front-proxy-client", fp_key, fp_cert, _name("front-proxy-client"), server=False)
     return Pki(ca, serving, admin, kcm, scheduler, sa_private, sa_public, fp_ca, fp_client)
+
+
+def make_ca(directory: Path, stem: str, common_name: str) -> CertPair:
+    """A self-signed CA (``<stem>.crt``/``<stem>.key`` in ``directory``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pair, _, _ = _make_ca(directory, stem, common_name)
+    return pair
+
+
+def issue_leaf(
+    directory: Path,
+    stem: str,
+    ca: CertPair,
+    common_name: str,
+    *,
+    dns: tuple[str, ...] = (),
+    ips: tuple[str, ...] = (),
+    server: bool = True,
+    client: bool = True,
+) -> CertPair:
+    """A leaf signed by ``ca`` (read from its files) with the given SANs and extended key usages."""
+    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = _key()
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    usages += [ExtendedKeyUsageOID.CLIENT_AUTH] if client else []
+    builder = (
+        _builder(_name(common_name), ca_cert.subject, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+    )
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+    sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    pair = CertPair(directory / f"{stem}.crt", directory / f"{stem}.key")
+    _write_cert(pair.cert, cert)
+    _write_key(pair.key, key)
+    return pair

@@ -158,6 +158,17 @@ async def test_stream_metric_spec_matches_get_metric_spec(make_server: Any, clie
     stream.cancel()
 
 
+async def test_stream_metric_spec_can_be_switched_off(make_server: Any, clients: Any) -> None:
+    """``--no-stream-metric-spec``: UNIMPLEMENTED, as from a scaler without the RPC (KEDA then polls)."""
+    server = await make_server(ScriptedReader(load=10.0), stream_metric_spec=False)
+    c = clients(server.grpc_port, "main")
+    stream = c.stub.StreamMetricSpec(c.ref())
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await asyncio.wait_for(stream.read(), 3)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert (await c.stub.GetMetricSpec(c.ref())).metricSpecs[0].targetSizeFloat == 1.0
+
+
 async def test_v2_client_has_no_stream_metric_spec_and_server_has_it(make_server: Any, clients: Any) -> None:
     server = await make_server(ScriptedReader(load=10.0))
     old = clients(server.grpc_port, "v2.20.2")
