@@ -11,6 +11,8 @@ Fixtures
                      ServiceAccount in ``k8s_namespace`` bound to a Role with ``rules``.
   k8s_node_pool      function: factory ``await make(pool) -> list[node names]`` creating
                      temporary kwok nodes (deleted afterwards).
+  keda_cluster       session: ``k8s_cluster`` with the real KEDA operator + metrics adapter running
+                     (started on it if needed, stopped at the end if started here).
 
 Missing binaries fail the tests; they skip instead when ``WARMSCALE_ALLOW_SKIP_CLUSTER=1``
 and ``CI`` is not ``true``.
@@ -31,10 +33,17 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import fleet
+from . import fleet, keda
 from .binaries import BinariesMissing
 from .fleet import NodePool
-from .harness import STATE_FILE, Cluster, ClusterConfig, default_state_dir, remove_stale_temp_clusters
+from .harness import (
+    STATE_FILE,
+    TEMP_PREFIX,
+    Cluster,
+    ClusterConfig,
+    default_state_dir,
+    remove_stale_temp_clusters,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +101,30 @@ def k8s_cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
+    if k8s_cluster.state_dir is None:
+        pytest.fail("the real-KEDA tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
+                    pytrace=False)
+    if keda.running(k8s_cluster) and "keda" in k8s_cluster.info:
+        yield k8s_cluster
+        return
+    try:
+        keda.locate()
+    except BinariesMissing as exc:
+        if _skip_allowed():
+            pytest.skip(str(exc))
+        pytest.fail(f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip them outside CI (never when CI=true).",
+                    pytrace=False)
+    owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
+    keda.start(k8s_cluster, die_with_parent=owned)
+    log.info("KEDA started", extra={"marks": k8s_cluster.info["keda"].get("startup_marks")})
+    try:
+        yield k8s_cluster
+    finally:
+        keda.stop(k8s_cluster)
 
 
 @pytest.fixture
