@@ -21,6 +21,16 @@ weights) -- and patches ``sim.warmscale.io/start-delay`` (an absolute time: prov
 download) and ``sim.warmscale.io/ready-delay`` (load + engine init + readiness) with the startup
 model's seconds for that state times ``--time-factor`` (default 1/60).
 
+Actuation (``--actuation keda``, the default): the scale-up is not a replica patch. The benchmark
+runs its own local cluster with the real KEDA v2.21.0 (operator + metrics adapter) and the HPA
+(``--hpa-sync-period``, default 1 s), a ``warmscale scaler`` process, simulated engines listening on
+the KWOK pods' IPs (``tests/cluster/engines.py``) and a ScaledObject (``external-push``,
+``pollingInterval`` 1 s, ``targetInflightPerReplica`` 10). The initial replica carries 10 requests
+in flight; at the scale-up the load steps to 10 per target replica, so the scaler decides 8 and KEDA
+and the HPA move the Deployment. Reported per case: load onset -> ``spec.replicas`` changed
+(the actuation loops, wall seconds, counted 1:1 like the other overhead) next to the time-to-Ready.
+``--actuation patch`` patches the scale subresource instead (and accepts ``--kubeconfig``).
+
 Reported in model seconds: ``model = injected model seconds + real overhead``, where the real
 overhead (scheduling, preemption, watch/patch latency, KWOK) is measured wall time minus the
 injected wall time and counted 1:1 (a real cluster pays it in real time). Creation and Ready are
@@ -87,8 +97,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              f"{', '.join([*PROFILES, *VARIANTS])}); the first is the reference")
     parser.add_argument("--from-replicas", type=int, default=1)
     parser.add_argument("--to-replicas", type=int, default=8)
-    parser.add_argument("--time-factor", type=float, default=1 / 60,
-                        help="wall seconds per model second for the injected delays (default 1/60)")
+    parser.add_argument("--time-factor", type=float, default=None,
+                        help="wall seconds per model second for the injected delays (default 1/4 with "
+                             "--actuation keda, so KEDA's and the HPA's loops stay under 10%% of the warm start; "
+                             "1/60 with patch)")
+    parser.add_argument("--actuation", choices=("keda", "patch"), default="keda",
+                        help="keda: load on the engines -> scaler -> real KEDA + HPA (own cluster); "
+                             "patch: patch the Deployment's scale subresource")
+    parser.add_argument("--hpa-sync-period", default="1s", help="HPA sync period of the cluster (keda actuation)")
     parser.add_argument("--json", dest="json_out", default=DEFAULT_JSON)
     parser.add_argument("--plot", default=DEFAULT_PNG, help="PNG path ('' for none)")
     parser.add_argument("--timeout", type=float, default=240.0, help="per-phase wall-clock timeout")
@@ -240,11 +256,14 @@ def node_pool(ns: str, count: int) -> Any:
                     extra_labels={BENCH_LABEL: ns})
 
 
-def deployment(ns: str, name: str, replicas: int, warm: bool, standby: int) -> dict[str, Any]:
+def deployment(ns: str, name: str, replicas: int, warm: bool, standby: int,
+               metrics_port: int | None = None) -> dict[str, Any]:
     from tests.cluster import workloads as w
 
     d = w.deployment(name, replicas, gpus=1, cpu="8", memory="64Gi", node_selector={BENCH_LABEL: ns},
                      annotations={START_DELAY: "1h", READY_DELAY: "0s"})
+    if metrics_port is not None:
+        d["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": metrics_port}]
     d["metadata"]["annotations"] = {
         P + "enabled": "true" if warm else "false", P + "standby": str(standby),
         P + "prestage-nodes": str(standby), P + "model-uri": MODEL_URI,
@@ -265,7 +284,74 @@ async def _wait(pred: Any, within: float, what: str, interval: float = 0.1) -> A
         raise RuntimeError(f"timed out after {within:.0f}s waiting for {what}") from None
 
 
-async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args: argparse.Namespace) -> dict[str, Any]:
+ENGINE_PORT = 8000
+PER_REPLICA = 10  # targetInflightPerReplica of the ScaledObject (keda actuation)
+
+
+class KedaActuation:
+    """The scale-up through the real KEDA: engines on the pods, a scaler, a ScaledObject, load."""
+
+    def __init__(self, api: client.ApiClient, run: Any, ns: str, name: str, args: argparse.Namespace) -> None:
+        from tests.cluster.engines import PodEngines
+        from tests.cluster.scaling import ReplicaTimeline
+
+        self.api, self.run, self.ns, self.name, self.args = api, run, ns, name, args
+        self.queue = f"gateway:{ns}:{name}"
+        self.engines = PodEngines(api, ns, f"app={name}", ENGINE_PORT, run.redis.url, self.queue)
+        self.timeline = ReplicaTimeline(api, ns, name)
+
+    async def start(self, scaler_address: str) -> None:
+        from tests.cluster.scaling import create_scaled_object, scaled_object, scaler_metadata
+
+        await self.engines.start()
+        self.timeline.start()
+        a = self.args
+        meta = scaler_metadata(self.name, ENGINE_PORT, self.run.redis.url, self.queue,
+                               targetInflightPerReplica=str(PER_REPLICA), maxReplicas=str(a.to_replicas),
+                               minReplicas=str(a.from_replicas), scaleDownStabilizationSeconds="600")
+        await create_scaled_object(self.api, self.ns, scaled_object(
+            self.name, scaler_address, meta, min_replicas=a.from_replicas, max_replicas=a.to_replicas))
+        self.engines.set_concurrency(PER_REPLICA * a.from_replicas)
+
+    async def wait_steady(self) -> None:
+        from tests.cluster.scaling import read_hpa
+
+        async def steady() -> bool:
+            hpa = await read_hpa(self.api, self.ns, self.name)
+            conds = (hpa.status.conditions if hpa is not None and hpa.status else None) or []
+            active = any(c.type == "ScalingActive" and c.status == "True" for c in conds)
+            return active and self.timeline.spec == self.args.from_replicas and bool(self.engines.ready_engines())
+
+        await _wait(steady, self.args.timeout, "HPA active on the initial load")
+        await asyncio.sleep(2.0)
+
+    async def scale_up(self) -> float:
+        """Step the load; return the wall time (time.time()) of the onset."""
+        self.engines.set_concurrency(PER_REPLICA * self.args.to_replicas)
+        await _wait(lambda: _true(self.engines.onset_at is not None), 10, "load onset", interval=0.005)
+        assert self.engines.onset_at is not None
+        return time.time() - (time.monotonic() - self.engines.onset_at)
+
+    def actuation(self) -> dict[str, Any]:
+        onset = self.engines.onset_at
+        assert onset is not None
+        first = next((t for t, s, _ in self.timeline.samples if t >= onset and s > self.args.from_replicas), None)
+        full = next((t for t, s, _ in self.timeline.samples if t >= onset and s >= self.args.to_replicas), None)
+        return {"onset_to_replicas_changed_wall_s": round(first - onset, 3) if first else None,
+                "onset_to_replicas_target_wall_s": round(full - onset, 3) if full else None,
+                "replicas_seen": self.timeline.specs_since(onset)}
+
+    async def aclose(self) -> None:
+        await self.timeline.aclose()
+        await self.engines.aclose()
+
+
+async def _true(v: bool) -> bool:
+    return v
+
+
+async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args: argparse.Namespace,
+                   keda_run: Any = None, scaler_address: str | None = None) -> dict[str, Any]:
     from tests.cluster import fleet
 
     core: Any = client.CoreV1Api(api)
@@ -279,12 +365,19 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
     inj_task = asyncio.create_task(inj.run())
     ctl_task: asyncio.Task[None] | None = None
     ctl: Any = None
+    act: KedaActuation | None = None
     t_setup = time.monotonic()
     try:
         await fleet.create_nodes(api, [pool])
         await _wait(lambda: _all_ready_nodes(core, nodes), args.timeout, "bench nodes Ready")
-        await apps.create_namespaced_deployment(ns, deployment(ns, name, args.from_replicas, warm, standby))
+        port = ENGINE_PORT if keda_run is not None else None
+        await apps.create_namespaced_deployment(ns, deployment(ns, name, args.from_replicas, warm, standby, port))
         await _wait(lambda: _ready_count(inj, args.from_replicas), args.timeout, "initial replicas Ready")
+        if keda_run is not None:
+            assert scaler_address is not None
+            await _wait(lambda: _sa(core, ns), args.timeout, "default ServiceAccount")
+            act = KedaActuation(api, keda_run, ns, name, args)
+            await act.start(scaler_address)
         if warm:
             from warmpool.controller import Controller, Options, install_priority_class
 
@@ -300,10 +393,15 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
                             and st.get("prepulled") == f"{standby}/{standby}")
 
             await _wait(pool_warm, args.timeout, "warm pool staged, pre-pulled and held")
+        if act is not None:
+            await act.wait_steady()
         setup_s = time.monotonic() - t_setup
         inj.measuring = True
-        t0 = time.time()
-        await apps.patch_namespaced_deployment_scale(name, ns, {"spec": {"replicas": args.to_replicas}})
+        if act is not None:
+            t0 = await act.scale_up()
+        else:
+            t0 = time.time()
+            await apps.patch_namespaced_deployment_scale(name, ns, {"spec": {"replicas": args.to_replicas}})
         await _wait(lambda: _ready_count(inj, args.to_replicas), args.timeout, f"{args.to_replicas} replicas Ready")
         wall = time.time() - t0
         new = [r.result() for r in inj.replicas.values() if r.state != "pre-existing" and r.ready is not None]
@@ -317,18 +415,33 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
             "states": sorted({x["warm_state"] for x in new}),
             "setup_wall_s": round(setup_s, 1), "scale_up_wall_s": round(wall, 2),
             "injector_errors": inj.errors,
+            "actuation": act.actuation() if act is not None else {"kind": "patch"},
         }
+        if act is not None:
+            out["actuation"]["kind"] = "keda"
+            ttr = [x["time_to_ready_model_s"] * args.time_factor for x in new]
+            out["actuation"]["warm_or_cold_start_wall_s_p50"] = round(statistics.median(ttr), 3) if ttr else None
         if ctl is not None:
             t = ctl.ttr.get(f"Deployment/{ns}/{name}")
             out["controller_measured_wall_s"] = t.medians() if t else {}
         return out
     finally:
+        if act is not None:
+            await act.aclose()
         if ctl_task is not None:
             ctl_task.cancel()
             await asyncio.gather(ctl_task, return_exceptions=True)
         inj_task.cancel()
         await asyncio.gather(inj_task, return_exceptions=True)
         await _cleanup(core, ns, nodes, apps)
+
+
+async def _sa(core: Any, ns: str) -> bool:
+    try:
+        await core.read_namespaced_service_account("default", ns)
+        return True
+    except ApiException:
+        return False
 
 
 async def _all_ready_nodes(core: Any, names: list[str]) -> bool:
@@ -438,7 +551,7 @@ def plot(result: dict[str, Any], path: str) -> None:
 # ---------------------------------------------------------------- entry points
 
 
-async def _bench(args: argparse.Namespace, kubeconfig: Path) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, kubeconfig: Path, keda_run: Any = None) -> dict[str, Any]:
     from warmpool.cli import make_api_client
 
     profiles = [profile(n.strip()) for n in args.profiles.split(",") if n.strip()]
@@ -448,32 +561,57 @@ async def _bench(args: argparse.Namespace, kubeconfig: Path) -> dict[str, Any]:
         for prof in profiles:
             for warm in (False, True):
                 log.info("case", extra={"profile": prof.name, "warm": warm})
-                c = await run_case(api, prof, warm, args)
+                scaler = keda_run.scaler() if keda_run is not None else None
+                try:
+                    c = await run_case(api, prof, warm, args, keda_run, scaler.address if scaler else None)
+                finally:
+                    if scaler is not None:
+                        scaler.stop()
                 print(f"  {prof.name:18s} {c['case']:4s} p50 {c['time_to_ready_model_s']['p50']:6.1f} s  "
                       f"max {c['time_to_ready_model_s']['max']:6.1f} s  states {c['states']}  "
-                      f"(scale-up {c['scale_up_wall_s']:.1f} s wall)", file=sys.stderr)
+                      f"(scale-up {c['scale_up_wall_s']:.1f} s wall; onset -> replicas changed "
+                      f"{c['actuation'].get('onset_to_replicas_changed_wall_s', '-')} s wall)", file=sys.stderr)
                 cases.append(c)
     finally:
         await api.close()
-    return report(cases, profiles, args.time_factor)
+    out = report(cases, profiles, args.time_factor)
+    if keda_run is not None:
+        out["actuation"] = {"kind": "real KEDA v2.21.0 + HPA", "keda_polling_interval_s": 1,
+                            "hpa_sync_period": args.hpa_sync_period,
+                            "per_case": {f"{c['profile']}/{c['case']}": c["actuation"] for c in cases}}
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     from tests.cluster import Cluster, ClusterConfig
     from tests.cluster.fleet import CPU
 
+    if args.time_factor is None:
+        args.time_factor = 0.25 if args.actuation == "keda" else 1 / 60
     cluster = None
-    if args.kubeconfig:
-        kubeconfig = Path(args.kubeconfig)
+    if args.actuation == "keda":
+        from tests.cluster.binaries import BinariesMissing
+        from tests.cluster.kedarun import KedaRun
+
+        print("starting a local cluster with the real KEDA (tests/cluster harness)...", file=sys.stderr)
+        try:
+            with KedaRun.start(hpa_sync_period=args.hpa_sync_period, pools=[replace(CPU, count=1)]) as keda_run:
+                result = asyncio.run(_bench(args, keda_run.cluster.kubeconfig, keda_run))
+        except BinariesMissing as exc:
+            print(f"error: {exc}\n(or run with --actuation patch)", file=sys.stderr)
+            return 2
     else:
-        print("starting a local cluster (tests/cluster harness)...", file=sys.stderr)
-        cluster = Cluster.start(ClusterConfig(pools=[replace(CPU, count=1)], die_with_parent=True))
-        kubeconfig = cluster.kubeconfig
-    try:
-        result = asyncio.run(_bench(args, kubeconfig))
-    finally:
-        if cluster is not None:
-            cluster.stop()
+        if args.kubeconfig:
+            kubeconfig = Path(args.kubeconfig)
+        else:
+            print("starting a local cluster (tests/cluster harness)...", file=sys.stderr)
+            cluster = Cluster.start(ClusterConfig(pools=[replace(CPU, count=1)], die_with_parent=True))
+            kubeconfig = cluster.kubeconfig
+        try:
+            result = asyncio.run(_bench(args, kubeconfig))
+        finally:
+            if cluster is not None:
+                cluster.stop()
     result["command"] = "python -m benchmarks.cold_vs_warm " + " ".join(sys.argv[1:])
     print(table(result))
     if args.json_out:

@@ -1,6 +1,7 @@
-"""Reaction time: queue onset at an engine -> the scaler's StreamIsActive push.
+"""Reaction time: queue onset at an engine -> the scaler's StreamIsActive push, and load onset ->
+the Deployment's replicas changed through the real KEDA and HPA.
 
-    python -m benchmarks.reaction [--trials 10] [--no-prometheus]
+    python -m benchmarks.reaction [--trials 10] [--no-prometheus] [--no-keda] [--keda-trials 5]
 
 Measured: a fake vLLM engine (aiohttp) serves the idle sample payload; a real ``warmscale scaler``
 process (real signal sources, in-memory store) tracks a ScaledObject with ``scaleToZero: "true"``
@@ -13,6 +14,11 @@ Modelled (clearly labelled): KEDA + Prometheus defaults (Prometheus scrape 15 s,
 pollingInterval 30 s). The onset lands uniformly within a scrape interval and the scrape uniformly
 within a polling interval, so reaction = U(0,15) + U(0,30) + query latency; the query latency is
 *measured* against a real Prometheus scraping the same engine. Distribution by Monte Carlo.
+
+Measured through the real KEDA v2.21.0 + HPA on the local cluster (``benchmarks/reaction_keda.py``):
+queue onset -> replicas 0 -> 1 (push activation) and load onset -> replicas 1 -> N (metrics adapter
++ HPA). Needs the cached cluster and KEDA binaries (``bash .ci/build-cluster.sh``); without them this
+part is reported as not run, with the reason.
 
 Prints a table and writes ``benchmarks/results/reaction.json``.
 """
@@ -138,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--no-prometheus", action="store_true")
+    ap.add_argument("--no-keda", action="store_true", help="leave out the real-KEDA paths")
+    ap.add_argument("--keda-trials", type=int, default=5)
+    ap.add_argument("--hpa-sync-period", default="1s", help="HPA sync period of the local cluster (real-KEDA paths)")
     args = ap.parse_args(argv)
     load_before = os.getloadavg()
     pushed = asyncio.run(measure_push(args.trials))
@@ -154,14 +163,30 @@ def main(argv: list[str] | None = None) -> int:
         result["prometheus_query_latency"] = stats(qlat)
         result["model"] = (f"U(0,{SCRAPE_S:g}) scrape delay + U(0,{POLL_S:g}) KEDA polling delay + measured "
                            "PromQL query latency (Monte Carlo, 200k samples)")
+    if not args.no_keda:
+        sys.path.insert(0, str(ROOT))
+        from tests.cluster.binaries import BinariesMissing
+
+        try:
+            from benchmarks.reaction_keda import measure
+
+            keda = measure(args.keda_trials, args.hpa_sync_period)
+        except BinariesMissing as exc:
+            print(f"real-KEDA paths not run: {exc}", file=sys.stderr)
+            result["keda_not_run"] = str(exc)
+        else:
+            sync = keda["hpa_sync_period"]
+            rows.append({"path": "onset -> replicas 0->1, real KEDA push", **stats(keda["zero_to_one_s"])})
+            rows.append({"path": f"onset -> replicas 1->N, real KEDA+HPA ({sync})", **stats(keda["one_to_n_s"])})
+            result["keda"] = keda
     result["rows"] = rows
     result["loadavg_before"] = [round(x, 2) for x in load_before]
     result["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    head = f"{'path':<44}{'n':>8}{'mean s':>9}{'p50 s':>9}{'p95 s':>9}{'max s':>9}"
+    head = f"{'path':<48}{'n':>8}{'mean s':>9}{'p50 s':>9}{'p95 s':>9}{'max s':>9}"
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['path']:<44}{r['n']:>8}{r['mean_s']:>9.3f}{r['p50_s']:>9.3f}{r['p95_s']:>9.3f}{r['max_s']:>9.3f}")
+        print(f"{r['path']:<48}{r['n']:>8}{r['mean_s']:>9.3f}{r['p50_s']:>9.3f}{r['p95_s']:>9.3f}{r['max_s']:>9.3f}")
     if "prometheus_query_latency" in result:
         q = result["prometheus_query_latency"]
         print(f"(measured PromQL query latency: p50 {q['p50_s'] * 1000:.2f} ms, p95 {q['p95_s'] * 1000:.2f} ms)")

@@ -99,9 +99,10 @@ class PodEngines:
             await self._redis.aclose()
 
     def set_concurrency(self, n: int) -> None:
-        """Keep ``n`` requests outstanding (queued in the gateway or in an engine) from now on."""
-        if n > 0 and self.concurrency == 0:
-            self.onset_at = None  # stamped at the first request sent
+        """Keep ``n`` requests outstanding (queued in the gateway or in an engine) from now on.
+        An increase re-arms ``onset_at``: it is stamped when the first of the added requests is sent."""
+        if n > self.concurrency:
+            self.onset_at = None
         self.concurrency = n
 
     # ----------------------------------------------------------------- views
