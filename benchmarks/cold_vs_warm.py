@@ -350,8 +350,17 @@ async def _true(v: bool) -> bool:
     return v
 
 
+@dataclass
+class CaseHooks:
+    """For callers that run cases side by side (``warmscale demo --cluster``)."""
+
+    on_actuation: Any = None  # called with the KedaActuation once it runs
+    before_scale_up: Any = None  # awaited right before the load step / patch
+
+
 async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args: argparse.Namespace,
-                   keda_run: Any = None, scaler_address: str | None = None) -> dict[str, Any]:
+                   keda_run: Any = None, scaler_address: str | None = None,
+                   hooks: CaseHooks | None = None) -> dict[str, Any]:
     from tests.cluster import fleet
 
     core: Any = client.CoreV1Api(api)
@@ -378,6 +387,8 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
             await _wait(lambda: _sa(core, ns), args.timeout, "default ServiceAccount")
             act = KedaActuation(api, keda_run, ns, name, args)
             await act.start(scaler_address)
+            if hooks is not None and hooks.on_actuation is not None:
+                hooks.on_actuation(act)
         if warm:
             from warmpool.controller import Controller, Options, install_priority_class
 
@@ -396,6 +407,8 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
         if act is not None:
             await act.wait_steady()
         setup_s = time.monotonic() - t_setup
+        if hooks is not None and hooks.before_scale_up is not None:
+            await hooks.before_scale_up()
         inj.measuring = True
         if act is not None:
             t0 = await act.scale_up()

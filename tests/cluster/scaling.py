@@ -181,7 +181,7 @@ def scaled_object(
     polling_interval: int = 1,
     cooldown: int = 3,
     push: bool = True,
-    tolerance: float | None = 0.0,
+    tolerance: str | None = "0",
     fallback: dict[str, Any] | None = None,
     auth_ref: str | None = None,
 ) -> dict[str, Any]:

@@ -91,11 +91,11 @@ async def test_scale_down_to_floor_never_zero_when_not_allowed(e2e: E2E) -> None
     report("floor", quiet_to_floor_s=round(t_floor - t_quiet, 2), replicas=w.timeline.specs_since(t_quiet))
 
 
-async def _land(e2e: E2E, *, tolerance: float | None) -> tuple[int, int, int]:
+async def _land(e2e: E2E, *, tolerance: str | None) -> tuple[int, int, int]:
     """10 replicas, then a load asking for 11 (inside the HPA's default 10% band)."""
     w = await e2e.workload("llm", 1)
     scaler = e2e.scaler()
-    meta = e2e.metadata(w, maxReplicas="16", hpaTolerance="0" if tolerance == 0 else "0.1")
+    meta = e2e.metadata(w, maxReplicas="16", hpaTolerance="0" if tolerance == "0" else "0.1")
     await e2e.scale_with(w, scaler, meta, min_replicas=1, max_replicas=16, tolerance=tolerance)
     w.engines.set_concurrency(100)
     _, spec1 = await settle(e2e, w, scaler, within=90, want=10)
@@ -105,9 +105,9 @@ async def _land(e2e: E2E, *, tolerance: float | None) -> tuple[int, int, int]:
 
 
 async def test_exact_landing_with_tolerance_zero(e2e: E2E) -> None:
-    start, decided, spec = await _land(e2e, tolerance=0.0)
+    start, decided, spec = await _land(e2e, tolerance="0")
     hpa = await read_hpa(e2e.api, e2e.namespace, "llm")
-    assert hpa is not None and hpa.spec.behavior.scale_up.tolerance == 0
+    assert hpa is not None and str(hpa.spec.behavior.scale_up.tolerance) in {"0", "0.0"}
     assert start == 10
     assert spec == decided == 11  # 10 -> 11 is inside the default band: only tolerance 0 moves exactly
     report("landing-tolerance-0", decided=decided, replicas=spec)

@@ -34,12 +34,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", default="warmscale-demo.log",
                         help="where the scaler's logs go during the demo ('' leaves them on stderr)")
     parser.add_argument("--quiet", action="store_true", help="no table and no summary")
+    parser.add_argument("--cluster", action="store_true",
+                        help="instead: the local Kubernetes control plane + the real KEDA + the warm pool, a cold and "
+                             "a warm scale-up side by side (runs from a checkout; builds the binaries on first use; "
+                             "writes warmscale-cluster-demo.png)")
+    parser.add_argument("--cluster-time-factor", type=float, default=0.25,
+                        help="with --cluster: wall seconds per model second of the start-up delays (default 0.25)")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import sys
 
+    if args.cluster:
+        from warmscale.demo.cluster import run_cluster
+
+        return run_cluster(args)
     from scaler.config import ConfigError
     from warmscale.demo.run import DemoError, DemoOptions, run_demo
     from warmscale.traces import TraceNotFound
