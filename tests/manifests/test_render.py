@@ -45,6 +45,10 @@ def test_default_install() -> None:
     args = _container(scaler)["args"]
     assert "scaler" in args and "--redis-url=$(WARMSCALE_REDIS_URL)" in args
     assert "--grpc-port=9090" in args and "--metrics-port=9091" in args
+    # HA: two replicas, and a disruption budget keeps one serving (docs/keda.md, scaler unreachable).
+    pdb = one(objs, "PodDisruptionBudget", "warmscale-scaler")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= scaler["spec"]["template"]["metadata"]["labels"].items()
     svc = one(objs, "Service", "warmscale")
     assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"grpc": 9090, "metrics": 9091}
 
