@@ -25,9 +25,9 @@ Actuation (``--actuation keda``, the default): the scale-up is not a replica pat
 runs its own local cluster with the real KEDA v2.21.0 (operator + metrics adapter) and the HPA
 (``--hpa-sync-period``, default 1 s), a ``warmscale scaler`` process, simulated engines listening on
 the KWOK pods' IPs (``tests/cluster/engines.py``) and a ScaledObject (``external-push``,
-``pollingInterval`` 1 s, ``targetInflightPerReplica`` 10). The initial replica carries 10 requests
-in flight; at the scale-up the load steps to 10 per target replica, so the scaler decides 8 and KEDA
-and the HPA move the Deployment. Reported per case: load onset -> ``spec.replicas`` changed
+``pollingInterval`` 1 s, ``targetInflightPerReplica`` 10). The initial replica carries 5 requests
+in flight; at the scale-up the load steps to 75 (mid-band for 8 replicas), so the scaler decides 8
+and KEDA and the HPA move the Deployment. Reported per case: load onset -> ``spec.replicas`` changed
 (the actuation loops, wall seconds, counted 1:1 like the other overhead) next to the time-to-Ready.
 ``--actuation patch`` patches the scale subresource instead (and accepts ``--kubeconfig``).
 
@@ -285,7 +285,7 @@ async def _wait(pred: Any, within: float, what: str, interval: float = 0.1) -> A
 
 
 ENGINE_PORT = 8000
-PER_REPLICA = 10  # targetInflightPerReplica of the ScaledObject (keda actuation)
+PER_REPLICA = 10  # targetInflightPerReplica (keda actuation); loads are (n - 0.5) x this, mid-band
 
 
 class KedaActuation:
@@ -311,7 +311,7 @@ class KedaActuation:
                                minReplicas=str(a.from_replicas), scaleDownStabilizationSeconds="600")
         await create_scaled_object(self.api, self.ns, scaled_object(
             self.name, scaler_address, meta, min_replicas=a.from_replicas, max_replicas=a.to_replicas))
-        self.engines.set_concurrency(PER_REPLICA * a.from_replicas)
+        self.engines.set_concurrency(PER_REPLICA * a.from_replicas - PER_REPLICA // 2)
 
     async def wait_steady(self) -> None:
         from tests.cluster.scaling import read_hpa
@@ -327,7 +327,7 @@ class KedaActuation:
 
     async def scale_up(self) -> float:
         """Step the load; return the wall time (time.time()) of the onset."""
-        self.engines.set_concurrency(PER_REPLICA * self.args.to_replicas)
+        self.engines.set_concurrency(PER_REPLICA * self.args.to_replicas - PER_REPLICA // 2)
         await _wait(lambda: _true(self.engines.onset_at is not None), 10, "load onset", interval=0.005)
         assert self.engines.onset_at is not None
         return time.time() - (time.monotonic() - self.engines.onset_at)

@@ -60,7 +60,10 @@ def _existing_cluster() -> Cluster | None:
     kubeconfig = os.environ.get("WARMSCALE_KUBECONFIG")
     if kubeconfig:
         log.info("using cluster from WARMSCALE_KUBECONFIG", extra={"kubeconfig": kubeconfig})
-        cluster = Cluster.from_kubeconfig(Path(kubeconfig))
+        state = Path(kubeconfig).parent / STATE_FILE
+        # A harness cluster's kubeconfig (an `up --state-dir DIR` cluster): attach to it, so that
+        # KEDA can be started on it too; any other cluster is used as is.
+        cluster = Cluster.attach(state.parent) if state.exists() else Cluster.from_kubeconfig(Path(kubeconfig))
         if not cluster.healthy(within=10):
             pytest.fail(f"WARMSCALE_KUBECONFIG={kubeconfig}: apiserver not ready", pytrace=False)
         return cluster

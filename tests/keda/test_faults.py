@@ -52,7 +52,7 @@ async def _observe(e2e: E2E, name: str, seconds: float) -> dict[str, Any]:
 
 async def test_scaler_down_when_the_scaled_object_is_created(e2e: E2E, reserved_port: int) -> None:
     w = await e2e.workload("llm", 1)
-    w.engines.set_concurrency(30)  # asks for 3 once the scaler is there
+    w.engines.set_concurrency(25)  # asks for 3 once the scaler is there
     address = f"127.0.0.1:{reserved_port}"
     await e2e.scale_with(w, address, e2e.metadata(w), min_replicas=1, max_replicas=8, fallback=FALLBACK)
     meanwhile = await _observe(e2e, "llm", 15)
@@ -73,7 +73,7 @@ async def test_scaler_killed_under_load(e2e: E2E, reserved_port: int) -> None:
     w = await e2e.workload("llm", 1)
     scaler = e2e.scaler(grpc_port=reserved_port)
     await e2e.scale_with(w, scaler, e2e.metadata(w), min_replicas=1, max_replicas=8, fallback=FALLBACK)
-    w.engines.set_concurrency(30)
+    w.engines.set_concurrency(25)
     await w.timeline.wait(spec=3, within=60, what="3 replicas under load")
     await asyncio.sleep(3)
     t_kill = time.monotonic()
@@ -86,7 +86,7 @@ async def test_scaler_killed_under_load(e2e: E2E, reserved_port: int) -> None:
     fallback_fired = any(s == FALLBACK["replicas"] for s in specs_dead)
     t_back = time.monotonic()
     again = e2e.scaler(grpc_port=reserved_port)
-    w.engines.set_concurrency(50)
+    w.engines.set_concurrency(45)
     await w.timeline.wait(spec=5, within=120, what="replicas follow the restarted scaler")
     recover = time.monotonic() - t_back
     assert again.latest_desired(e2e.namespace, "llm") == 5

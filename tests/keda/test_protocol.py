@@ -111,7 +111,7 @@ async def test_mutual_tls_with_trigger_authentication(e2e: E2E) -> None:
     w = await e2e.workload("llm", 0)
     meta = e2e.metadata(w, scaleToZero="true", minReplicas="0", enableTLS="true")
     await e2e.scale_with(w, scaler, meta, min_replicas=0, auth_ref="warmscale-mtls")
-    w.engines.set_concurrency(20)
+    w.engines.set_concurrency(15)
     await w.timeline.wait(spec=2, within=60, what="0 -> 2 over mutual TLS")
     onset = w.engines.onset_at
     assert onset is not None

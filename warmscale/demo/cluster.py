@@ -5,8 +5,8 @@ kube-apiserver, controller-manager with the HPA, scheduler, KWOK) and the real K
 operator + metrics adapter, built from Go modules on first use (``.ci/build-cluster.sh``, cached in
 ``~/.cache/warmscale``; progress is printed while it builds) and started here; two ``warmscale
 scaler`` processes; simulated vLLM engines listening on the KWOK pods' IPs; the warm-pool
-controller for the warm Deployment. Both Deployments carry 10 requests in flight on 1 replica; then
-the load steps to 40 on both at the same moment, the scalers decide 4, KEDA and the HPA scale both,
+controller for the warm Deployment. Both Deployments carry 5 requests in flight on 1 replica; then
+the load steps to 35 on both at the same moment, the scalers decide 4, KEDA and the HPA scale both,
 and the replicas start -- cold (no warm pool: provision, pull, download, load) or warm (placeholder
 capacity, image and weights already on the node). Start-up delays come from the startup model
 (``warmpool/startup_model.py``, profile ``8b-h100-fastload``) x ``--cluster-time-factor``.
@@ -103,7 +103,7 @@ async def _demo(run: Any, args: argparse.Namespace) -> dict[str, Any]:
             waiting.append(label)
             if len(waiting) == 2:
                 go_at.append(time.monotonic())
-                print(f"{'':>6}  both warm pools settled; load 10 -> 40 requests in flight on both now",
+                print(f"{'':>6}  both set up; load 5 -> 35 requests in flight on both now",
                       flush=True)
                 arrived.set()
             await arrived.wait()
