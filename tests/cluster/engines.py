@@ -66,7 +66,7 @@ class PodEngines:
     queue_key: str
     profile: EngineProfile = ROOMY
     input_tokens: int = 200
-    output_tokens: int = 60
+    output_tokens: int = 300  # ~5 s per request: a steady in-flight count with little churn
     max_engine_waiting: int = 4
     tick_s: float = 0.1
     engines: dict[str, PodEngine] = field(default_factory=dict)
@@ -166,7 +166,9 @@ class PodEngines:
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app, access_log=None)
+        # A pod that goes away closes at once (the scaler keeps keep-alive connections open; the
+        # default 60 s shutdown timeout would stall every scale-down and teardown).
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
         await runner.setup()
         await web.TCPSite(runner, ip, self.port).start()
         log.debug("engine listening", extra={"pod": name, "address": f"{ip}:{self.port}"})
@@ -191,14 +193,14 @@ class PodEngines:
                 self.onset_at = time.monotonic()
             queued += new
         ready = self.ready_engines()
-        while queued > 0 and ready:
+        if queued <= 0 or not ready:
+            return
+        room = sum(max(0, self.max_engine_waiting - len(pe.engine.waiting)) for pe in ready)
+        # Requests are admitted at once (roomy engines), so the room is refilled every step; one
+        # LPOP with a count keeps the tick short.
+        raw = await self._redis.lpop(self.queue_key, min(queued, max(room, 1) * 64))
+        for item in raw or []:
             target = min(ready, key=lambda pe: pe.engine.in_flight)
-            if len(target.engine.waiting) >= self.max_engine_waiting:
-                break
-            raw = await self._redis.lpop(self.queue_key)
-            if raw is None:
-                break
-            body = json.loads(raw)
+            body = json.loads(item)
             target.engine.submit(Request(time.monotonic(), int(body["in"]), int(body["out"])))
             target.engine.step(time.monotonic())
-            queued -= 1

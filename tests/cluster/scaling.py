@@ -299,8 +299,13 @@ class ReplicaTimeline:
         return None
 
     def specs_since(self, after: float) -> list[int]:
+        """The spec.replicas values from the one current at ``after`` on, each change once."""
         last_before = [s for t, s, _ in self.samples if t < after][-1:]
-        return last_before + [s for t, s, _ in self.samples if t >= after]
+        out: list[int] = []
+        for s in last_before + [s for t, s, _ in self.samples if t >= after]:
+            if not out or out[-1] != s:
+                out.append(s)
+        return out
 
     async def wait(self, *, spec: int | None = None, ready: int | None = None, within: float,
                    what: str = "") -> float:

@@ -55,7 +55,7 @@ async def test_push_scales_from_zero_on_queue_onset_then_up_and_back_to_zero(e2e
     onset = w.engines.onset_at
     assert onset is not None
     t_spec = w.timeline.first(onset, spec=1)
-    t_ready = w.engines.first_ready_at
+    t_ready = w.timeline.first(onset, ready=1)
     assert t_spec is not None and t_ready is not None
     onset_to_replicas, onset_to_ready = t_spec - onset, t_ready - onset
     # Push: KEDA activates on the stream message, not on its next poll.
