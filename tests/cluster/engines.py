@@ -32,8 +32,10 @@ from warmscale.demo.engine import EngineProfile, Request, SimulatedEngine
 
 log = logging.getLogger(__name__)
 
-# Large batch and KV so that in-flight == running (no engine-side queueing unless asked for).
-ROOMY = EngineProfile(max_num_seqs=512, kv_capacity_tokens=50_000_000)
+# Large batch and KV and a near-instant prefill, so that in-flight == running: no engine-side
+# queueing (the demo engine admits a request only once the previous prefill is done), hence no
+# transient backlog that the scaler's queue rule would answer.
+ROOMY = EngineProfile(max_num_seqs=512, kv_capacity_tokens=50_000_000, prefill_tps=1e9)
 
 
 @dataclass
