@@ -8,9 +8,10 @@ is the gateway queue (``tests/cluster/engines.py``). Two paths, each ``trials`` 
 - **0 -> 1** (``external-push``, scale to zero allowed): requests enter the empty gateway queue
   (queue onset) -> the scaler pushes ``IsActive=true`` on KEDA's ``StreamIsActive`` -> KEDA's
   operator scales the Deployment from 0 to 1 (activation does not involve the HPA).
-- **1 -> N** (``minReplicaCount`` 1): the in-flight load steps from 5 to 25 (target 10 per
-  replica) -> the scaler's decision -> the HPA reads ``external.metrics.k8s.io`` through KEDA's
-  metrics adapter and the operator on its next sync -> the Deployment's replicas change.
+- **1 -> N** (``minReplicaCount`` 1): the in-flight load steps up by 20 (target 10 per replica:
+  5 -> 25 -> 45 ..., one step per trial) -> the scaler's decision -> the HPA reads
+  ``external.metrics.k8s.io`` through KEDA's metrics adapter and the operator on its next sync ->
+  the Deployment's replicas change.
 
 Timestamps: onset = the moment the load generator sends the first new request; replicas = this
 process polling the Deployment every 100 ms. KEDA ``pollingInterval`` 1 s; HPA sync period
@@ -63,7 +64,8 @@ async def _trials(run: Any, trials: int) -> dict[str, list[float]]:
                 meta = scaler_metadata(name, port, run.redis.url, queue, timeToReadySeconds="1",
                                        scaleDownStabilizationSeconds="1", idleWindowSeconds="1",
                                        **({"scaleToZero": "true", "minReplicas": "0"} if zero else {}))
-                await create_scaled_object(api, ns, scaled_object(name, scaler.address, meta,
+                meta["maxReplicas"] = "16"
+                await create_scaled_object(api, ns, scaled_object(name, scaler.address, meta, max_replicas=16,
                                                                   min_replicas=0 if zero else 1, cooldown=1))
                 low, high = (0, 3) if zero else (5, 25)
                 engines.set_concurrency(low)
@@ -72,6 +74,7 @@ async def _trials(run: Any, trials: int) -> dict[str, list[float]]:
                 await asyncio.sleep(3)
                 for _ in range(trials):
                     await asyncio.sleep(1.0 + random.random())
+                    base = timeline.spec if timeline.spec is not None else base
                     engines.set_concurrency(high)
                     for _ in range(500):  # the load loop sends the first new request within a tick
                         if engines.onset_at is not None:
@@ -87,13 +90,25 @@ async def _trials(run: Any, trials: int) -> dict[str, list[float]]:
                     if changed is None:
                         raise RuntimeError(f"{name}: replicas did not change within 60 s")
                     out["zero_to_one_s" if zero else "one_to_n_s"].append(changed - onset)
-                    engines.set_concurrency(low)
-                    await timeline.wait(spec=base, ready=base, within=90, what=f"{name} back at rest")
+                    if zero:
+                        engines.set_concurrency(low)
+                        await timeline.wait(spec=base, ready=base, within=90, what=f"{name} back at rest")
+                    else:  # step up again from here: +20 in flight -> +2 replicas per trial
+                        low, high = high, high + 20
+                        await _stable(timeline, 2.0, 60)
         finally:
             for o in reversed(opened):
                 await o.aclose()
             await core.delete_namespace(ns)
     return out
+
+
+async def _stable(timeline: Any, quiet: float, within: float) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if timeline.samples and time.monotonic() - timeline.samples[-1][0] >= quiet:
+            return
+        await asyncio.sleep(0.1)
 
 
 def measure(trials: int, hpa_sync_period: str = "1s") -> dict[str, Any]:
