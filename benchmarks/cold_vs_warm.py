@@ -98,7 +98,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-replicas", type=int, default=1)
     parser.add_argument("--to-replicas", type=int, default=8)
     parser.add_argument("--time-factor", type=float, default=None,
-                        help="wall seconds per model second for the injected delays (default 1/4 with "
+                        help="wall seconds per model second for the injected delays (default 0.35 with "
                              "--actuation keda, so KEDA's and the HPA's loops stay under 10%% of the warm start; "
                              "1/60 with patch)")
     parser.add_argument("--actuation", choices=("keda", "patch"), default="keda",
@@ -600,7 +600,7 @@ def run(args: argparse.Namespace) -> int:
     from tests.cluster.fleet import CPU
 
     if args.time_factor is None:
-        args.time_factor = 0.25 if args.actuation == "keda" else 1 / 60
+        args.time_factor = 0.35 if args.actuation == "keda" else 1 / 60
     cluster = None
     if args.actuation == "keda":
         from tests.cluster.binaries import BinariesMissing
