@@ -128,17 +128,23 @@ async def _demo(run: Any, args: argparse.Namespace) -> dict[str, Any]:
             for label in ("cold", "warm"):
                 a = acts.get(label)
                 spec, ready = (a.timeline.spec or 0, a.timeline.ready or 0) if a else (0, 0)
+                if label in finished:  # the case has ended: all its replicas were Ready
+                    spec = ready = case_args.to_replicas
                 series[label].append((t, spec, ready))
                 row.append(f"{ready}/{spec}")
             if not args.quiet:
                 print(f"{t:6.0f}  {row[0]:>28}  {row[1]:>28}", flush=True)
 
+    finished: set[str] = set()
+
+    async def case(label: str) -> dict[str, Any]:
+        out = await run_case(api, prof, label == "warm", case_args, run, scalers[label].address, hooks(label))
+        finished.add(label)
+        return out
+
     printer = asyncio.create_task(table())
     try:
-        cold, warm = await asyncio.gather(
-            run_case(api, prof, False, case_args, run, scalers["cold"].address, hooks("cold")),
-            run_case(api, prof, True, case_args, run, scalers["warm"].address, hooks("warm")),
-        )
+        cold, warm = await asyncio.gather(case("cold"), case("warm"))
     finally:
         stop.set()
         printer.cancel()
