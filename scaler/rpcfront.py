@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 import orjson
 
+from scaler.inflight import UnaryInflight
+
 if TYPE_CHECKING:
     from scaler.server import ScalerServer
     from scaler.tracker import Tracker
@@ -275,10 +277,7 @@ class FrontService:
         self.open_streams = {"StreamIsActive": 0, "StreamMetricSpec": 0}
         self.observations: list[tuple[str, str, float]] = []
         self.shutting_down = False
-        self.inflight = 0
-        self.last_started = 0.0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.rpcs = UnaryInflight(lambda method, code, seconds: self.observations.append((method, code, seconds)))
 
     def send(self, msg: dict[str, Any]) -> None:
         if not self._writer.is_closing():
@@ -362,25 +361,7 @@ class FrontService:
 
     async def _unary(self, method: str, context: grpc.aio.ServicerContext[Any, Any],
                      body: Callable[[], Awaitable[Any]]) -> Any:
-        t0 = time.perf_counter()
-        code = "OK"
-        self.inflight += 1
-        self.last_started = time.monotonic()
-        self._idle.clear()
-        try:
-            return await body()
-        except asyncio.CancelledError:
-            code = "CANCELLED"
-            raise
-        except Exception:
-            c = context.code()
-            code = c.name if isinstance(c, grpc.StatusCode) else "UNKNOWN"
-            raise
-        finally:
-            self.inflight -= 1
-            if self.inflight == 0:
-                self._idle.set()
-            self.observations.append((method, code, time.perf_counter() - t0))
+        return await self.rpcs.run(method, context, body)
 
     def _spec(self, e: _Entry) -> Any:
         pb = self.pb
@@ -445,16 +426,10 @@ class FrontService:
             e.update(e.answer, e.version)
 
     async def wait_drained(self, quiet: float, within: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while loop.time() < deadline:
-            if self.inflight == 0 and time.monotonic() - self.last_started >= quiet:
-                return
-            await asyncio.sleep(min(0.01, quiet / 4))
+        await self.rpcs.wait_drained(quiet, within)
 
     async def wait_unary_done(self, within: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout=within)
+        await self.rpcs.wait_unary_done(within)
 
 
 async def front_main(fd: int, options: dict[str, Any]) -> int:

@@ -32,6 +32,7 @@ from proto import externalscaler_pb2 as pb
 from proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError
 from scaler.decision_log import DecisionLog
+from scaler.inflight import UnaryInflight
 from scaler.metrics import ScalerMetrics, start_http
 from scaler.policy import Decision
 from scaler.store import MemoryStore, Store, open_store
@@ -62,28 +63,15 @@ class ExternalScalerService:
         self.metrics = metrics
         self.stream_metric_spec = stream_metric_spec
         self.shutting_down = False
-        self.inflight = 0
-        self.last_started = 0.0  # monotonic time the latest unary RPC reached its handler
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.rpcs = UnaryInflight(
+            lambda method, code, seconds: metrics.rpc_seconds.labels(method, code).observe(seconds),
+            codes=((ConfigError, "INVALID_ARGUMENT"),))
 
     async def wait_drained(self, quiet: float, within: float) -> bool:
-        """Wait until no unary RPC is in flight and none has reached a handler for ``quiet`` seconds
-        (or ``within`` seconds passed). RPCs gRPC core has received but not yet handed to a handler
-        would be killed (CANCELLED) by ``server.stop()``; a quiet dispatch queue means there are none."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while loop.time() < deadline:
-            if self.inflight == 0 and time.monotonic() - self.last_started >= quiet:
-                return True
-            await asyncio.sleep(min(0.01, quiet / 4))
-        return self.inflight == 0
+        return await self.rpcs.wait_drained(quiet, within)
 
     async def wait_unary_done(self, within: float) -> bool:
-        """Wait until no unary RPC is in flight (or ``within`` seconds); True if none is left."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout=within)
-        return self.inflight == 0
+        return await self.rpcs.wait_unary_done(within)
 
     async def _tracker(self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> Tracker:
         bad = invalid_ref(ref.namespace, ref.name)
@@ -105,28 +93,7 @@ class ExternalScalerService:
 
     async def _unary(self, method: str, context: grpc.aio.ServicerContext[Any, Any],
                      body: Callable[[], Awaitable[Any]]) -> Any:
-        t0 = time.perf_counter()
-        code = "OK"
-        self.inflight += 1
-        self.last_started = time.monotonic()
-        self._idle.clear()
-        try:
-            return await body()
-        except ConfigError:
-            code = "INVALID_ARGUMENT"
-            raise
-        except asyncio.CancelledError:
-            code = "CANCELLED"
-            raise
-        except Exception:
-            c = context.code()
-            code = c.name if isinstance(c, grpc.StatusCode) else "UNKNOWN"
-            raise
-        finally:
-            self.inflight -= 1
-            if self.inflight == 0:
-                self._idle.set()
-            self.metrics.rpc_seconds.labels(method, code).observe(time.perf_counter() - t0)
+        return await self.rpcs.run(method, context, body)
 
     async def IsActive(self, request: pb.ScaledObjectRef,
                        context: grpc.aio.ServicerContext[Any, Any]) -> pb.IsActiveResponse:
@@ -280,25 +247,19 @@ class ScalerServer:
         self._server = server
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        if o.metrics_port is not None:
-            self._http, self.metrics_port = await start_http(
-                o.metrics_host or o.host, o.metrics_port, self.metrics, self.decisions,
-                healthy=lambda: not self.service.shutting_down,
-                extra=lambda: {"instance": self.manager.instance_id, "trackers": len(self.manager)},
-            )
-        log.info("scaler serving", extra={
-            "grpc_port": self.grpc_port, "metrics_port": self.metrics_port, "tls": bool(o.tls_cert),
-            "mtls": bool(o.tls_client_ca), "store": "memory" if self.memory_store else "redis",
-            "instance": self.manager.instance_id,
-        })
+        await self._serve_http(rpc_process=False)
 
     async def _start_with_front(self) -> None:
         from scaler.rpcfront import FrontLink
 
-        o = self.options
         await self.manager.start()
         self._front = FrontLink(self)
         self.grpc_port = await self._front.start()
+        await self._serve_http(rpc_process=True)
+
+    async def _serve_http(self, *, rpc_process: bool) -> None:
+        """``/metrics``, ``/decisions`` and health over HTTP (when a port is set); logs what serves."""
+        o = self.options
         if o.metrics_port is not None:
             self._http, self.metrics_port = await start_http(
                 o.metrics_host or o.host, o.metrics_port, self.metrics, self.decisions,
@@ -308,7 +269,7 @@ class ScalerServer:
         log.info("scaler serving", extra={
             "grpc_port": self.grpc_port, "metrics_port": self.metrics_port, "tls": bool(o.tls_cert),
             "mtls": bool(o.tls_client_ca), "store": "memory" if self.memory_store else "redis",
-            "instance": self.manager.instance_id, "rpc_process": True,
+            "instance": self.manager.instance_id, "rpc_process": rpc_process,
         })
 
     async def stop(self, grace: float | None = None) -> None:
