@@ -269,14 +269,17 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     span = max(cfg.ttft_window_seconds, 1e-9)
     # Unknown is never idle: only a decision on complete data extends the idle evidence.
     # An uncertain decision clears the evidence (None): the window starts at the next complete one.
+    # Activity and fresh idle evidence are stamped when the data was read (``read_until``), which can be
+    # later than ``now`` when sources were slow: the idle window never counts time before its data.
+    read_at = max(now, snapshot.read_until) if snapshot.read_until is not None else now
     reset_idle = activity or uncertain
     last_activity: float | None
     if activity:
-        last_activity = now
+        last_activity = read_at
     elif uncertain:
         last_activity = None
     else:
-        last_activity = state.last_activity_at if state.last_activity_at is not None else now
+        last_activity = state.last_activity_at if state.last_activity_at is not None else read_at
 
     obs = Observation(
         now=now,

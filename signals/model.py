@@ -155,6 +155,8 @@ class Snapshot:
     to scrape, an empty Prometheus result, a failed discovery): absent data is unknown, never idle,
     unless the workload was scaled to zero (then there is nothing to see).
     ``gateways`` are endpoint-picker readings (flow-control queue, saturation, stale endpoints).
+    ``read_until`` is when the last source answered (``None``: at ``taken_at``); the data may be that
+    much younger than ``taken_at``, so idle evidence starts no earlier than it.
     """
 
     taken_at: float
@@ -177,6 +179,7 @@ class Snapshot:
     gateways: tuple[GatewayReading, ...] = ()
     source_errors: tuple[str, ...] = field(default_factory=tuple)
     absent: tuple[str, ...] = ()
+    read_until: float | None = None
 
     @property
     def known(self) -> tuple[ReplicaReading, ...]:

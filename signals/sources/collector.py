@@ -156,6 +156,7 @@ class SnapshotCollector:
     async def collect(self, now: float | None = None) -> Snapshot:
         taken = self._clock() if now is None else now
         results = await asyncio.gather(*(self._read(s, taken) for s in self.sources))
+        read_until = self._clock() if now is None else None
         replicas: list[ReplicaReading] = []
         queues: list[QueueReading] = []
         gateways: list[GatewayReading] = []
@@ -173,6 +174,7 @@ class SnapshotCollector:
                 ttft = res.ttft_window
         return Snapshot(
             taken_at=taken,
+            read_until=read_until,
             replicas=tuple(replicas),
             queues=tuple(queues),
             ttft_window=ttft,

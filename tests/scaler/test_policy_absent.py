@@ -58,3 +58,19 @@ def test_ready_pods_missing_from_the_sources_are_unknown() -> None:
     for _ in range(10):
         d = run.step([replica("a", requests=1)], ready_replicas=2)
     assert d.active and d.desired >= 1
+
+
+def test_idle_window_counts_from_when_the_data_was_read_not_when_the_read_began() -> None:
+    """A slow read (sources answered 2 s after the tick began) must not lend the idle window those 2 s:
+    activity, and idle evidence that starts afresh, are stamped when the data was read."""
+    for first in ([replica("a", running=3, requests=1)], [unknown("a")]):  # last activity / no evidence yet
+        run = Run(cfg(**ZERO))
+        run.step(first)
+        t0 = run.clock.now + 1
+        d = run.step([replica("a", running=3 if first[0].signal else 0, requests=1)], read_until=t0 + 2.0)
+        assert d.active
+        for _ in range(6):  # t0 + 1 .. t0 + 6: under 5 s since the data read at t0 + 2
+            d = run.step([replica("a", requests=1)])
+            assert d.active, run.clock.now - t0
+        d = run.step([replica("a", requests=1)])  # t0 + 7: 5 s of idle data
+        assert not d.active
