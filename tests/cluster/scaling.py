@@ -161,6 +161,9 @@ def scaler_metadata(name: str, port: int, redis_address: str, queue: str, **over
         "timeToReadySeconds": "2",
         "trendWindowSeconds": "5",
         "scaleDownStabilizationSeconds": "4",
+        # The burst hold keeps a peak for node idle time + time-to-ready (600 s by default): short here
+        # like every other window, so a scale-down shows within a test.
+        "nodeIdleSeconds": "0",
         "idleWindowSeconds": "3",
         "scrapeIntervalSeconds": "0.5",
         "hpaTolerance": "0",
