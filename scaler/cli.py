@@ -58,7 +58,8 @@ class SourcesReader:
         self._evict_after = evict_after
         self._last_sweep = time.monotonic()
         self.discovery = discovery
-        # --allow-targets (a scaler.target_guard.TargetGuard): every connection of the session is checked.
+        # --allow-targets (a scaler.target_guard.TargetGuard): every connection of the session and of
+        # the Redis queue sources is checked.
         self.guard = guard
 
     async def __call__(self, cfg: ScalerConfig, now: float, scope: ScaledObjectKey) -> Snapshot:
@@ -90,7 +91,8 @@ class SourcesReader:
                 provider = self.discovery.provider(scope[0], scope[1], pod_selector=cfg.pod_selector,
                                                    metrics_port=cfg.metrics_port, metrics_path=cfg.metrics_path)
             collector = build_collector(cfg, session=self._session, pod_endpoints=provider, shared=self.shared,
-                                        parse=self.parser.parse)
+                                        parse=self.parser.parse,
+                                        allows=self.guard.allows if self.guard is not None else None)
         self._collectors[key] = (collector, provider, time.monotonic())
         await self._sweep()
         snapshot: Snapshot = await collector.collect(now)

@@ -8,6 +8,9 @@ Two checks:
 - **Every connection** of the scrape/Prometheus HTTP session (:meth:`TargetGuard.socket_factory`, given
   to aiohttp's connector): the address about to be dialled is checked again, so discovered pod IPs
   and names that resolve elsewhere later (DNS rebinding) are refused too -- that replica is unknown.
+- **Every connection of a Redis queue source** (:meth:`TargetGuard.allows`, given to
+  :class:`signals.sources.redis_queue.RedisQueueSource`): the host is resolved again on every connect
+  and reconnect and only allowed addresses are dialled -- else that queue is unknown.
 """
 
 from __future__ import annotations

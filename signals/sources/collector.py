@@ -26,7 +26,7 @@ from signals.model import GatewayReading, QueueReading, ReplicaReading, Snapshot
 from signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
 from signals.sources.gateway import EppPrometheusSource, EppScrapeSource
 from signals.sources.prometheus import PrometheusSource
-from signals.sources.redis_queue import RedisQueueSource
+from signals.sources.redis_queue import Allows, RedisQueueSource
 from signals.sources.scrape import ParseFn, ScrapeSource
 from signals.sources.shared import SharedReads
 
@@ -54,11 +54,14 @@ def build_sources(
     pod_endpoints: EndpointProvider | None = None,
     shared: SharedReads | None = None,
     parse: ParseFn | None = None,
+    allows: Allows | None = None,
 ) -> list[Source]:
     """The sources ``cfg`` asks for. ``pod_endpoints`` serves ``podSelector`` (pod discovery);
     ``shared`` (one per process) lets ScaledObjects reading the same URL or query share one read;
-    ``parse`` parses payloads (default: inline). Each source waits at most
-    ``cfg.read_budget_seconds`` for any of its reads (a late one is unknown for that decision)."""
+    ``parse`` parses payloads (default: inline); ``allows`` (``--allow-targets``) checks every
+    address a Redis queue connection dials (the HTTP sources are checked by ``session``'s connector).
+    Each source waits at most ``cfg.read_budget_seconds`` for any of its reads (a late one is unknown
+    for that decision)."""
     sources: list[Source] = []
     wait = cfg.read_budget_seconds
     # ScaledObjects over the same pods ticking within half an interval of each other share a scrape.
@@ -116,7 +119,8 @@ def build_sources(
     if cfg.redis_address and cfg.redis_queue:
         sources.append(
             RedisQueueSource(
-                cfg.redis_address, cfg.redis_queue, cfg.redis_queue_type, timeout=cfg.scrape_timeout_seconds
+                cfg.redis_address, cfg.redis_queue, cfg.redis_queue_type, timeout=cfg.scrape_timeout_seconds,
+                allows=allows,
             )
         )
     return sources
@@ -195,11 +199,12 @@ def build_collector(
     clock: Callable[[], float] = time.time,
     shared: SharedReads | None = None,
     parse: ParseFn | None = None,
+    allows: Allows | None = None,
 ) -> SnapshotCollector:
     """Sources for ``cfg`` behind a collector with ``cfg``'s staleness. The collector's deadline is a
     safety net a little past ``cfg.read_budget_seconds`` (each source keeps to the budget itself)."""
     return SnapshotCollector(
-        build_sources(cfg, session=session, pod_endpoints=pod_endpoints, shared=shared, parse=parse),
+        build_sources(cfg, session=session, pod_endpoints=pod_endpoints, shared=shared, parse=parse, allows=allows),
         staleness_seconds=cfg.staleness_seconds,
         deadline=cfg.read_budget_seconds + 0.5,
         clock=clock,

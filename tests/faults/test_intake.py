@@ -3,7 +3,8 @@
 - Caps: ``--max-trackers`` / ``--max-trackers-per-namespace`` -> RESOURCE_EXHAUSTED beyond, the
   tracked ones keep being served.
 - ``--allow-targets``: endpoints, Prometheus, Redis and endpoint pickers outside the list (on resolved addresses) ->
-  INVALID_ARGUMENT naming the key; discovered pod addresses are refused at connection time.
+  INVALID_ARGUMENT naming the key; discovered pod addresses and every Redis queue connection (a
+  reconnect after a DNS change included) are checked again at connection time.
 - Secrets: URL userinfo and credential-like query parameters never reach logs, ``/decisions``,
   ``/metrics`` or error messages.
 - Metadata fuzzing through gRPC: every answer is OK or INVALID_ARGUMENT naming a key.
@@ -30,7 +31,7 @@ from scaler.target_guard import TargetGuard
 from signals.sources.base import Endpoint
 from tests.faults.scalerproc import Engine, start_scalers, until
 from tests.faults.test_metadata_fuzz import NASTY_NUMBERS, URLS
-from tests.servers import FakeEngine, free_port
+from tests.servers import FakeEngine, free_port, running_redis
 
 FAST = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "0.5"}
 
@@ -148,6 +149,80 @@ async def test_allow_targets_checks_discovered_pod_addresses_at_connection_time(
         assert by["pod-1"].signal is None and "outside --allow-targets" in (by["pod-1"].error or "")
     finally:
         await reader.aclose()
+
+class _Listener:
+    """A loopback port that counts the connections it accepts (to show nothing dialled it)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port, self.accepted = host, port, 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> _Listener:
+        def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.accepted += 1
+            writer.close()
+
+        self.server = await asyncio.start_server(accept, self.host, self.port)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def test_allow_targets_checks_every_redis_queue_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission resolved the Redis host once; the check holds for every later connection too: after a
+    DNS change and a dropped connection the reconnect is refused (the queue is unknown, the address
+    outside the list is never dialled), and it recovers when the name points back inside."""
+    import redis.asyncio as aioredis
+
+    from scaler.cli import SourcesReader
+    from scaler.config import parse_metadata
+
+    names = {"queue.warmscale.test": "127.0.0.1"}
+    loop = asyncio.get_running_loop()
+    real_getaddrinfo = loop.getaddrinfo
+
+    async def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:  # DNS, as the test sets it
+        return await real_getaddrinfo(names.get(host, host), port, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+    with running_redis() as server:
+        admin = aioredis.Redis(port=server.port)
+        reader = SourcesReader(guard=TargetGuard.from_flag("127.0.0.1/32"), parse_workers=1)
+        try:
+            async with _Listener("127.0.0.2", server.port) as decoy:
+                await admin.rpush("jobs", "a", "b", "c")
+                by_name = parse_metadata({**FAST, "redisAddress": f"redis://queue.warmscale.test:{server.port}",
+                                          "redisQueue": "jobs"})
+                literal = parse_metadata({**FAST, "redisAddress": f"127.0.0.2:{server.port}", "redisQueue": "jobs"})
+
+                async def queue(cfg: Any) -> tuple[float | None, str | None]:
+                    [q] = (await reader.read(cfg, time.time())).queues
+                    return q.length, q.error
+
+                assert await queue(by_name) == (3.0, None)
+                # An address outside the list, never admitted (no admission in this path): refused at dial time.
+                length, error = await queue(literal)
+                assert length is None and "outside --allow-targets" in (error or ""), error
+                # The name now resolves outside the list; the open connection is dropped -> the reconnect is refused.
+                names["queue.warmscale.test"] = "127.0.0.2"
+                await admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+                # (the read that finds its connection closed may fail with that; the next ones reconnect)
+                readings = [await queue(by_name) for _ in range(3)]
+                assert all(length is None for length, _ in readings), readings
+                error = readings[-1][1] or ""
+                assert "127.0.0.2" in error and "outside --allow-targets" in error, readings
+                assert decoy.accepted == 0
+                # Back inside the list: the next connection is allowed again.
+                names["queue.warmscale.test"] = "127.0.0.1"
+                await admin.rpush("jobs", "d")
+                assert await queue(by_name) == (4.0, None)
+                assert decoy.accepted == 0
+        finally:
+            await reader.aclose()
+            await admin.aclose()
 
 
 async def test_credentials_never_reach_logs_decisions_metrics_or_errors(tmp_path: Path) -> None:

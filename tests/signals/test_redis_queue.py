@@ -104,3 +104,19 @@ async def test_collector_reads_the_gateway_queue(redis_server: RedisServer, clie
         await collector.aclose()
     assert [(q.name, q.length) for q in snap.queues] == [(k, 3.0)]
     assert snap.replicas == () and snap.source_errors == ()
+
+
+def test_checked_connections_refuse_unix_sockets_and_keep_the_tls_host_name() -> None:
+    from redis.asyncio.connection import SSLConnection
+
+    from signals.sources.redis_queue import CheckedSSLConnection, checked_pool
+
+    with pytest.raises(ValueError, match="allow-targets"):
+        checked_pool("unix:///tmp/redis.sock", lambda _: True)
+    pool = checked_pool("rediss://cache.example:6380/2", lambda _: True)
+    assert pool.connection_class is CheckedSSLConnection and issubclass(CheckedSSLConnection, SSLConnection)
+    conn = pool.make_connection()
+    assert isinstance(conn, CheckedSSLConnection)
+    conn._dial = "127.0.0.1"  # what _connect sets while dialling one checked address
+    args = conn._connection_arguments()
+    assert args["host"] == "127.0.0.1" and args["server_hostname"] == "cache.example" and args["port"] == 6380
