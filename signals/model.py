@@ -24,6 +24,10 @@ class ReplicaSignal:
     which is the maximum. Counters and the TTFT histogram carry lifetime totals; windows come
     from differences between two observations (see :mod:`scaler.observation`).
     ``None`` means "this engine does not expose it", never zero.
+    ``itl`` is the engine's inter-token latency (or time-per-output-token) histogram, in seconds:
+    vLLM ``inter_token_latency_seconds`` (older ``time_per_output_token_seconds``), SGLang
+    ``inter_token_latency_seconds``, trtllm-serve ``time_per_output_token_seconds``, TGI's per-request
+    ``tgi_request_mean_time_per_token_duration``; Triton's TensorRT-LLM backend has none (docs/policy.md).
     """
 
     engine: str
@@ -41,17 +45,20 @@ class ReplicaSignal:
     # ``_count`` of ``vllm:nixl_xfer_time_seconds``); the mean transfer time is their windowed ratio.
     kv_transfer_seconds_total: float | None = None
     kv_transfers_total: float | None = None
+    itl: Histogram | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in _SCALAR_FIELDS}
         d["ttft"] = self.ttft.to_dict() if self.ttft is not None else None
+        d["itl"] = self.itl.to_dict() if self.itl is not None else None
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplicaSignal:
         kwargs: dict[str, Any] = {k: d.get(k) for k in _SCALAR_FIELDS}
-        ttft = d.get("ttft")
-        return cls(ttft=Histogram.from_dict(ttft) if ttft else None, **kwargs)
+        ttft, itl = d.get("ttft"), d.get("itl")
+        return cls(ttft=Histogram.from_dict(ttft) if ttft else None,
+                   itl=Histogram.from_dict(itl) if itl else None, **kwargs)
 
 
 _SCALAR_FIELDS = (

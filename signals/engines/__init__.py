@@ -15,7 +15,8 @@ from signals.engines import dcgm, ray, sglang, tgi, triton, trtllm, vllm
 from signals.model import ReplicaSignal
 from signals.parsing import MetricIndex, PayloadError, parse_text
 
-__all__ = ["DETECTORS", "PARSERS", "PayloadError", "detect_engine", "is_ttft_histogram", "parse_index", "parse_payload"]
+__all__ = ["DETECTORS", "PARSERS", "PayloadError", "detect_engine", "is_itl_histogram", "is_ttft_histogram",
+           "parse_index", "parse_payload"]
 
 PARSERS: dict[str, Callable[[MetricIndex], ReplicaSignal]] = {
     "vllm": vllm.parse,
@@ -73,6 +74,18 @@ def is_ttft_histogram(base: str) -> bool:
     return base.endswith("time_to_first_token_seconds") or base == "nv_inference_first_response_histogram_ms"
 
 
+def is_itl_histogram(base: str) -> bool:
+    """The inter-token latency / time-per-output-token histograms the engine parsers read."""
+    if base.endswith("request_time_per_output_token_seconds"):  # vLLM's per-request TPOT: not read
+        return False
+    return base.endswith(("inter_token_latency_seconds", "time_per_output_token_seconds")) \
+        or base == "tgi_request_mean_time_per_token_duration"
+
+
+def _keep_buckets(base: str) -> bool:
+    return is_ttft_histogram(base) or is_itl_histogram(base)
+
+
 def parse_payload(text: str, engine: str = "auto", *, max_bytes: int | None = None) -> ReplicaSignal:
     """Parse one exposition payload into a :class:`ReplicaSignal`; raises :class:`PayloadError`."""
-    return parse_index(parse_text(text, max_bytes=max_bytes, keep_buckets=is_ttft_histogram), engine)
+    return parse_index(parse_text(text, max_bytes=max_bytes, keep_buckets=_keep_buckets), engine)

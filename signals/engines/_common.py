@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from signals.histogram import Histogram
 from signals.parsing import Labels, MetricIndex, PayloadError
 
 Where = Callable[[Labels], bool] | None
@@ -81,3 +82,12 @@ def required(value: float | None, what: str, names: tuple[str, ...]) -> float:
     if value is None:
         raise PayloadError(f"missing required metric for {what}: none of {', '.join(names)} in the payload")
     return value
+
+
+def first_histogram(idx: MetricIndex, *bases: str, scale: float = 1.0) -> Histogram | None:
+    """The histogram of the first of ``bases`` that has buckets (aliases are read once, never merged);
+    ``None`` when none is present or its series are invalid."""
+    for base in bases:
+        if base + "_bucket" in idx:
+            return idx.histogram(base, scale=scale)
+    return None

@@ -7,7 +7,7 @@ PD-disaggregation queues add to the queue signal. KV usage is the max of ``token
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, fraction, gauge_max, gauge_sum, ratio, required
+from signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, ratio, required
 from signals.model import ReplicaSignal
 from signals.parsing import MetricIndex
 
@@ -45,4 +45,6 @@ def parse(idx: MetricIndex) -> ReplicaSignal:
         requests_total=counter_sum(idx, P + "num_requests_total", P + "num_requests"),
         preemptions_total=counter_sum(idx, P + "num_retracted_requests_total", P + "num_retracted_requests"),
         max_running=gauge_sum(idx, P + "max_running_requests"),
+        # Buckets count tokens (a chunk of k tokens adds k at interval/k), _sum the chunk intervals.
+        itl=first_histogram(idx, P + "inter_token_latency_seconds", P + "time_per_output_token_seconds"),
     )

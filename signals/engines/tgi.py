@@ -1,7 +1,9 @@
 """Hugging Face TGI (v2.3.1+/v3 router). ``engine-metrics.md`` section 3.
 
 Counters carry no ``_total``. There is no KV gauge: the running batch's reserved tokens over the
-token budget found at warm-up is the KV proxy. There is no TTFT histogram (``ttft`` is ``None``).
+token budget found at warm-up is the KV proxy. There is no TTFT histogram (``ttft`` is ``None``). The
+ITL is the per-request mean time per token (``tgi_request_mean_time_per_token_duration``, one
+observation per request, the request's prefill included: an upper bound on its inter-token latency).
 """
 
 from __future__ import annotations
@@ -33,4 +35,5 @@ def parse(idx: MetricIndex) -> ReplicaSignal:
         requests_total=finished,
         preemptions_total=None,
         max_running=None,
+        itl=idx.histogram("tgi_request_mean_time_per_token_duration"),
     )

@@ -4,7 +4,7 @@ Queue = ``nv_trt_llm_request_metrics{request_type="waiting"}`` (v0.18+), else ``
 running = ``scheduled``. ``nv_inference_pending_request_count`` stays ~0 for the decoupled
 ``tensorrt_llm`` model and is deliberately *not* added. KV = ``kv_cache_block_type="fraction"``
 (v0.18+), else ``used / max``. TTFT only from the opt-in ``nv_inference_first_response_histogram_ms``
-(converted to seconds).
+(converted to seconds). There is no inter-token latency histogram (``itl`` is ``None``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ queue gauges, so they fail with a :class:`~signals.parsing.PayloadError` (missin
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, fraction, gauge_max, gauge_sum, ratio, required
+from signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, ratio, required
 from signals.model import ReplicaSignal
 from signals.parsing import MetricIndex
 
@@ -40,4 +40,5 @@ def parse(idx: MetricIndex) -> ReplicaSignal:
         ),
         preemptions_total=None,
         max_running=gauge_sum(idx, P + "max_num_active_requests"),
+        itl=first_histogram(idx, P + "time_per_output_token_seconds", "time_per_output_token_seconds"),
     )

@@ -3,12 +3,13 @@
 Queue and running counts are summed over ``engine`` (data-parallel) series; KV usage is the maximum
 of ``kv_cache_usage_perc``, falling back to the legacy ``gpu_cache_usage_perc`` only when the
 current name is absent (0.9.2-0.10 emit both: never combine them). With a KV-transfer connector (P/D
-disaggregation, NIXL) the transfer-time histogram's ``_sum``/``_count`` are read as counters.
+disaggregation, NIXL) the transfer-time histogram's ``_sum``/``_count`` are read as counters. Inter-token
+latency is ``inter_token_latency_seconds``, else the older ``time_per_output_token_seconds``.
 """
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, fraction, gauge_max, gauge_sum, required
+from signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, required
 from signals.model import ReplicaSignal
 from signals.parsing import MetricIndex
 
@@ -42,6 +43,8 @@ def read(idx: MetricIndex, prefix: str = PREFIX, engine: str = "vllm") -> Replic
         # P/D with the NIXL KV connector (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py).
         kv_transfer_seconds_total=counter_sum(idx, p + "nixl_xfer_time_seconds_sum"),
         kv_transfers_total=counter_sum(idx, p + "nixl_xfer_time_seconds_count"),
+        # ITL: the 0.11+ name, else the one it renamed (0.11 emits both: never merge them).
+        itl=first_histogram(idx, p + "inter_token_latency_seconds", p + "time_per_output_token_seconds"),
     )
 
 

@@ -48,6 +48,15 @@ def check(sig: ReplicaSignal, exp: Expected) -> None:
         assert sig.ttft.buckets[-1] == (math.inf, pytest.approx(exp.ttft_count))
         if exp.ttft_sum is not None:
             assert sig.ttft.sum == approx(exp.ttft_sum)
+    # Inter-token latency: every engine that has a histogram for it (Triton/TRT-LLM backend and the
+    # Ray sample have none: unknown, never zero).
+    if exp.itl_count is None:
+        assert sig.itl is None
+    else:
+        assert sig.itl is not None and sig.itl.is_valid()
+        assert sig.itl.count == approx(exp.itl_count)
+        assert sig.itl.buckets[-1] == (math.inf, pytest.approx(exp.itl_count))
+        assert sig.itl.sum == approx(exp.itl_sum)
 
 
 @pytest.mark.parametrize("exp", ENGINE_SAMPLES, ids=IDS)
@@ -95,7 +104,44 @@ def test_ttft_quantiles_are_plausible() -> None:
     assert 0.1 < p50 < p95 < 2.5
 
 
+@pytest.mark.parametrize("exp", [e for e in ENGINE_SAMPLES if e.itl_count], ids=lambda e: e.file)
+def test_itl_quantiles_are_plausible(exp: Expected) -> None:
+    """Per-token latencies of a loaded engine: p50 of some milliseconds to tens of them, p50 < p99,
+    and the mean (sum/count) between them."""
+    sig = parse_payload(exp.text())
+    assert sig.itl is not None
+    p50, p99 = sig.itl.quantile(0.5), sig.itl.quantile(0.99)
+    assert p50 is not None and p99 is not None
+    assert 0.002 < p50 <= p99 < 1.0
+    assert 0.002 < sig.itl.sum / sig.itl.count < 0.2
+
+
 # ------------------------------------------------------------------------------------- vLLM names
+
+
+def test_vllm_0_11_payload_with_both_itl_names_reads_the_new_one_only() -> None:
+    """0.11 emits inter_token_latency_seconds next to the deprecated time_per_output_token_seconds."""
+    legacy = next(e for e in ENGINE_SAMPLES if e.file == "vllm-legacy-load.prom").text()
+    old = "\n".join(line for line in legacy.splitlines() if "time_per_output_token_seconds" in line
+                    and not line.startswith("vllm:time_per_output_token_seconds_created"))
+    both = _v1() + old.replace("Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B-Instruct") + "\n"
+    sig = parse_payload(both)
+    assert sig.itl is not None and sig.itl.count == pytest.approx(2025516 + 1936982)
+
+
+def test_vllm_per_request_tpot_is_not_read_as_itl() -> None:
+    text = re.sub(r"^vllm:inter_token_latency_seconds.*\n", "", _v1(), flags=re.M)
+    assert "vllm:request_time_per_output_token_seconds_bucket" in text
+    assert parse_payload(text).itl is None
+
+
+def test_ray_reads_vllm_itl_under_its_prefix() -> None:
+    ray = next(e for e in ENGINE_SAMPLES if e.engine == "ray").text()
+    itl = "\n".join(line.replace("vllm:", "ray_vllm_") for line in _v1().splitlines()
+                    if line.startswith("vllm:inter_token_latency_seconds") and "_created" not in line)
+    sig = parse_payload(ray + "# TYPE ray_vllm_inter_token_latency_seconds histogram\n" + itl + "\n")
+    assert sig.engine == "ray" and sig.itl is not None and sig.itl.count == pytest.approx(2025516 + 1936982)
+
 
 
 def _v1() -> str:
