@@ -88,3 +88,102 @@ def learn(est: Estimate, tokens: float, seconds: float, saturated: bool) -> Esti
     if tps > est.prefill_tps:
         return Estimate(tps, est.weight, est.samples)
     return est
+
+
+# --------------------------------------------------------------------------------------------- ITL
+# Inter-token latency of one replica as a function of the sequences it runs, ``itl(b) = base + per_seq
+# x b``: a decode step reads the weights once (``base``) and each sequence's KV cache (``per_seq``).
+# Priors from the trace benchmark's engine profiles (benchmarks/sim/engine.py, with their sources) at
+# a mean context of ~2,000 tokens per sequence; "generic" assumes a model twice the 8B's cost.
+
+
+@dataclass(frozen=True)
+class ItlPrior:
+    """Per-replica ITL model before any measurement."""
+
+    base_s: float  # seconds per decode step with (nearly) no sequence: the weights' read
+    per_seq_s: float  # seconds each running sequence adds to a step (its KV read, sampling)
+    source: str
+
+
+ITL_PRIORS: dict[str, ItlPrior] = {
+    "generic": ItlPrior(0.014, 0.00024, "twice the 8B/H100 figures below (an unknown model is assumed larger)"),
+    "8b-h100": ItlPrior(0.007, 0.00012, "16.1 GB weights at 80% of 3.35 TB/s + 1 ms = 7 ms; 20 us + 2,000 KV "
+                                        "tokens x 128 KiB at 80% of 3.35 TB/s = 118 us per sequence"),
+    "70b-h100-tp4": ItlPrior(0.017, 0.00009, "35 GB weights per GPU at 80% of 3.35 TB/s + 4 ms all-reduce = "
+                                             "17 ms; 30 us + 2,000 x 80 KiB KV per GPU = 91 us per sequence"),
+    "70b-h100-tp8": ItlPrior(0.011, 0.00006, "17.6 GB weights per GPU + 4 ms all-reduce = 10.6 ms; 30 us + "
+                                             "2,000 x 40 KiB KV per GPU = 61 us per sequence"),
+}
+# Batch sizes at which the prior's line is pinned (its two pseudo-samples).
+ITL_PRIOR_BATCHES = (1.0, 64.0)
+# The prior counts as this many samples (always: it keeps the slope defined when every sample was
+# seen at one batch size); observations fade beyond ITL_MAX_WEIGHT samples.
+ITL_PRIOR_WEIGHT = 4.0
+ITL_MAX_WEIGHT = 120.0
+
+
+def itl_prior_for(engine: str, profile: str | None) -> ItlPrior:
+    if profile is not None and profile in ITL_PRIORS:
+        return ITL_PRIORS[profile]
+    return ITL_PRIORS.get(engine, ITL_PRIORS["generic"])
+
+
+@dataclass(frozen=True)
+class ItlEstimate:
+    """Weighted sums of observed (batch, mean ITL) samples; the line is fitted with the prior's
+    pseudo-samples added (:func:`itl_line`)."""
+
+    w: float = 0.0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+    samples: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": 1, "w": self.w, "sx": self.sx, "sy": self.sy, "sxx": self.sxx, "sxy": self.sxy,
+                "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ItlEstimate:
+        return cls(float(d.get("w", 0.0)), float(d.get("sx", 0.0)), float(d.get("sy", 0.0)),
+                   float(d.get("sxx", 0.0)), float(d.get("sxy", 0.0)), int(d.get("samples", 0)))
+
+
+def learn_itl(est: ItlEstimate, batch: float, itl_s: float) -> ItlEstimate:
+    """Fold one replica's interval (mean running sequences, mean inter-token latency) into the sums."""
+    if not (batch > 0 and itl_s > 0) or batch != batch or itl_s != itl_s:
+        return est
+    keep = min(1.0, (ITL_MAX_WEIGHT - 1.0) / est.w) if est.w > 0 else 1.0
+    return ItlEstimate(est.w * keep + 1.0, est.sx * keep + batch, est.sy * keep + itl_s,
+                       est.sxx * keep + batch * batch, est.sxy * keep + batch * itl_s, est.samples + 1)
+
+
+def itl_line(est: ItlEstimate, prior: ItlPrior) -> tuple[float, float]:
+    """(base seconds, seconds per sequence) of one replica's ITL line; both non-negative.
+
+    The prior's shape is first scaled to the samples (least squares of ``y = s x prior(b)``), then the
+    line is the weighted least-squares fit through the samples and two pseudo-samples of that scaled
+    prior (:data:`ITL_PRIOR_BATCHES`, :data:`ITL_PRIOR_WEIGHT`): samples seen at one batch size move
+    the line's level and keep the prior's split between base and slope; samples spread over batch
+    sizes learn the split."""
+    w, sx, sy, sxx, sxy = est.w, est.sx, est.sy, est.sxx, est.sxy
+    pb, ps = prior.base_s, prior.per_seq_s
+    scale = 1.0
+    if w > 0:
+        pp = pb * pb * w + 2 * pb * ps * sx + ps * ps * sxx  # sum of prior(b)^2 over the samples
+        if pp > 0:
+            scale = max(0.0, (pb * sy + ps * sxy) / pp)
+    pw = ITL_PRIOR_WEIGHT / len(ITL_PRIOR_BATCHES)
+    for b in ITL_PRIOR_BATCHES:
+        y = scale * (pb + ps * b)
+        w, sx, sy, sxx, sxy = w + pw, sx + pw * b, sy + pw * y, sxx + pw * b * b, sxy + pw * b * y
+    var = w * sxx - sx * sx
+    slope = (w * sxy - sx * sy) / var if var > 0 else scale * ps
+    if slope < 0:
+        return sy / w, 0.0
+    base = (sy - slope * sx) / w
+    if base < 0:
+        return 0.0, sxy / sxx
+    return base, slope

@@ -55,6 +55,7 @@ class ScalerConfig:
     ttft_slo_seconds: float | None = None
     ttft_quantile: float = 0.95
     ttft_window_seconds: float = 60.0
+    itl_slo_seconds: float | None = None
     time_to_ready_seconds: float = 120.0
     trend_window_seconds: float = 60.0
     scale_down_stabilization_seconds: float = 300.0
@@ -324,6 +325,10 @@ KEYS: tuple[Key, ...] = (
         "TTFT quantile held to the SLO."),
     Key("ttftWindowSeconds", "ttft_window_seconds", _parse_float, Range(0.1, _SECONDS_DAY),
         "Window of the TTFT distribution (differences of histogram buckets between scrapes)."),
+    Key("itlSloSeconds", "itl_slo_seconds", _parse_float, Range(0.0001, 60),
+        "Inter-token latency objective in seconds, held at ttftQuantile over ttftWindowSeconds: the "
+        "policy asks for the replicas whose running sequences each decode within it (docs/policy.md, "
+        "\"ITL model\"); unset disables the ITL rule."),
     Key("timeToReadySeconds", "time_to_ready_seconds", _parse_float, Range(0, _SECONDS_DAY),
         "Expected time-to-ready of a new replica (look-ahead); the warm-pool controller's measured value "
         "replaces it when present."),
@@ -384,8 +389,8 @@ KEYS = (
         ""),
     Key("role", "role", _parse_role, None,
         "prefill, decode or both: which signals size this ScaledObject (disaggregated serving). prefill: "
-        "backlog, TTFT, the picker's prefill saturation; decode: KV usage, running sequences, the picker's "
-        "decode saturation."),
+        "backlog, TTFT, the picker's prefill saturation; decode: KV usage, running sequences, ITL, the "
+        "picker's decode saturation."),
     Key("pdGroup", "pd_group", str.strip, _dns_label,
         "Name shared by the prefill and the decode ScaledObject of one disaggregated deployment (same "
         "namespace); the ratio bounds hold between them through the store."),

@@ -24,9 +24,9 @@ STAGE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "both": "effective"}
 # Which policy rules size each role (item 2, before token-capacity sizing): prefill replicas are sized by
 # their backlog and TTFT, decode replicas by KV pressure and running sequences; both by everything.
 ROLE_RULES: dict[str, frozenset[str]] = {
-    "both": frozenset({"demand", "prefill", "queue", "kv", "ttft", "saturation"}),
+    "both": frozenset({"demand", "prefill", "queue", "kv", "ttft", "itl", "saturation"}),
     "prefill": frozenset({"demand", "prefill", "queue", "ttft", "saturation"}),
-    "decode": frozenset({"demand", "kv", "saturation"}),
+    "decode": frozenset({"demand", "kv", "itl", "saturation"}),
 }
 
 

@@ -60,11 +60,24 @@ class Observation:
     max_seqs: float = cap.PRIORS["generic"].max_seqs  # sequences one replica runs at once
     capacity_samples: int = 0  # saturated intervals behind prefill_tps (0: the prior)
     gpu_product: str = ""
+    # Inter-token latency (scaler.capacity, "ITL"): the windowed distribution over ttftWindowSeconds
+    # (None: no replica exposes one), the learned line itl(b) = itl_base_s + itl_per_seq_s x b of one
+    # replica running b sequences, and the correction of that line to the observed quantile (the last
+    # observed one while ITL is unknown; 1.0 before any).
+    itl_window: Histogram | None = None
+    itl_base_s: float = cap.ITL_PRIORS["generic"].base_s
+    itl_per_seq_s: float = cap.ITL_PRIORS["generic"].per_seq_s
+    itl_factor: float = 1.0
+    itl_samples: int = 0
+    # With itlSloSeconds set: a known replica that exposed an ITL histogram no longer does (or sends a
+    # malformed one). Unknown ITL blocks scale-down as an unknown replica does.
+    itl_unknown: bool = False
 
     @property
     def uncertain(self) -> bool:
         """Some of the data is unknown: no scale-down, no zero (partial-data rules)."""
-        return self.unknown_replicas > 0 or self.queue_unknown or self.absent or self.stale_endpoints > 0
+        return (self.unknown_replicas > 0 or self.queue_unknown or self.absent or self.stale_endpoints > 0
+                or self.itl_unknown)
 
     @property
     def all_unknown(self) -> bool:
@@ -164,6 +177,10 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     gpu = cfg.gpu_product or snapshot.gpu_product or ""
     prior = cap.prior_for(cfg.engine, cfg.model_profile)
     estimate = state.capacity.get(gpu) or cap.start(prior)
+    itl_prior = cap.itl_prior_for(cfg.engine, cfg.model_profile)
+    itl_est = state.itl_capacity.get(gpu) or cap.ItlEstimate()
+    itl_now: list[tuple[Histogram, float]] = []  # this decision's per-replica ITL deltas and batches
+    itl_lost = False
 
     for reading in known:
         sig = reading.signal
@@ -174,6 +191,14 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
                 d = sig.ttft.delta(prev.ttft)
                 if d is not None and d.count > 0:
                     ttft_deltas.append((now, d))
+            if sig.itl is None and prev.itl is not None:
+                itl_lost = True
+            if sig.itl is not None and prev.itl is not None and prev.running is not None:
+                d = sig.itl.delta(prev.itl)
+                batch = (sig.running + prev.running) / 2.0
+                if d is not None and d.count > 0 and batch > 0:
+                    itl_now.append((d, batch))
+                    itl_est = cap.learn_itl(itl_est, batch, d.sum / d.count)
             if _increased(sig.preemptions_total, prev.preemptions_total):
                 assert sig.preemptions_total is not None and prev.preemptions_total is not None
                 preemptions.append((now, sig.preemptions_total - prev.preemptions_total))
@@ -211,6 +236,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
             preemptions_total=sig.preemptions_total,
             prompt_tokens_total=sig.prompt_tokens_total,
             waiting=sig.waiting,
+            # A histogram that went missing is remembered: unknown until it is back (then differenced).
+            itl=sig.itl if sig.itl is not None or prev is None else prev.itl,
+            running=sig.running,
         )
     present = {r.replica for r in snapshot.replicas}
     memory = {k: v for k, v in memory.items() if k in present}
@@ -224,6 +252,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         # A pre-windowed distribution replaces the sum of pre-windowed samples (no double counting).
         ttft_kept = ((now, snapshot.ttft_window),)
         window = snapshot.ttft_window
+
+    itl_window, itl_kept, itl_factor = _itl_view(snapshot, state, cfg, itl_now, itl_est, itl_prior)
+    itl_base, itl_slope = cap.itl_line(itl_est, itl_prior)
 
     waiting = sum(r.signal.waiting for r in known if r.signal is not None)
     running = sum(r.signal.running for r in known if r.signal is not None)
@@ -243,7 +274,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     gap = state.last_decision_at is not None and now - state.last_decision_at > idle_gap_seconds(cfg)
     # Ready pods the sources did not report at all (the API counts them): their load is unknown too.
     unseen = snapshot.ready_replicas is not None and snapshot.ready_replicas > len(snapshot.replicas) > 0
-    uncertain = n_unknown > 0 or queue_unknown or absent or gap or unseen or gw.stale_endpoints > 0
+    itl_unknown = itl_lost and cfg.itl_slo_seconds is not None
+    uncertain = n_unknown > 0 or queue_unknown or absent or gap or unseen or gw.stale_endpoints > 0 or itl_unknown
     # Unknown replicas are assumed as loaded as the known ones (never idle).
     scale = (n_known + n_unknown) / n_known if n_known else 1.0
     load = (waiting + running) * scale + queue
@@ -310,6 +342,12 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         max_seqs=min(maxes) if maxes else prior.max_seqs,
         capacity_samples=estimate.samples,
         gpu_product=gpu,
+        itl_window=itl_window,
+        itl_base_s=itl_base,
+        itl_per_seq_s=itl_slope,
+        itl_factor=itl_factor if itl_factor is not None else 1.0,
+        itl_samples=itl_est.samples,
+        itl_unknown=itl_unknown,
         warm_floor=snapshot.warm_floor,
         pd_floor=snapshot.pd_floor,
         zero_allowed=snapshot.zero_allowed,
@@ -327,11 +365,52 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         completions=completions,
         prompt_samples=prompt_samples,
         capacity={**state.capacity, gpu: estimate},
+        itl_deltas=itl_kept,
+        itl_capacity={**state.itl_capacity, gpu: itl_est},
+        itl_factor=itl_factor,
         preemption_events=preemption_kept,
         last_activity_at=last_activity,
     )
     return obs, new_state
 
+
+# Fewer inter-token latencies than this in the window say nothing about a quantile.
+MIN_ITL_SAMPLES = 5
+# Bounds of the correction of the ITL line to the observed quantile (bucket interpolation artefacts).
+ITL_FACTOR_BOUNDS = (0.5, 10.0)
+
+
+def _itl_view(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig, fresh: list[tuple[Histogram, float]],
+              est: cap.ItlEstimate, prior: cap.ItlPrior,
+              ) -> tuple[Histogram | None, tuple[tuple[float, Histogram, float], ...], float | None]:
+    """The windowed ITL distribution, the deltas to keep, and the line's correction factor: the
+    observed quantile over the line's ITL at the window's mean batch (weighted by tokens). Without an
+    observed quantile the last factor stands (unknown ITL never makes the prediction better)."""
+    now = snapshot.taken_at
+    kept = list(state.itl_deltas)
+    if fresh:
+        merged = merge(h for h, _ in fresh)
+        assert merged is not None
+        batch = sum(h.count * b for h, b in fresh) / sum(h.count for h, _ in fresh)
+        kept.append((now, merged, batch))
+    if snapshot.itl_window is not None and snapshot.itl_window.count > 0:
+        # A pre-windowed distribution replaces the sum of pre-windowed samples (no double counting); its
+        # batch is the running sequences per known replica now.
+        known = snapshot.known
+        runs = [r.signal.running for r in known if r.signal is not None]
+        kept = [(now, snapshot.itl_window, sum(runs) / len(runs) if runs else 0.0)]
+    window_kept = tuple(k for k in kept if k[0] >= now - cfg.ttft_window_seconds)
+    window = merge(h for _, h, _ in window_kept)
+    factor = state.itl_factor
+    if window is not None and window.count >= MIN_ITL_SAMPLES:
+        q = window.quantile(cfg.ttft_quantile)
+        batch = sum(h.count * b for _, h, b in window_kept) / window.count
+        base, slope = cap.itl_line(est, prior)
+        modelled = base + slope * batch
+        if q is not None and q > 0 and batch > 0 and modelled > 0:
+            lo, hi = ITL_FACTOR_BOUNDS
+            factor = min(hi, max(lo, q / modelled))
+    return window, window_kept, factor
 
 
 def _prune3(samples: tuple[tuple[float, float, float], ...], since: float) -> tuple[tuple[float, float, float], ...]:

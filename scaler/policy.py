@@ -16,7 +16,7 @@ from scaler.gateway import saturation_rule, select_rules
 from scaler.hpa import metric_value_for
 from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready
 from scaler.observation import Observation
-from scaler.slo import slo_count
+from scaler.slo import itl_count, slo_count
 from scaler.state import ScalerState
 
 # Fewer TTFT observations than this in the window say nothing about a quantile.
@@ -160,6 +160,15 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     if obs.prompt_rate is not None:
         arriving = obs.prompt_rate + (obs.waiting_prompt_tokens or 0.0) / cfg.burst_window_seconds
         rules["prefill"] = _ceil(arriving / (cfg.target_utilization * obs.prefill_tps))
+
+    # 1c. ITL SLO (decode-bound need): the smallest count at which each replica's share of the demand's
+    #     sequences (look-ahead included) decodes within itlSloSeconds, by the learned ITL line of one
+    #     replica corrected to the observed quantile (scaler/slo.py itl_count; docs/policy.md "ITL model").
+    if cfg.itl_slo_seconds is not None:
+        n_itl = itl_count(inflight, cfg.itl_slo_seconds, obs.itl_base_s, obs.itl_per_seq_s, obs.itl_factor,
+                          _ceil(max(provisioned, 1) * cfg.scale_up_max_step))
+        if n_itl is not None:
+            rules["itl"] = n_itl
 
     # 3. KV pressure: size so that mean KV usage would sit at the target. Preemptions confirm
     #    pressure only while usage is still above the target. Without a targetInflightPerReplica

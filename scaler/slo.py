@@ -1,4 +1,5 @@
-"""The TTFT SLO model: the smallest replica count whose predicted TTFT quantile meets the SLO (pure).
+"""The SLO models: the smallest replica count whose predicted TTFT quantile meets ``ttftSloSeconds``
+(:func:`slo_count`) and whose inter-token latency meets ``itlSloSeconds`` (:func:`itl_count`). Pure.
 
 TTFT = prefill of the request's own prompt + the wait for prefill capacity. With prompt tokens
 arriving at ``P`` tokens/s, ``p`` tokens per request and ``C`` tokens/s one replica prefills, the
@@ -7,6 +8,10 @@ and service rate ``mu = C / p`` requests/s. The q-quantile of its wait is
 ``ln(rho / (1 - q)) / (mu - lam)`` for ``rho = lam/mu > 1 - q`` (else 0). The observed quantile corrects the
 model: the part of it the prefill does not explain is attributed to the wait, and the modelled
 wait is scaled by that factor for every ``n`` (docs/policy.md, "SLO model").
+
+ITL: one replica running ``b`` sequences decodes a token per sequence every ``base + per_seq x b``
+seconds (the line learned in :mod:`scaler.capacity`), corrected by the observed quantile over the
+line's mean (docs/policy.md, rule 4b "ITL model").
 """
 
 from __future__ import annotations
@@ -46,3 +51,19 @@ def slo_count(observed_q: float, slo: float, q: float, ready: int, prompt_tps: f
         if base + factor * wait_quantile(n, prompt_tps, capacity_tps, per_request, q) <= slo:
             return n
     return max(ready, most)
+
+
+def itl_count(sequences: float, slo: float, base_s: float, per_seq_s: float, factor: float,
+              most: int) -> int | None:
+    """Smallest count whose predicted ITL quantile, ``factor x (base + per_seq x sequences / n)``,
+    meets ``slo``, capped at ``most``. ``None`` when the count cannot help: nothing to size (no
+    sequences, a step that does not grow with the batch) or one sequence alone decodes slower than
+    the SLO (more replicas do not shorten a step: the rule does not chase it). For given ``slo``,
+    ``factor`` and line, non-decreasing in ``sequences`` (docs/policy.md, "ITL model")."""
+    if not sequences > 0 or per_seq_s <= 0 or factor <= 0:
+        return None
+    room = slo / factor - base_s  # the share of a step the batch may take
+    if room <= 0:
+        return None
+    n = math.ceil(sequences * per_seq_s / room - 1e-9)
+    return max(1, min(n, max(most, 1)))

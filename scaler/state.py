@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from scaler.capacity import Estimate
+from scaler.capacity import Estimate, ItlEstimate
 from signals.histogram import Histogram
 
 
@@ -29,15 +29,18 @@ class ReplicaMemory:
     sample_at: float | None = None
     sample_prompt: float | None = None
     sample_saturated: bool = False
+    itl: Histogram | None = None  # cumulative inter-token latency histogram
+    running: float | None = None  # running sequences at the last scrape (the ITL sample's batch)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ttft"] = self.ttft.to_dict() if self.ttft is not None else None
+        d["itl"] = self.itl.to_dict() if self.itl is not None else None
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ReplicaMemory:
-        ttft = d.get("ttft")
+        ttft, itl = d.get("ttft"), d.get("itl")
         return cls(
             observed_at=float(d["observed_at"]),
             ttft=Histogram.from_dict(ttft) if ttft else None,
@@ -49,6 +52,8 @@ class ReplicaMemory:
             sample_at=d.get("sample_at"),
             sample_prompt=d.get("sample_prompt"),
             sample_saturated=bool(d.get("sample_saturated", False)),
+            itl=Histogram.from_dict(itl) if itl else None,
+            running=d.get("running"),
         )
 
 
@@ -67,6 +72,12 @@ class ScalerState:
     prompt_samples: tuple[tuple[float, float, float], ...] = ()
     # Learned per-replica capacity, per GPU product ("" when unknown); see scaler.capacity.
     capacity: dict[str, Estimate] = field(default_factory=dict)
+    # Inter-token latency: (time, windowed histogram, mean running sequences per replica) per replica
+    # interval over ttftWindowSeconds; the learned ITL line per GPU product (scaler.capacity); the last
+    # observed correction of the line (quantile / modelled mean), kept while ITL is unknown.
+    itl_deltas: tuple[tuple[float, Histogram, float], ...] = ()
+    itl_capacity: dict[str, ItlEstimate] = field(default_factory=dict)
+    itl_factor: float | None = None
     last_activity_at: float | None = None
     last_desired: int | None = None
     last_increase_at: float | None = None
@@ -86,6 +97,9 @@ class ScalerState:
             "recommendations": [list(s) for s in self.recommendations],
             "prompt_samples": [list(s) for s in self.prompt_samples],
             "capacity": {k: v.to_dict() for k, v in self.capacity.items()},
+            "itl_deltas": [[t, h.to_dict(), b] for t, h, b in self.itl_deltas],
+            "itl_capacity": {k: v.to_dict() for k, v in self.itl_capacity.items()},
+            "itl_factor": self.itl_factor,
             "last_activity_at": self.last_activity_at,
             "last_desired": self.last_desired,
             "last_increase_at": self.last_increase_at,
@@ -105,6 +119,9 @@ class ScalerState:
             recommendations=tuple((float(t), int(v)) for t, v in d.get("recommendations", [])),
             prompt_samples=tuple((float(t), float(p), float(r)) for t, p, r in d.get("prompt_samples", [])),
             capacity={str(k): Estimate.from_dict(v) for k, v in d.get("capacity", {}).items()},
+            itl_deltas=tuple((float(t), Histogram.from_dict(h), float(b)) for t, h, b in d.get("itl_deltas", [])),
+            itl_capacity={str(k): ItlEstimate.from_dict(v) for k, v in d.get("itl_capacity", {}).items()},
+            itl_factor=d.get("itl_factor"),
             last_activity_at=d.get("last_activity_at"),
             last_desired=d.get("last_desired"),
             last_increase_at=d.get("last_increase_at"),

@@ -175,6 +175,7 @@ class Snapshot:
     warm_capacity: int | None = None
     current_replicas: int | None = None
     ttft_window: Histogram | None = None
+    itl_window: Histogram | None = None  # a pre-windowed inter-token latency distribution (as ttft_window)
     # The warm ladder: (warm state, replicas it can start, seconds) warmest first; the last step's
     # count is 0 (unlimited). Empty: only ``time_to_ready_s`` is known (see scaler.ladder).
     ttr_ladder: tuple[tuple[str, int, float], ...] = ()

@@ -79,6 +79,7 @@ async def test_metadata_change_is_a_new_tracker(make_server: Any, clients: Any, 
         ({**META, "scaleToZero": "maybe"}, "scaleToZero"),
         ({"minReplicas": "1"}, "endpoints"),
         ({**META, "ttftSloSeconds": "-1"}, "ttftSloSeconds"),
+        ({**META, "itlSloSeconds": "0.0"}, "itlSloSeconds"),
     ],
 )
 async def test_invalid_metadata_is_invalid_argument_naming_the_key(
