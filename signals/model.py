@@ -46,6 +46,9 @@ class ReplicaSignal:
     kv_transfer_seconds_total: float | None = None
     kv_transfers_total: float | None = None
     itl: Histogram | None = None
+    # The engine's latest mean KV-transfer latency in seconds, where it exports a gauge instead of
+    # counters (SGLang PD: ``sglang:kv_transfer_latency_ms``, on the sending prefill server).
+    kv_transfer_latency_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in _SCALAR_FIELDS}
@@ -74,6 +77,7 @@ _SCALAR_FIELDS = (
     "gpu_utilization",
     "kv_transfer_seconds_total",
     "kv_transfers_total",
+    "kv_transfer_latency_s",
 )
 
 

@@ -1,7 +1,10 @@
 """SGLang (``--enable-metrics``). ``engine-metrics.md`` section 2.
 
 Scheduler gauges are summed over ``dp_rank`` series (only attention-TP-rank-0 schedulers report);
-PD-disaggregation queues add to the queue signal. KV usage is the max of ``token_usage``, else
+PD-disaggregation queues add to the queue signal (each server exposes its own role's: prealloc and
+inflight on prefill servers, prealloc and transfer on decode servers). The KV-transfer latency is read
+from ``sglang:kv_transfer_latency_ms``: a gauge (the latest transfer's, 0 before any) in the releases
+that define it so, a histogram (``_sum``/``_count``, in ms) in later ones. KV usage is the max of ``token_usage``, else
 ``num_used_tokens / max_total_num_tokens``. Retractions are SGLang's preemptions.
 """
 
@@ -25,6 +28,19 @@ def detect(idx: MetricIndex) -> bool:
     return P + "num_running_reqs" in idx or P + "num_queue_reqs" in idx
 
 
+XFER = P + "kv_transfer_latency_ms"
+
+
+def _transfer(idx: MetricIndex) -> tuple[float | None, float | None, float | None]:
+    """(seconds total, transfers total, latest latency in s) of the KV transfers this server reports."""
+    count = counter_sum(idx, XFER + "_count")
+    total_ms = counter_sum(idx, XFER + "_sum")
+    if count is not None and total_ms is not None:
+        return total_ms / 1000.0, count, None
+    latest = gauge_max(idx, XFER if XFER in idx else None)
+    return None, None, (latest / 1000.0 if latest else None)  # 0: no transfer yet (unknown, not instant)
+
+
 def parse(idx: MetricIndex) -> ReplicaSignal:
     queue = gauge_sum(idx, P + "num_queue_reqs")
     waiting = required(queue, "waiting", (P + "num_queue_reqs",))
@@ -34,6 +50,7 @@ def parse(idx: MetricIndex) -> ReplicaSignal:
     kv = gauge_max(idx, P + "token_usage")
     if kv is None:
         kv = ratio(gauge_sum(idx, P + "num_used_tokens"), gauge_sum(idx, P + "max_total_num_tokens"))
+    xfer_s, xfers, latest = _transfer(idx)
     return ReplicaSignal(
         engine="sglang",
         waiting=waiting,
@@ -47,4 +64,7 @@ def parse(idx: MetricIndex) -> ReplicaSignal:
         max_running=gauge_sum(idx, P + "max_running_requests"),
         # Buckets count tokens (a chunk of k tokens adds k at interval/k), _sum the chunk intervals.
         itl=first_histogram(idx, P + "inter_token_latency_seconds", P + "time_per_output_token_seconds"),
+        kv_transfer_seconds_total=xfer_s,
+        kv_transfers_total=xfers,
+        kv_transfer_latency_s=latest,
     )
