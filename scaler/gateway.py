@@ -21,14 +21,6 @@ from signals.model import Snapshot
 
 STAGE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "both": "effective"}
 
-# Which policy rules size each role (item 2, before token-capacity sizing): prefill replicas are sized by
-# their backlog and TTFT, decode replicas by KV pressure and running sequences; both by everything.
-ROLE_RULES: dict[str, frozenset[str]] = {
-    "both": frozenset({"demand", "prefill", "queue", "kv", "ttft", "itl", "saturation"}),
-    "prefill": frozenset({"demand", "prefill", "queue", "ttft", "saturation"}),
-    "decode": frozenset({"demand", "kv", "itl", "saturation"}),
-}
-
 
 @dataclass(frozen=True)
 class GatewayView:
@@ -77,9 +69,3 @@ def saturation_rule(saturation: float | None, stale: float, ready: int, provisio
         return None
     need = math.ceil(ready * saturation / cfg.epp_saturation_target - 1e-9)
     return max(provisioned, min(need, math.ceil(ready * cfg.scale_up_max_step - 1e-9)))
-
-
-def select_rules(rules: dict[str, int], role: str) -> dict[str, int]:
-    """The rules ``role`` is sized by (demand always stays: it is what activates the role)."""
-    allowed = ROLE_RULES.get(role, ROLE_RULES["both"])
-    return {k: v for k, v in rules.items() if k in allowed}

@@ -72,6 +72,10 @@ class Observation:
     # With itlSloSeconds set: a known replica that exposed an ITL histogram no longer does (or sends a
     # malformed one). Unknown ITL blocks scale-down as an unknown replica does.
     itl_unknown: bool = False
+    # Mean KV-transfer time between prefill and decode (P/D connectors) over trendWindowSeconds; None:
+    # no replica reports one. pd_transfer_s: what the other role of the pdGroup published.
+    kv_transfer_s: float | None = None
+    pd_transfer_s: float | None = None
 
     @property
     def uncertain(self) -> bool:
@@ -174,6 +178,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     completion_counted = False
     prompt_tokens = 0.0
     prompt_counted = False
+    xfer_s, xfer_n = 0.0, 0.0
+    xfer_counted = False
     gpu = cfg.gpu_product or snapshot.gpu_product or ""
     prior = cap.prior_for(cfg.engine, cfg.model_profile)
     estimate = state.capacity.get(gpu) or cap.start(prior)
@@ -210,6 +216,13 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
                 prompt_counted = True
                 if sig.prompt_tokens_total >= prev.prompt_tokens_total:  # a decrease is a counter reset
                     prompt_tokens += sig.prompt_tokens_total - prev.prompt_tokens_total
+            if sig.kv_transfers_total is not None and prev.kv_transfers_total is not None \
+                    and sig.kv_transfer_seconds_total is not None and prev.kv_transfer_seconds_total is not None:
+                xfer_counted = True
+                if sig.kv_transfers_total >= prev.kv_transfers_total \
+                        and sig.kv_transfer_seconds_total >= prev.kv_transfer_seconds_total:  # else a reset
+                    xfer_n += sig.kv_transfers_total - prev.kv_transfers_total
+                    xfer_s += sig.kv_transfer_seconds_total - prev.kv_transfer_seconds_total
             if _increased(sig.requests_total, prev.requests_total) or _increased(
                 sig.generation_tokens_total, prev.generation_tokens_total
             ):
@@ -239,6 +252,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
             # A histogram that went missing is remembered: unknown until it is back (then differenced).
             itl=sig.itl if sig.itl is not None or prev is None else prev.itl,
             running=sig.running,
+            kv_transfer_seconds_total=sig.kv_transfer_seconds_total,
+            kv_transfers_total=sig.kv_transfers_total,
         )
     present = {r.replica for r in snapshot.replicas}
     memory = {k: v for k, v in memory.items() if k in present}
@@ -295,6 +310,13 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         prompt_samples = (*prompt_samples, (now, prompt_tokens * scale, finished))
     prompt_samples = _prune3(prompt_samples, trend_since)
     prompt_rate, per_request = _prompt_view(prompt_samples, now - cfg.burst_window_seconds)
+    transfer_samples = state.transfer_samples
+    if xfer_counted:
+        transfer_samples = (*transfer_samples, (now, xfer_s, xfer_n))
+    transfer_samples = _prune3(transfer_samples, trend_since)
+    latest = [r.signal.kv_transfer_latency_s for r in known
+              if r.signal is not None and r.signal.kv_transfer_latency_s is not None]
+    kv_transfer_s = _transfer_mean(transfer_samples, latest)
     maxes = [r.signal.max_running for r in known if r.signal is not None and r.signal.max_running]
 
     preemption_kept = _prune(tuple(preemptions), now - cfg.ttft_window_seconds)
@@ -348,6 +370,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         itl_factor=itl_factor if itl_factor is not None else 1.0,
         itl_samples=itl_est.samples,
         itl_unknown=itl_unknown,
+        kv_transfer_s=kv_transfer_s,
+        pd_transfer_s=snapshot.pd_transfer_s,
         warm_floor=snapshot.warm_floor,
         pd_floor=snapshot.pd_floor,
         zero_allowed=snapshot.zero_allowed,
@@ -364,6 +388,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         waiting_samples=waiting_samples,
         completions=completions,
         prompt_samples=prompt_samples,
+        transfer_samples=transfer_samples,
         capacity={**state.capacity, gpu: estimate},
         itl_deltas=itl_kept,
         itl_capacity={**state.itl_capacity, gpu: itl_est},
@@ -434,6 +459,18 @@ def _prompt_view(samples: tuple[tuple[float, float, float], ...], since: float) 
     tokens = sum(s[1] for s in samples[1:])
     requests = sum(s[2] for s in samples[1:])
     return rate, (tokens / requests if requests > 0 else None)
+
+
+def _transfer_mean(samples: tuple[tuple[float, float, float], ...], latest: list[float]) -> float | None:
+    """Mean KV-transfer time: the connector counters' seconds per transfer over the window (each sample
+    counts what happened since the decision before it, so the oldest lies outside), else the mean of the
+    engines' latest-transfer gauges; ``None`` when neither says anything."""
+    count = sum(s[2] for s in samples[1:])
+    if count > 0:
+        return sum(s[1] for s in samples[1:]) / count
+    if latest:
+        return sum(latest) / len(latest)
+    return None
 
 
 def _rate(samples: tuple[tuple[float, float], ...]) -> float | None:

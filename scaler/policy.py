@@ -12,10 +12,11 @@ import math
 from dataclasses import dataclass, field, replace
 
 from scaler.config import ScalerConfig
-from scaler.gateway import saturation_rule, select_rules
+from scaler.gateway import saturation_rule
 from scaler.hpa import metric_value_for
 from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready
 from scaler.observation import Observation
+from scaler.roles import select_rules, ttft_budget
 from scaler.slo import itl_count, slo_count
 from scaler.state import ScalerState
 
@@ -188,19 +189,23 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
 
     # 4. TTFT SLO: the windowed quantile against the SLO scales the ready replicas proportionally,
     #    unless the slowness is a backlog that drains by itself before new replicas would be ready.
+    #    The prefill role's budget is the SLO less the KV handoff to decode that follows it (scaler/roles.py).
     if cfg.ttft_slo_seconds is not None and ready > 0 and obs.ttft_window is not None and not draining:
+        budget = ttft_budget(cfg.ttft_slo_seconds, cfg.role, obs.kv_transfer_s, obs.pd_transfer_s)
         if obs.ttft_window.count >= MIN_TTFT_SAMPLES:
             q = obs.ttft_window.quantile(cfg.ttft_quantile)
-            if q is not None and q > cfg.ttft_slo_seconds:
+            if q is not None and q > budget and budget <= 0:
+                rules["ttft"] = provisioned  # the handoff alone exceeds the SLO: no prefill replica helps
+            elif q is not None and q > budget:
                 most = _ceil(ready * cfg.scale_up_max_step)
                 # The SLO model (scaler/slo.py): the smallest count whose predicted quantile, corrected
                 # by the observed one, meets the SLO; proportional where the model cannot say.
                 n_slo = None
                 if obs.prompt_rate is not None and obs.prompt_per_request:
-                    n_slo = slo_count(q, cfg.ttft_slo_seconds, cfg.ttft_quantile, ready, obs.prompt_rate,
+                    n_slo = slo_count(q, budget, cfg.ttft_quantile, ready, obs.prompt_rate,
                                       obs.prefill_tps, obs.prompt_per_request, most)
                 if n_slo is None:
-                    n_slo = _ceil(ready * min(q / cfg.ttft_slo_seconds, cfg.scale_up_max_step))
+                    n_slo = _ceil(ready * min(q / budget, cfg.scale_up_max_step))
                 rules["ttft"] = max(provisioned, n_slo)
 
     # 5. Endpoint-picker saturation of the stage this ScaledObject serves.

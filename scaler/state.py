@@ -31,6 +31,9 @@ class ReplicaMemory:
     sample_saturated: bool = False
     itl: Histogram | None = None  # cumulative inter-token latency histogram
     running: float | None = None  # running sequences at the last scrape (the ITL sample's batch)
+    # KV-connector transfer counters (P/D): seconds and transfers, lifetime totals.
+    kv_transfer_seconds_total: float | None = None
+    kv_transfers_total: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -54,6 +57,8 @@ class ReplicaMemory:
             sample_saturated=bool(d.get("sample_saturated", False)),
             itl=Histogram.from_dict(itl) if itl else None,
             running=d.get("running"),
+            kv_transfer_seconds_total=d.get("kv_transfer_seconds_total"),
+            kv_transfers_total=d.get("kv_transfers_total"),
         )
 
 
@@ -70,6 +75,8 @@ class ScalerState:
     recommendations: tuple[tuple[float, int], ...] = ()
     # (time, prompt tokens prefilled, requests finished) per decision, over trendWindowSeconds
     prompt_samples: tuple[tuple[float, float, float], ...] = ()
+    # (time, KV-transfer seconds, transfers) per decision over trendWindowSeconds (P/D connectors)
+    transfer_samples: tuple[tuple[float, float, float], ...] = ()
     # Learned per-replica capacity, per GPU product ("" when unknown); see scaler.capacity.
     capacity: dict[str, Estimate] = field(default_factory=dict)
     # Inter-token latency: (time, windowed histogram, mean running sequences per replica) per replica
@@ -96,6 +103,7 @@ class ScalerState:
             "preemption_events": [list(s) for s in self.preemption_events],
             "recommendations": [list(s) for s in self.recommendations],
             "prompt_samples": [list(s) for s in self.prompt_samples],
+            "transfer_samples": [list(s) for s in self.transfer_samples],
             "capacity": {k: v.to_dict() for k, v in self.capacity.items()},
             "itl_deltas": [[t, h.to_dict(), b] for t, h, b in self.itl_deltas],
             "itl_capacity": {k: v.to_dict() for k, v in self.itl_capacity.items()},
@@ -118,6 +126,7 @@ class ScalerState:
             preemption_events=tuple((float(t), float(v)) for t, v in d.get("preemption_events", [])),
             recommendations=tuple((float(t), int(v)) for t, v in d.get("recommendations", [])),
             prompt_samples=tuple((float(t), float(p), float(r)) for t, p, r in d.get("prompt_samples", [])),
+            transfer_samples=tuple((float(t), float(x), float(n)) for t, x, n in d.get("transfer_samples", [])),
             capacity={str(k): Estimate.from_dict(v) for k, v in d.get("capacity", {}).items()},
             itl_deltas=tuple((float(t), Histogram.from_dict(h), float(b)) for t, h, b in d.get("itl_deltas", [])),
             itl_capacity={str(k): ItlEstimate.from_dict(v) for k, v in d.get("itl_capacity", {}).items()},

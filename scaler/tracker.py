@@ -31,7 +31,7 @@ from scaler.config import ScalerConfig, parse_metadata
 from scaler.decision_log import DecisionLog
 from scaler.metrics import ScalerMetrics
 from scaler.observation import Observation, observe
-from scaler.pdgroup import Member, ratio_floor
+from scaler.pdgroup import Member, peer, ratio_floor
 from scaler.policy import Decision, decide
 from scaler.state import ScalerState
 from scaler.store import Store as StoreProtocol
@@ -147,6 +147,7 @@ class Tracker:
         self._last_error_log = 0.0
         self._last_ok_snapshot: float | None = None
         self._pd_members: dict[str, Member] = {}
+        self._pd_read_at: float | None = None  # when the store last answered the pdGroup read
         self._last_computed: float | None = None
         self._created = time.monotonic()
         # Degraded mode (store unreachable, not writable, or stale): decide locally, probe the store.
@@ -425,7 +426,7 @@ class Tracker:
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
         m.advice.record(self.namespace, self.name, now, desired=decision.desired, ready=decision.ready, ttft_s=q,
                         slo_s=self.cfg.ttft_slo_seconds, time_to_ready_s=decision.time_to_ready_s)
-        await self._publish_pd(decision, now)
+        await self._publish_pd(decision, now, obs.kv_transfer_s)
 
     async def _with_pd_group(self, snapshot: Snapshot) -> Snapshot:
         """The pdGroup's ratio floor for this role, from the other role's record in the store (the last
@@ -436,19 +437,25 @@ class Tracker:
         try:
             raw = await self._store_op(self.manager.store.pd_members(self.namespace, group))
             self._pd_members = {r: Member.from_dict(d) for r, d in raw.items() if isinstance(d, dict) and "role" in d}
+            self._pd_read_at = snapshot.taken_at
         except (StoreError, KeyError, TypeError, ValueError) as exc:
             self._store_error("pd_members", exc)  # keep the last known members (and bounds)
-        floor, _ = ratio_floor(self.cfg, self._pd_members, snapshot.taken_at)
-        if floor is None:
+        # Freshness as of the last read that succeeded: while the store is down the last known peer and
+        # bounds hold (an unreachable store says nothing about the peer being gone).
+        at = snapshot.taken_at if self._pd_read_at is None else min(snapshot.taken_at, self._pd_read_at)
+        floor, _ = ratio_floor(self.cfg, self._pd_members, at)
+        other = peer(self.cfg, self._pd_members, at)
+        xfer = other.kv_transfer_s if other is not None else None
+        if floor is None and xfer is None:
             return snapshot
-        return replace(snapshot, pd_floor=floor)
+        return replace(snapshot, pd_floor=floor, pd_transfer_s=xfer)
 
-    async def _publish_pd(self, decision: Decision, now: float) -> None:
+    async def _publish_pd(self, decision: Decision, now: float, kv_transfer_s: float | None) -> None:
         group = self.cfg.pd_group
         if group is None:
             return
         me = Member(self.cfg.role, decision.desired, now, self.cfg.decode_per_prefill_min,
-                    self.cfg.decode_per_prefill_max)
+                    self.cfg.decode_per_prefill_max, kv_transfer_s)
         try:
             await self._store_op(self.manager.store.put_pd_member(self.namespace, group, me.to_dict()))
         except StoreError as exc:

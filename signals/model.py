@@ -187,6 +187,7 @@ class Snapshot:
     target_name: str | None = None
     warm_floor: int | None = None
     pd_floor: int | None = None  # the prefill/decode ratio bound of the ScaledObject's pdGroup
+    pd_transfer_s: float | None = None  # the KV-transfer time the pdGroup's other role published
     zero_allowed: bool | None = None
     gateways: tuple[GatewayReading, ...] = ()
     source_errors: tuple[str, ...] = field(default_factory=tuple)
