@@ -177,15 +177,17 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     kv_hot = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_high
     kv_warm = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_target
     preempting = obs.preemption_rate > 0 and kv_warm
+    #    The KV-bound need also holds while hot: usage crossing kvCacheHigh must not ask for fewer
+    #    replicas than the same usage just below it (tests/scaler/test_roles.py, monotonicity).
+    if ready > 0 and obs.kv_usage_mean is not None and cfg.target_inflight_per_replica is None and obs.running > 0:
+        kv_need = _ceil(ready * obs.kv_usage_mean / cfg.kv_bound_target)
+        if kv_need > 1:  # one replica is the floor anyway (and must not block scale to zero)
+            rules["kv"] = kv_need
     if ready > 0 and obs.kv_usage_mean is not None and (kv_hot or preempting):
         need = _ceil(ready * obs.kv_usage_mean / cfg.kv_cache_target)
         if preempting:
             need = max(need, ready + 1)
-        rules["kv"] = max(provisioned, min(need, _ceil(ready * cfg.scale_up_max_step)))
-    elif ready > 0 and obs.kv_usage_mean is not None and cfg.target_inflight_per_replica is None and obs.running > 0:
-        kv_need = _ceil(ready * obs.kv_usage_mean / cfg.kv_bound_target)
-        if kv_need > 1:  # one replica is the floor anyway (and must not block scale to zero)
-            rules["kv"] = kv_need
+        rules["kv"] = max(rules.get("kv", 0), provisioned, min(need, _ceil(ready * cfg.scale_up_max_step)))
 
     # 4. TTFT SLO: the windowed quantile against the SLO scales the ready replicas proportionally,
     #    unless the slowness is a backlog that drains by itself before new replicas would be ready.

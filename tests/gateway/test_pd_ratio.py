@@ -105,3 +105,56 @@ async def test_redis_store_round_trips_members(redis_server: Any) -> None:
         assert set(got) == {"prefill", "decode"} and await store.pd_members("llm", "other") == {}
     finally:
         await store.close()
+
+
+class Clock:
+    """Wall time plus a jump the test controls (the trackers see time only through it)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        import time
+
+        return time.time() + self.offset
+
+
+@pytest.mark.servers
+async def test_ratio_holds_through_real_redis_and_its_outage() -> None:
+    """Two scalers (separate managers) share a real redis-server: the decode role is raised to the
+    ratio floor; the server goes away for longer than a member record stays fresh (the clock jumps
+    an hour): the last known peer and bounds still hold; the server comes back with its AOF and
+    the members are published and read again."""
+    from tests.servers import running_redis
+
+    clock = Clock()
+    with running_redis() as redis:
+        s1, s2 = RedisStore(redis.url), RedisStore(redis.url)
+        pre_load, dec_load = ScriptedReader(load=32.0 * 5), ScriptedReader(load=32.0 * 1)
+        m1 = TrackerManager(s1, pre_load, ScalerMetrics(), DecisionLog(50), instance_id="a", clock=clock)
+        m2 = TrackerManager(s2, dec_load, ScalerMetrics(), DecisionLog(50), instance_id="b", clock=clock)
+        m1.get("llm", "llama-prefill", PREFILL_META)
+        dec = m2.get("llm", "llama-decode", {**DECODE_META, "decodePerPrefillMin": "2"})
+        try:
+            async def raised(want: int) -> bool:
+                d = await dec.current()
+                return d.desired == want and d.reason == "pd-ratio"
+            await eventually(lambda: raised(10), within=10)  # decode >= 2 x 5 prefill
+            got = await s1.pd_members("llm", "llama")
+            assert Member.from_dict(got["prefill"]).desired == 5 and Member.from_dict(got["decode"]).lo == 2.0
+
+            redis.stop()
+            clock.offset += 3600.0  # far beyond stale_after: a fresh read would call the prefill role gone
+            await asyncio.sleep(1.5)
+            d = await dec.current()
+            assert (d.desired, d.reason) == (10, "pd-ratio")
+
+            redis.start()  # same port, same AOF
+            pre_load.set(32.0 * 6)
+
+            await eventually(lambda: raised(12), within=20)
+        finally:
+            await m1.stop()
+            await m2.stop()
+            await s1.close()
+            await s2.close()
