@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "trace": ("benchmarks.trace_replay", "replay a trace: SLO attainment vs GPU-hours for every policy"),
+    "pd": ("benchmarks.pd_replay", "a trace through a prefill/decode fleet scaled per role vs one combined pool"),
     "cold-vs-warm": ("benchmarks.cold_vs_warm", "scale 1->8 on the local cluster, warm pool off vs on (issue 4)"),
     "calibrate": ("benchmarks.calibrate", "the engine model against published vLLM measurements on H100"),
     "suite": ("benchmarks.suite", "every shipped trace through `trace`, plus a results table (Markdown)"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Callable
 
 from benchmarks.sim.engine import Engine, EngineProfile, Request
 from warmpool.planning import TimeToReady, warm_state
@@ -59,7 +60,10 @@ class Pod:
 
 class Cluster:
     def __init__(self, engine: EngineProfile, startup: StartupProfile, *, standby: int = 0,
-                 node_idle_s: float = 600.0, instant: bool = False, max_pods: int = 1000) -> None:
+                 node_idle_s: float = 600.0, instant: bool = False, max_pods: int = 1000,
+                 make_engine: Callable[[EngineProfile, list[tuple[float, float, int]], float], Engine] | None = None
+                 ) -> None:
+        self.make_engine = make_engine or Engine  # a P/D fleet's pools build role engines (benchmarks/sim/pd.py)
         self.ep = engine
         self.sp = startup
         self.gpus = engine.gpus_per_replica
@@ -116,7 +120,7 @@ class Cluster:
 
     def _new_pod(self, now: float, ready_at: float, warm: str) -> Pod:
         self._seq += 1
-        return Pod(f"pod-{self._seq}", now, ready_at, warm, Engine(self.ep, self.ttft_sink, now))
+        return Pod(f"pod-{self._seq}", now, ready_at, warm, self.make_engine(self.ep, self.ttft_sink, now))
 
     # ---- actuation -------------------------------------------------------------------------------
     def set_spec(self, n: int, now: float) -> None:

@@ -81,6 +81,10 @@ def render_vllm(e: Engine) -> str:
     _hist_lines(out, "vllm:request_decode_time_seconds",
                 "Histogram of time spent in DECODE phase for request.", e.h_decode)
     _hist_lines(out, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", e.h_iter)
+    xfer = getattr(e, "h_xfer", None)  # a P/D decode instance with the NIXL connector (benchmarks/sim/pd.py)
+    if xfer is not None:
+        _hist_lines(out, "vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers.",
+                    xfer)
     return "\n".join(out) + "\n"
 
 
@@ -101,6 +105,8 @@ def engine_signal(e: Engine) -> ReplicaSignal:
         requests_total=e.requests_total,
         preemptions_total=e.preemptions_total,
         max_running=None,
+        kv_transfer_seconds_total=e.h_xfer.sum if getattr(e, "h_xfer", None) is not None else None,
+        kv_transfers_total=e.h_xfer.count if getattr(e, "h_xfer", None) is not None else None,
     )
 
 

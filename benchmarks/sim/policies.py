@@ -76,7 +76,8 @@ class WarmscalePolicy(Policy):
     name = "warmscale"
 
     def __init__(self, metadata: dict[str, str], startup: StartupProfile, standby: int,
-                 hpa_behavior: HpaBehavior, keda: KedaConfig, *, fast_signals: bool = False) -> None:
+                 hpa_behavior: HpaBehavior, keda: KedaConfig, *, fast_signals: bool = False,
+                 store: MemoryStore | None = None, workload: str = WORKLOAD, clock: list[float] | None = None) -> None:
         self.metadata = metadata
         self.cfg: ScalerConfig = parse_metadata(metadata)
         self.sp = startup
@@ -90,15 +91,18 @@ class WarmscalePolicy(Policy):
         self.reasons: dict[str, int] = {}
         self.fast = fast_signals
         self.now = 0.0
+        self.workload = workload
+        # The roles of a P/D fleet share one store (the pdGroup ratio bound) and one simulated clock.
+        self._clock = clock if clock is not None else [0.0]
         self.cluster: Cluster | None = None
         self.loop = asyncio.new_event_loop()
-        self.store = MemoryStore(clock=lambda: self.now)
+        self.store = store if store is not None else MemoryStore(clock=lambda: self._clock[0])
         self.source = SimScrapeSource(self._pods, self._queue, fast=fast_signals)
         self.collector = SnapshotCollector([self.source], staleness_seconds=self.cfg.staleness_seconds,
                                            deadline=self.cfg.scrape_timeout_seconds + 1.0, clock=lambda: self.now)
         self.manager = TrackerManager(self.store, self._read, ScalerMetrics(), DecisionLog(), instance_id="bench",
                                       clock=lambda: self.now)
-        self.tracker = Tracker(self.manager, NAMESPACE, WORKLOAD, dict(metadata), self.cfg)
+        self.tracker = Tracker(self.manager, NAMESPACE, workload, dict(metadata), self.cfg)
         self.snapshots: list[Snapshot] | None = None  # set to a list to record every snapshot (tests)
 
     def params(self) -> dict[str, Any]:
@@ -121,18 +125,18 @@ class WarmscalePolicy(Policy):
         assert c is not None
         snap = await self.collector.collect(now)
         snap = replace(snap, ready_replicas=c.n_ready(), starting_replicas=c.n_starting(),
-                       current_replicas=c.spec, target_name=WORKLOAD)
+                       current_replicas=c.spec, target_name=self.workload)
         if self.snapshots is not None:
             self.snapshots.append(snap)
         return snap
 
     async def _tick(self, c: Cluster, now: float) -> None:
         # The warm-pool controller publishes its status (measured time-to-ready) as in production.
-        status = WarmStatus(namespace=NAMESPACE, name=WORKLOAD, updated_at=now,
+        status = WarmStatus(namespace=NAMESPACE, name=self.workload, updated_at=now,
                             placeholders_ready=c.placeholders_ready(now), staged_nodes=c.placeholders_ready(now),
                             ready_replicas=c.n_ready(), starting_replicas=c.n_starting(), spec_replicas=c.spec,
                             time_to_ready_s=c.ttr.medians())
-        await self.store.put_warm_status(NAMESPACE, WORKLOAD, status)
+        await self.store.put_warm_status(NAMESPACE, self.workload, status)
         await self.tracker.tick()
 
     def control(self, cluster: Cluster, now: float, dt: float) -> None:
@@ -140,6 +144,7 @@ class WarmscalePolicy(Policy):
         if now + 1e-9 >= self.next_scrape:
             self.next_scrape = now + max(self.cfg.scrape_interval_seconds, dt)
             self.now = now
+            self._clock[0] = now
             self.loop.run_until_complete(self._tick(cluster, now))
             decision = self.tracker.decision
             if decision is not None:

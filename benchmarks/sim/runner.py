@@ -83,9 +83,10 @@ class SimSettings:
 
 
 def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: StartupProfile, initial: int,
-             s: SimSettings, *, keep_misses: bool = False) -> PolicyResult:
+             s: SimSettings, *, keep_misses: bool = False, make_engine: Any = None) -> PolicyResult:
     wall0 = time.perf_counter()
-    cluster = Cluster(engine, startup, standby=policy.standby, node_idle_s=s.node_idle_s, instant=policy.instant)
+    cluster = Cluster(engine, startup, standby=policy.standby, node_idle_s=s.node_idle_s, instant=policy.instant,
+                      make_engine=make_engine)
     cluster.start_ready(initial, 0.0)
     policy.start(cluster, 0.0)
     T, N, IN, OUT = work.t.tolist(), work.n.tolist(), work.inp.tolist(), work.out.tolist()

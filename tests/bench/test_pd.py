@@ -1,0 +1,93 @@
+"""The trace benchmark's P/D fleet mode: the KV handoff adds to TTFT, the decode instances expose the
+NIXL transfer histogram the production parser reads, and the per-role run drives the production
+trackers (their pdGroup records in the shared store carry the decode side's transfer time)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from benchmarks.sim.arrivals import Workload
+from benchmarks.sim.engine import ENGINE_PROFILES, Engine
+from benchmarks.sim.exposition import engine_signal, render_vllm
+from benchmarks.sim.pd import (
+    KV_BYTES_PER_TOKEN,
+    DecodeEngine,
+    PDFleet,
+    PerRolePolicy,
+    Transfer,
+    pd_start,
+    simulate_pd,
+)
+from benchmarks.sim.runner import SimSettings
+from scaler.pdgroup import Member
+from signals.engines import parse_payload
+from warmpool.startup_model import PROFILES
+
+EP = ENGINE_PROFILES["8b-h100"]
+SP = PROFILES["8b-h100"]
+
+
+def test_transfer_time_from_kv_bytes() -> None:
+    x = Transfer(KV_BYTES_PER_TOKEN["8b-h100"], gpus=1, fixed_s=0.005, bandwidth_bps=20e9)
+    assert x.seconds(2000) == pytest.approx(0.005 + 2000 * 131_072 / 20e9)  # ~18 ms for a 2k-token prompt
+    assert Transfer(327_680.0, gpus=4).seconds(2000) < Transfer(327_680.0, gpus=1).seconds(2000)
+
+
+def test_one_request_through_the_fleet_pays_prefill_transfer_and_decode() -> None:
+    engines: list[Engine] = []
+    x = Transfer(131_072.0, fixed_s=0.5, bandwidth_bps=1e18)  # a visible, fixed 0.5 s handoff
+    fleet = PDFleet(EP, SP, x, standby=0, node_idle_s=0.0, engines=engines)
+    fleet.pre.start_ready(1, 0.0)
+    fleet.dec.start_ready(1, 0.0)
+    fleet.dispatch(1.0, 4000, 50, 1)
+    for t in np.arange(1.0, 10.0, 0.1):
+        fleet.advance(float(t))
+    pre = fleet.pre.pods[0].engine
+    dec = fleet.dec.pods[0].engine
+    assert isinstance(dec, DecodeEngine)
+    prefill_ttft = pre.h_ttft.sum  # the prefill instance's own first token (prefill only)
+    assert pre.requests_total == 1 and pre.generation_tokens_total == 1
+    assert dec.requests_total == 1 and dec.generation_tokens_total == 50
+    [(arrival, ttft, n)] = fleet.dec.ttft_sink
+    assert arrival == 1.0 and n == 1
+    assert ttft == pytest.approx(prefill_ttft + 0.5, abs=0.02)  # + one decode step
+    assert (dec.h_xfer.count, dec.h_xfer.sum) == (1, pytest.approx(0.5))
+    assert fleet.transfers == 1 and not fleet.busy()
+
+
+def test_decode_instance_metrics_carry_the_nixl_histogram_through_the_production_parser() -> None:
+    e = DecodeEngine(EP, [], 0.0)
+    e.h_xfer.observe(0.02, 3)
+    text = render_vllm(e)
+    assert "vllm:nixl_xfer_time_seconds_bucket" in text
+    sig = parse_payload(text, "vllm")
+    assert sig.kv_transfers_total == 3 and sig.kv_transfer_seconds_total == pytest.approx(0.06)
+    assert sig == engine_signal(e)  # the fast path builds the same signal
+    assert parse_payload(render_vllm(Engine(EP, [], 0.0)), "vllm").kv_transfers_total is None
+
+
+def _workload(minutes: float, rps: float, inp: int, out: int) -> Workload:
+    rng = np.random.default_rng(7)
+    t = np.sort(rng.uniform(0.0, minutes * 60.0, int(minutes * 60 * rps)))
+    k = len(t)
+    return Workload(name="synthetic", kind="requests", t=t, n=np.ones(k, dtype=np.int64),
+                    inp=np.full(k, float(inp)), out=np.full(k, float(out)), span_s=minutes * 60.0)
+
+
+def test_per_role_run_uses_the_production_trackers_and_the_shared_store() -> None:
+    work = _workload(4.0, 6.0, 3000, 200)
+    pol = PerRolePolicy(8, 2.0, SP, 0, {"scrapeIntervalSeconds": "2"}, {"decode": {"decodePerPrefillMin": "1"}},
+                        fast_signals=False)
+    s = SimSettings(dt=1.0, slo_ttft=2.0, sample_s=10.0, warmup_s=0.0)
+    res = simulate_pd(work, pol, EP, SP, Transfer(131_072.0), pd_start(work, EP), s, standby=0)
+    assert res.result.served == work.requests
+    assert res.transfer_mean_s == pytest.approx(0.005 + 3000 * 131_072 / 20e9)
+    members = asyncio.new_event_loop().run_until_complete(pol.store.pd_members("bench", "llm"))
+    dec = Member.from_dict(members["decode"])
+    assert dec.kv_transfer_s == pytest.approx(res.transfer_mean_s, rel=0.05)  # read from rendered /metrics
+    pre = Member.from_dict(members["prefill"])
+    assert dec.desired >= pre.desired  # decodePerPrefillMin 1 holds through the store
+    assert sum(res.reasons["prefill"].values()) > 0 and sum(res.reasons["decode"].values()) > 0
