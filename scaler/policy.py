@@ -41,6 +41,9 @@ class Decision:
     time_to_ready_s: float = 0.0
     prefill_tps: float = 0.0  # learned prefill tokens/s of one replica (scaler.capacity)
     capacity_samples: int = 0  # saturated intervals behind it (0: still the prior)
+    horizon_s: float = 0.0  # the demand rule's look-ahead: time-to-ready of the last replica it asks for
+    itl_base_s: float = 0.0  # learned ITL line of one replica: base + per_seq x running sequences
+    itl_per_seq_s: float = 0.0
 
 
 def _ceil(x: float) -> int:
@@ -255,8 +258,13 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         for t, v in recs:
             held = held_count(base, v, now - t, ladder, cfg.node_idle_seconds, cfg.scale_down_stabilization_seconds)
             if held > desired:
-                young = now - t < cfg.scale_down_stabilization_seconds
-                desired, reason = held, "scale-down-stabilization" if young else "burst-hold"
+                desired = held
+                # While the rules still want more than is ready, the fleet is scaling up: the hold
+                # keeps the count asked for, and the rule driving the scale-up stays the reason. When
+                # they do not but replicas are seen starting, the burst's peak is held while it arrives.
+                if base <= ready:
+                    young = now - t < cfg.scale_down_stabilization_seconds and not obs.starting_replicas
+                    reason = "scale-down-stabilization" if young else "burst-hold"
     # Lost state (no stored window to stabilise with): hold for one window at what ran before.
     if state.state_lost_at is not None:
         if now - state.state_lost_at < window:
@@ -265,7 +273,8 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
                 desired, active, reason = held, True, "state-lost-hold"
         else:
             state = replace(state, state_lost_at=None)
-    return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr, may_zero)
+    return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr, may_zero,
+                   horizon=horizon)
 
 
 def _finish(
@@ -281,6 +290,8 @@ def _finish(
     starting: int,
     ttr: float,
     may_zero: bool,
+    *,
+    horizon: float = 0.0,
 ) -> tuple[Decision, ScalerState]:
     current = obs.current_replicas if obs.current_replicas is not None else state.last_desired
     target = 1.0
@@ -306,5 +317,8 @@ def _finish(
         time_to_ready_s=ttr,
         prefill_tps=obs.prefill_tps,
         capacity_samples=obs.capacity_samples,
+        horizon_s=horizon,
+        itl_base_s=obs.itl_base_s,
+        itl_per_seq_s=obs.itl_per_seq_s,
     )
     return decision, new_state

@@ -225,3 +225,21 @@ def test_capacity_samples_span_short_scrape_intervals() -> None:
         total += 30_000.0 * 0.125
     est = run.state.capacity[""]
     assert est.prefill_tps == pytest.approx(30_000.0, rel=0.02) and est.samples >= 150
+
+
+def test_a_hold_while_scaling_up_names_the_rule_not_the_stabilisation() -> None:
+    """The count asked for is held while its replicas start, even if the rules momentarily want fewer;
+    while they still want more than is ready the fleet is scaling up, and the reason says which rule
+    drives it (the demo showed "scale-down-stabilization" there). When the rules want no more than is
+    ready while replicas are seen starting, the burst's peak is held while it arrives ("burst-hold").
+    Once the count is ready, a hold of it is the stabilisation again."""
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="300", timeToReadySeconds="300",
+                  nodeIdleSeconds="0"))
+    assert run.step([replica("a", running=50)], ready_replicas=1, starting_replicas=0).desired == 5
+    d = run.step([replica("a", running=30)], dt=5, ready_replicas=1, starting_replicas=4)
+    assert (d.desired, d.reason) == (5, "demand")
+    d = run.step([replica("a", running=8)], dt=5, ready_replicas=1, starting_replicas=4)
+    assert (d.desired, d.reason) == (5, "burst-hold")
+    ready = [replica(n, running=6) for n in "abcde"]
+    d = run.step(ready, dt=5, ready_replicas=5, starting_replicas=0)
+    assert (d.desired, d.reason) == (5, "scale-down-stabilization")

@@ -5,22 +5,54 @@ deliberately small (the trace-replay benchmark has the detailed one): requests w
 FIFO order until a batch slot and their KV tokens are free; prefill runs at ``prefill_tps``
 tokens/s and TTFT = queue wait + prefill (a request counts as waiting until its prefill starts);
 decode emits one token per sequence per step, and a step takes ``tpot_base_s + tpot_per_seq_s * batch``.
-The exposition uses vLLM V1's metric names, labels and TTFT buckets, so the scaler reads it exactly
-as it reads a real engine.
+Every decoded token after the first is an inter-token latency of one step. The exposition uses vLLM
+V1's metric names, labels and TTFT/ITL buckets, so the scaler reads it exactly as it reads a real engine.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 VLLM_TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
 )
+VLLM_ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+class ItlHistogram(Collector):
+    """``vllm:inter_token_latency_seconds``: one observation per generated token (after the first),
+    added a step at a time (``observe(step_s, tokens)``), as prometheus_client renders a histogram."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+        self.counts = [0] * (len(VLLM_ITL_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float, tokens: int) -> None:
+        if tokens > 0:
+            self.counts[bisect.bisect_left(VLLM_ITL_BUCKETS, value)] += tokens
+            self.sum += value * tokens
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        h = HistogramMetricFamily("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                  labels=list(self.labels))
+        cum, buckets = 0, []
+        for le, c in zip((*(str(b) for b in VLLM_ITL_BUCKETS), "+Inf"), self.counts, strict=True):
+            cum += c
+            buckets.append((le, float(cum)))
+        h.add_metric(list(self.labels.values()), buckets, self.sum)
+        yield h
 
 
 @dataclass(frozen=True)
@@ -75,6 +107,8 @@ class SimulatedEngine:
                                 registry=self.registry)
         self._preempt = Counter("vllm:num_preemptions", "Preemptions", labels, registry=self.registry)
         self._lv = {"model_name": MODEL, "engine": "0"}
+        self._itl = ItlHistogram(self._lv)
+        self.registry.register(self._itl)
 
     @property
     def in_flight(self) -> int:
@@ -107,6 +141,7 @@ class SimulatedEngine:
         # Decode: tokens per sequence in dt at the current batch's step time.
         if self.running:
             step_s = p.tpot_base_s + p.tpot_per_seq_s * len(self.running)
+            decoded = 0
             done = []
             for r in self.running:
                 assert r.first_token_at is not None
@@ -122,8 +157,10 @@ class SimulatedEngine:
                 before = int(r.generated)
                 r.generated = min(float(r.output_tokens), r.generated + dt / step_s)
                 self._gen.labels(**self._lv).inc(int(r.generated) - before)
+                decoded += int(r.generated) - before
                 if r.generated >= r.output_tokens:
                     done.append(r)
+            self._itl.observe(step_s, decoded)
             for r in done:
                 self.running.remove(r)
                 self._success.labels(**self._lv, finished_reason="stop").inc()

@@ -207,12 +207,14 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     say(f"              of {opts.standby} placeholders: {ttr['placeholder+staged']:.0f} s to ready on a placeholder, "
         f"{ttr['cold']:.0f} s cold")
     say(f"  logs      : {logs_to}")
-    say("  table     : replicas = ready+starting, warm = warm placeholders, ! = p95 TTFT over the SLO")
+    say("  table     : replicas = ready+starting, warm = warm placeholders, ! = p95 TTFT over the SLO; the")
+    say("              scaler's reason (the rule that set its count), its look-ahead (time-to-ready of the last")
+    say("              replica it asks for) and the prompt tokens/s one replica prefills, as it learned them")
     say("")
     today_title, ws_title = " today's setup ", " warmscale "
-    say(f"{'':12}  {today_title:-^26}   {ws_title:-^55}")
+    say(f"{'':12}  {today_title:-^26}   {ws_title:-^78}")
     say(f"{'time':>5} {'req/s':>6}  {'replicas':>8} {'queue':>6} {'p95 TTFT':>10}   {'replicas':>8} {'warm':>4} "
-        f"{'queue':>6} {'p95 TTFT':>10}  scaler's reason")
+        f"{'queue':>6} {'p95 TTFT':>10}  {'reason':<24} {'ahead':>5} {'tok/s':>6}")
 
     runners: list[web.AppRunner] = []
     for fleet in fleets.values():
@@ -293,8 +295,12 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                 decision = await trackers[0].current() if trackers else None
                 row["warmscale"]["target"] = decision.desired if decision else None
                 row["warmscale"]["reason"] = decision.reason if decision else ""
-                # The learned per-replica prefill capacity, in trace seconds (the demo runs `speed` x faster).
+                # The learned per-replica prefill capacity, in trace seconds (the demo runs `speed` x faster),
+                # the look-ahead horizon (trace seconds), and the decode tokens/s of one replica running
+                # its max_num_seqs by the learned ITL line (the engines report ITL in trace seconds).
                 row["warmscale"]["prefill_tps"] = round(decision.prefill_tps / opts.speed) if decision else None
+                row["warmscale"]["ahead_s"] = round(decision.horizon_s * opts.speed, 1) if decision else None
+                row["warmscale"]["decode_tps"] = _decode_tps(decision, ws_fleet.profile.max_num_seqs)
                 row["today"]["target"] = today.hpa_target
                 if now >= next_sample:
                     next_sample += SAMPLE_S
@@ -358,13 +364,20 @@ def _format_row(row: dict[str, Any], slo: float) -> str:
     tr, tq, tt = cells(row["today"])
     wr, wq, wt = cells(row["warmscale"])
     w = row["warmscale"]
-    return (f"{_mmss(row['t']):>5} {row['arrivals_per_s']:6.1f}  {tr:>8} {tq:>6} {tt:>10}   {wr:>8} "
-            f"{w['placeholders']:>4} {wq:>6} {wt:>10}  {w.get('reason') or ''}{_capacity(w)}")
-
-
-def _capacity(w: dict[str, Any]) -> str:
+    ahead = w.get("ahead_s")
     tps = w.get("prefill_tps")
-    return f" (learned {tps / 1000:.1f}k prompt tok/s per replica)" if tps else ""
+    return (f"{_mmss(row['t']):>5} {row['arrivals_per_s']:6.1f}  {tr:>8} {tq:>6} {tt:>10}   {wr:>8} "
+            f"{w['placeholders']:>4} {wq:>6} {wt:>10}  {w.get('reason') or '':<24} "
+            f"{'-' if ahead is None else format(ahead, '.0f') + ' s':>5} "
+            f"{'-' if not tps else format(tps / 1000, '.1f') + 'k':>6}").rstrip()
+
+
+def _decode_tps(decision: Any, seqs: int) -> float | None:
+    """Tokens/s one replica decodes running ``seqs`` sequences, by the scaler's learned ITL line."""
+    if decision is None:
+        return None
+    step = decision.itl_base_s + decision.itl_per_seq_s * seqs
+    return round(seqs / step) if step > 0 else None
 
 
 def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleets: dict[str, Fleet],
@@ -380,6 +393,11 @@ def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleet
         "slo_ttft_s": opts.slo_ttft,
         "standby": opts.standby,
         "trace_seconds": round(ended, 1),
+        # What one simulated replica really does (the scaler's learned values are compared to it).
+        "engine_prefill_tps": fleets["warmscale"].profile.prefill_tps,
+        "engine_decode_tps": round(fleets["warmscale"].profile.max_num_seqs / (
+            fleets["warmscale"].profile.tpot_base_s
+            + fleets["warmscale"].profile.tpot_per_seq_s * fleets["warmscale"].profile.max_num_seqs)),
         "wall_seconds": round(wall, 1),
         "fleets": {},
         "timeline": timeline,
@@ -437,7 +455,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     tl = summary["timeline"]
     t = [r["t"] / 60 for r in tl]
     colors = {"today": "tab:red", "warmscale": "tab:blue"}
-    fig, (a1, a2, a3) = plt.subplots(3, 1, sharex=True, figsize=(10, 8))
+    fig, (a1, ar, a2, a3, a4) = plt.subplots(5, 1, sharex=True, figsize=(10, 12),
+                                             gridspec_kw={"height_ratios": [3, 1.6, 2, 2.4, 2]})
     a0 = a1.twinx()
     a0.fill_between(t, [r["arrivals_per_s"] for r in tl], step="post", color="grey", alpha=0.2, lw=0)
     a0.set_ylabel("arrivals / s (grey)")
@@ -460,15 +479,61 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     a1.set_zorder(a0.get_zorder() + 1)
     a1.patch.set_visible(False)
     a1.legend(loc="upper left", fontsize=7, ncol=3)
+    _plot_reasons(ar, tl, colors["warmscale"])
     a2.set_ylabel("requests waiting")
     a2.legend(loc="upper right", fontsize=8)
     a3.axhline(summary["slo_ttft_s"], color="black", ls=":", lw=1, label="SLO")
     a3.set_yscale("log")
     a3.set_ylabel(f"p95 TTFT, last {TTFT_WINDOW_S:g} s (s)")
-    a3.set_xlabel("trace time (min)")
     a3.legend(loc="upper right", fontsize=8)
+    _plot_capacity(a4, tl, summary)
+    a4.set_xlabel("trace time (min)")
     fig.suptitle(f"warmscale demo: {summary['trace']}, {summary['requests']:,} requests, {summary['profile']} "
                  f"startup ladder, replayed {summary['speed']:g}x", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _plot_reasons(ax: Any, tl: list[dict[str, Any]], color: str) -> None:
+    """The scaler's reason over time: one row per reason, a bar where it set the count; the look-ahead
+    horizon (the time-to-ready of the last replica asked for, from the warm ladder) on the right axis."""
+    t = [r["t"] / 60 for r in tl]
+    reasons = [r["warmscale"].get("reason") or "" for r in tl]
+    names = sorted({x for x in reasons if x})
+    for i, name in enumerate(names):
+        spans = []
+        for j, x in enumerate(reasons):
+            if x == name:
+                end = t[j + 1] if j + 1 < len(t) else t[j] + SAMPLE_S / 60
+                spans.append((t[j], end - t[j]))
+        ax.broken_barh(spans, (i - 0.35, 0.7), color=color, alpha=0.7, lw=0)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.set_ylim(-0.6, max(len(names), 1) - 0.4)
+    ax.set_ylabel("scaler's reason", fontsize=8)
+    ah = ax.twinx()
+    ah.step(t, [r["warmscale"].get("ahead_s") if r["warmscale"].get("ahead_s") is not None else float("nan")
+                for r in tl], where="post", color="tab:green", lw=1)
+    ah.set_ylabel("look-ahead (s, green)", fontsize=8)
+    ah.set_ylim(bottom=0)
+
+
+def _plot_capacity(ax: Any, tl: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """What the scaler learned one replica does, in tokens/s, against what the simulated engine does."""
+    t = [r["t"] / 60 for r in tl]
+
+    def series(key: str) -> list[float]:
+        return [r["warmscale"].get(key) / 1000 if r["warmscale"].get(key) else float("nan") for r in tl]
+
+    ax.step(t, series("prefill_tps"), where="post", color="tab:purple", label="learned prefill tok/s per replica")
+    ax.step(t, series("decode_tps"), where="post", color="tab:orange",
+            label="learned decode tok/s per replica at max_num_seqs (ITL line)")
+    if summary.get("engine_prefill_tps"):
+        ax.axhline(summary["engine_prefill_tps"] / 1000, color="tab:purple", ls=":", lw=1,
+                   label="simulated engine: prefill")
+    if summary.get("engine_decode_tps"):
+        ax.axhline(summary["engine_decode_tps"] / 1000, color="tab:orange", ls=":", lw=1,
+                   label="simulated engine: decode")
+    ax.set_ylabel("k tokens / s")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="lower right", fontsize=7, ncol=2)
