@@ -299,7 +299,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                 # the look-ahead horizon (trace seconds), and the decode tokens/s of one replica running
                 # its max_num_seqs by the learned ITL line (the engines report ITL in trace seconds).
                 row["warmscale"]["prefill_tps"] = round(decision.prefill_tps / opts.speed) if decision else None
-                row["warmscale"]["ahead_s"] = round(decision.horizon_s * opts.speed, 1) if decision else None
+                row["warmscale"]["ahead_s"] = (round(decision.horizon_s * opts.speed, 1)
+                                               if decision and decision.horizon_s > 0 else None)
                 row["warmscale"]["decode_tps"] = _decode_tps(decision, ws_fleet.profile.max_num_seqs)
                 row["today"]["target"] = today.hpa_target
                 if now >= next_sample:
