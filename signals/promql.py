@@ -9,7 +9,8 @@ Two queries per poll, whatever the number of replicas:
   present per replica, so a pod exposing both vLLM KV names is read once). A ``timestamp`` signal
   carries the newest sample time so that a replica Prometheus lost track of goes stale.
 * :func:`ttft_window_query`: ``sum by (le)(increase(<ttft>_bucket[w]))`` over the ScaledObject's
-  pods plus ``sum(increase(<ttft>_sum[w]))``, decoded by :func:`decode_ttft_window`.
+  pods plus ``sum(increase(<ttft>_sum[w]))``, decoded by :func:`decode_ttft_window`; the same for the
+  inter-token latency (:func:`itl_window_query`) when the ScaledObject sets ``itlSloSeconds``.
 
 The replica is the ``pod`` label, else ``instance``. ``selector`` is extra label matchers
 (``namespace="llm",service="vllm"``) added to every selector.
@@ -62,6 +63,7 @@ class EngineSpec:
     max_running: tuple[Alt, ...] = ()
     ttft: str | None = None  # histogram base name
     ttft_scale: float = 1.0  # bucket bounds -> seconds
+    itl: tuple[str, ...] = ()  # inter-token latency histogram base names, renamed ones as alternatives
 
 
 def _t(*names: str, m: str = "") -> Term:
@@ -79,6 +81,7 @@ SPECS: dict[str, EngineSpec] = {
         generation_tokens=(_t("vllm:generation_tokens_total"),),
         preemptions=(_t("vllm:num_preemptions_total"),),
         ttft="vllm:time_to_first_token_seconds",
+        itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     ),
     "sglang": EngineSpec(
         "sglang",
@@ -102,6 +105,7 @@ SPECS: dict[str, EngineSpec] = {
         preemptions=(_t("sglang:num_retracted_requests_total"),),
         max_running=(_t("sglang:max_running_requests"),),
         ttft="sglang:time_to_first_token_seconds",
+        itl=("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
     ),
     "tgi": EngineSpec(
         "tgi",
@@ -111,6 +115,7 @@ SPECS: dict[str, EngineSpec] = {
         requests=(_t("tgi_request_success", "tgi_request_failure"),),
         prompt_tokens=(_t("tgi_request_input_length_sum"),),
         generation_tokens=(_t("tgi_request_generated_tokens_sum"),),
+        itl=("tgi_request_mean_time_per_token_duration",),
     ),
     "trtllm": EngineSpec(
         "trtllm",
@@ -125,6 +130,7 @@ SPECS: dict[str, EngineSpec] = {
         generation_tokens=(_t("trtllm_generation_tokens_total"),),
         max_running=(_t("trtllm_max_num_active_requests"),),
         ttft="trtllm_time_to_first_token_seconds",
+        itl=("trtllm_time_per_output_token_seconds",),
     ),
     "triton": EngineSpec(
         "triton",
@@ -161,6 +167,7 @@ SPECS: dict[str, EngineSpec] = {
         generation_tokens=(_t("ray_vllm_generation_tokens_total"),),
         preemptions=(_t("ray_vllm_num_preemptions_total"),),
         ttft="ray_vllm_time_to_first_token_seconds",
+        itl=("ray_vllm_inter_token_latency_seconds", "ray_vllm_time_per_output_token_seconds"),
     ),
 }
 
@@ -259,6 +266,21 @@ def ttft_window_query(engine: str, window_seconds: float, extra: str = "") -> st
     sums = _t(*(f"{s.ttft}_sum" for s in specs if s.ttft))
     b = f'label_replace(sum by (le) (increase({selector(buckets, extra)}[{w}])), "{PART_LABEL}", "bucket", "", "")'
     s = f'label_replace(sum(increase({selector(sums, extra)}[{w}])), "{PART_LABEL}", "sum", "", "")'
+    return f"{b} or {s}"
+
+
+def itl_window_query(engine: str, window_seconds: float, extra: str = "") -> str | None:
+    """Windowed inter-token latency buckets and sum over all matching pods, or ``None`` if the engine
+    has no ITL histogram (Triton). Renamed histograms are alternatives joined with ``or`` (first present
+    per bucket bound: vLLM 0.11 emits both names, never added). Decoded by :func:`decode_ttft_window`."""
+    names = [n for s in _engines(engine) for n in s.itl]
+    if not names:
+        return None
+    w = f"{max(1, round(window_seconds))}s"
+    buckets = " or ".join(f"sum by (le) (increase({selector(_t(n + '_bucket'), extra)}[{w}]))" for n in names)
+    sums = " or ".join(f"sum(increase({selector(_t(n + '_sum'), extra)}[{w}]))" for n in names)
+    b = f'label_replace(({buckets}), "{PART_LABEL}", "bucket", "", "")'
+    s = f'label_replace(({sums}), "{PART_LABEL}", "sum", "", "")'
     return f"{b} or {s}"
 
 

@@ -21,6 +21,7 @@ class SourceResult:
     replicas: tuple[ReplicaReading, ...] = ()
     queues: tuple[QueueReading, ...] = ()
     ttft_window: Histogram | None = None
+    itl_window: Histogram | None = None
     errors: tuple[str, ...] = ()
     absent: bool = False
     gateways: tuple[GatewayReading, ...] = ()

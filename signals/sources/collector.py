@@ -100,6 +100,7 @@ def build_sources(
                 engine=cfg.engine,
                 selector=cfg.prometheus_selector,
                 ttft_window_seconds=cfg.ttft_window_seconds,
+                itl_window_seconds=cfg.ttft_window_seconds if cfg.itl_slo_seconds is not None else None,
                 timeout=cfg.scrape_timeout_seconds,
                 # With eppPool read from Prometheus the picker stands for the pool (no engine replicas).
                 replicas=not direct and not (cfg.epp_pool and not cfg.epp_address),
@@ -167,6 +168,7 @@ class SnapshotCollector:
         errors: list[str] = []
         absent: list[str] = []
         ttft: Histogram | None = None
+        itl: Histogram | None = None
         for source, res in zip(self.sources, results, strict=True):
             if res.absent:
                 absent.append(source.name)
@@ -176,12 +178,15 @@ class SnapshotCollector:
             errors.extend(res.errors)
             if ttft is None and res.ttft_window is not None:
                 ttft = res.ttft_window
+            if itl is None and res.itl_window is not None:
+                itl = res.itl_window
         return Snapshot(
             taken_at=taken,
             read_until=read_until,
             replicas=tuple(replicas),
             queues=tuple(queues),
             ttft_window=ttft,
+            itl_window=itl,
             gateways=tuple(gateways),
             source_errors=tuple(errors),
             absent=tuple(absent),

@@ -68,6 +68,7 @@ class PrometheusSource:
         engine: str = "auto",
         selector: str = "",
         ttft_window_seconds: float = 60.0,
+        itl_window_seconds: float | None = None,
         timeout: float = 2.0,
         replicas: bool = True,
         forget_after_seconds: float = 30.0,
@@ -91,6 +92,9 @@ class PrometheusSource:
         self.replica_query = promql.replica_query(engine, selector)
         self.ttft_query = promql.ttft_window_query(engine, ttft_window_seconds, selector)
         self._ttft_scale = promql.ttft_scale(engine)
+        # The inter-token latency window only when asked for (itlSloSeconds): one more query per poll.
+        self.itl_query = (promql.itl_window_query(engine, itl_window_seconds, selector)
+                          if itl_window_seconds is not None else None)
         self._forget_after = forget_after_seconds
         self._last_seen: dict[str, float] = {}
 
@@ -112,6 +116,8 @@ class PrometheusSource:
             jobs.append(asyncio.ensure_future(self._run(self.replica_query)))
         if self.ttft_query is not None:
             jobs.append(asyncio.ensure_future(self._run(self.ttft_query)))
+        if self.itl_query is not None:
+            jobs.append(asyncio.ensure_future(self._run(self.itl_query)))
         results = await asyncio.gather(*jobs, return_exceptions=True)
         errors: list[str] = []
         replicas: tuple[ReplicaReading, ...] = ()
@@ -128,13 +134,22 @@ class PrometheusSource:
                 replicas = self._with_vanished(promql.decode_replicas(res, now), now)
         if self.ttft_query is not None:
             res = results[i]
+            i += 1
             if isinstance(res, BaseException):
                 if not errors:
                     errors.append(self._describe(res))
             else:
                 ttft = promql.decode_ttft_window(res, self._ttft_scale)
+        itl: Histogram | None = None
+        if self.itl_query is not None:
+            res = results[i]
+            if isinstance(res, BaseException):
+                if not errors:
+                    errors.append(self._describe(res))
+            else:
+                itl = promql.decode_ttft_window(res)
         absent = self._with_replicas and not replicas
-        return SourceResult(replicas=replicas, ttft_window=ttft, errors=tuple(errors), absent=absent)
+        return SourceResult(replicas=replicas, ttft_window=ttft, itl_window=itl, errors=tuple(errors), absent=absent)
 
     def _remembered(self, now: float) -> list[str]:
         self._last_seen = {r: t for r, t in self._last_seen.items() if now - t <= self._forget_after}

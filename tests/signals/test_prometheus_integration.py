@@ -37,6 +37,22 @@ def ttft_payload(counts: tuple[int, ...], total: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def itl_payload(counts: tuple[int, ...], total: float) -> str:
+    """A vLLM 0.11 payload: the ITL histogram under its new and its deprecated name, same values."""
+    lines = ttft_payload((0, 0, 0, 0, 0, 0), 0.0).splitlines()
+    for name in ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"):
+        lines.append(f"# TYPE {name} histogram")
+        for le, c in zip(ITL_BOUNDS, counts, strict=True):
+            lines.append(f'{name}_bucket{{engine="0",le="{le}",model_name="m"}} {c}.0')
+        lines.append(f'{name}_count{{engine="0",model_name="m"}} {counts[-1]}.0')
+        lines.append(f'{name}_sum{{engine="0",model_name="m"}} {total}')
+    return "\n".join(lines) + "\n"
+
+
+ITL_BOUNDS = ("0.01", "0.025", "0.05", "0.1", "+Inf")
+ITL_BEFORE = (1000, 5000, 5000, 5000, 5000)
+ITL_AFTER = (1000, 5000, 5000, 5100, 5100)  # 100 new tokens, all in (0.05, 0.1]
+
 BEFORE = (900, 980, 995, 1000, 1000, 1000)
 AFTER = (900, 980, 995, 1000, 1100, 1100)  # 100 new observations, all in (1.0, 2.5]
 
@@ -48,6 +64,7 @@ class Fleet:
     dcgm: FakeEngine
     ttft: FakeEngine
     flaky: FakeEngine
+    itl: FakeEngine
 
     def selector(self, engine: FakeEngine) -> str:
         return f'instance="{engine.target}"'
@@ -59,11 +76,12 @@ def fleet(prometheus_server: Callable[..., PrometheusServer]) -> Iterator[Fleet]
     dcgm = FakeEngine(sample(DCGM_SAMPLE))
     ttft = FakeEngine(ttft_payload(BEFORE, 300.0))
     flaky = FakeEngine(ENGINE_SAMPLES[0].text())
-    everyone = [*engines.values(), dcgm, ttft, flaky]
+    itl = FakeEngine(itl_payload(ITL_BEFORE, 80.0))
+    everyone = [*engines.values(), dcgm, ttft, flaky, itl]
     try:
         prom = prometheus_server([e.target for e in everyone], scrape_interval="1s")
         prom.wait_for("count(up == 1)", lambda r: bool(r) and int(float(r[0]["value"][1])) == len(everyone), 30)
-        yield Fleet(prom, engines, dcgm, ttft, flaky)
+        yield Fleet(prom, engines, dcgm, ttft, flaky, itl)
     finally:
         for e in everyone:
             e.close()
@@ -123,6 +141,24 @@ async def test_windowed_ttft(fleet: Fleet) -> None:
     assert p50 is not None and 1.0 < p50 <= 2.5  # lifetime p50 would be < 0.1 s
 
 
+async def test_windowed_itl_reads_one_of_the_renamed_histograms(fleet: Fleet) -> None:
+    sel = fleet.selector(fleet.itl)
+    fleet.prom.wait_for(f"count_over_time(vllm:inter_token_latency_seconds_count{{{sel}}}[1m]) >= 3")
+    fleet.itl.serve(itl_payload(ITL_AFTER, 87.5))
+    fleet.prom.wait_for(f"vllm:inter_token_latency_seconds_count{{{sel}}} == 5100")
+    src = source(fleet, engine="vllm", selector=sel, itl_window_seconds=30, replicas=False)
+    res = await src.read(time.time())
+    await src.aclose()
+    assert res.errors == ()
+    h = res.itl_window
+    assert h is not None and h.is_valid()
+    assert 80 <= h.count <= 200  # about 100 (increase() extrapolates); 200 would count both names
+    p50 = h.quantile(0.5)
+    assert p50 is not None and 0.05 < p50 <= 0.1
+    # Without itlSloSeconds the collector asks Prometheus no ITL query.
+    assert source(fleet, engine="vllm").itl_query is None
+
+
 async def test_vanished_target_stays_unknown(fleet: Fleet) -> None:
     sel = fleet.selector(fleet.flaky)
     src = PrometheusSource(fleet.prom.url, engine="vllm", selector=sel, timeout=5.0, forget_after_seconds=60)
@@ -148,6 +184,16 @@ async def test_collector_with_prometheus_only(fleet: Fleet) -> None:
     targets = {r.replica for r in snap.known}
     assert {e.target for e in fleet.engines.values()} <= targets
     assert snap.ttft_window is not None and snap.ttft_window.is_valid()
+    assert snap.itl_window is None  # no itlSloSeconds: no ITL query
+    cfg = parse_metadata({"prometheusAddress": fleet.prom.url, "prometheusSelector": 'job=~"engines-.*"',
+                          "scrapeTimeoutSeconds": "5", "itlSloSeconds": "0.05"})
+    collector = build_collector(cfg, session=None)  # type: ignore[arg-type]
+    try:
+        snap = await collector.collect()
+    finally:
+        await collector.aclose()
+    # The samples are static: a window of the engines' ITL buckets, with nothing new in it.
+    assert snap.itl_window is not None and snap.itl_window.is_valid() and snap.itl_window.count >= 0
 
 
 async def test_unreachable_prometheus_is_a_source_error() -> None:

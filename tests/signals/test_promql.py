@@ -67,6 +67,20 @@ def test_ttft_window_query() -> None:
     assert promql.ttft_scale("triton") == 1e-3 and promql.ttft_scale("vllm") == 1.0
 
 
+def test_itl_window_query() -> None:
+    q = promql.itl_window_query("vllm", 60, 'namespace="llm"')
+    assert q is not None
+    # The 0.11 rename: both names are alternatives (or), never added.
+    assert ('sum by (le) (increase(vllm:inter_token_latency_seconds_bucket{namespace="llm"}[60s])) or '
+            'sum by (le) (increase(vllm:time_per_output_token_seconds_bucket{namespace="llm"}[60s]))') in q
+    assert 'sum(increase(vllm:inter_token_latency_seconds_sum{namespace="llm"}[60s]))' in q
+    assert promql.itl_window_query("triton", 60) is None  # the TRT-LLM backend has no ITL histogram
+    tgi = promql.itl_window_query("tgi", 60)
+    assert tgi is not None and "tgi_request_mean_time_per_token_duration_bucket" in tgi
+    auto = promql.itl_window_query("auto", 30.4)
+    assert auto is not None and "[30s]" in auto and "sglang:inter_token_latency_seconds_bucket" in auto
+
+
 def item(value: float | str, **labels: str) -> dict[str, Any]:
     return {"metric": labels, "value": [1000.0, str(value)]}
 
