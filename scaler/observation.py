@@ -412,6 +412,8 @@ def _itl_view(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig, fresh: 
     observed quantile over the line's ITL at the window's mean batch (weighted by tokens). Without an
     observed quantile the last factor stands (unknown ITL never makes the prediction better)."""
     now = snapshot.taken_at
+    if cfg.itl_slo_seconds is None:  # no ITL objective: the line is learned, no window is kept
+        return None, (), state.itl_factor
     kept = list(state.itl_deltas)
     if fresh:
         merged = merge(h for h, _ in fresh)

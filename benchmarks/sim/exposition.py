@@ -100,6 +100,7 @@ def engine_signal(e: Engine) -> ReplicaSignal:
         running=float(e.running_n),
         kv_usage=min(1.0, e.kv_usage()),
         ttft=_histogram(e.h_ttft),
+        itl=_histogram(e.h_itl),
         prompt_tokens_total=e.prompt_tokens_total,
         generation_tokens_total=e.generation_tokens_total,
         requests_total=e.requests_total,
