@@ -38,6 +38,9 @@ class ScalerMetrics:
                               SO_LABELS, registry=r)
         self.ttft = Gauge("warmscale_ttft_quantile_seconds", "Windowed TTFT at the configured quantile.",
                           SO_LABELS, registry=r)
+        self.itl = Gauge("warmscale_itl_quantile_seconds",
+                         "Windowed inter-token latency at ttftQuantile (NaN without itlSloSeconds or ITL data).",
+                         SO_LABELS, registry=r)
         self.known = Gauge("warmscale_known_replicas", "Replicas whose signal is known.", SO_LABELS, registry=r)
         self.unknown = Gauge("warmscale_unknown_replicas", "Replicas whose signal is unknown (stale, error).",
                              SO_LABELS, registry=r)
@@ -49,6 +52,9 @@ class ScalerMetrics:
         # Outputs.
         self.ttft_slo = Gauge("warmscale_ttft_slo_seconds",
                               "The ScaledObject's TTFT SLO (ttftSloSeconds; NaN if unset).", SO_LABELS, registry=r)
+        self.itl_slo = Gauge("warmscale_itl_slo_seconds",
+                             "The ScaledObject's inter-token latency SLO (itlSloSeconds; NaN if unset).",
+                             SO_LABELS, registry=r)
         self.ready = Gauge("warmscale_ready_replicas", "Ready replicas the policy counted.", SO_LABELS, registry=r)
         self.starting = Gauge("warmscale_starting_replicas", "Replicas still starting (counted as capacity).",
                               SO_LABELS, registry=r)
@@ -82,8 +88,8 @@ class ScalerMetrics:
                             "Next-layer findings that repeated (episodes within the window): see `warmscale advise`.",
                             ("namespace", "workload", "finding"), registry=r)
 
-    PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "ttft_slo", "known", "unknown", "signal_age",
-              "scrape_errors", "ready", "starting", "time_to_ready", "desired", "active", "metric_value",
+    PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "ttft_slo", "itl", "itl_slo", "known", "unknown",
+              "signal_age", "scrape_errors", "ready", "starting", "time_to_ready", "desired", "active", "metric_value",
               "decision_age", "leader", "degraded")
 
     def forget(self, namespace: str, name: str) -> None:

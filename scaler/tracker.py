@@ -540,6 +540,8 @@ class Tracker:
         s.kv_usage.set(obs.kv_usage_max if obs.kv_usage_max is not None else math.nan)
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
         s.ttft.set(q if q is not None else math.nan)
+        qi = obs.itl_window.quantile(self.cfg.ttft_quantile) if obs.itl_window is not None else None
+        s.itl.set(qi if qi is not None else math.nan)
         ages = [r.age(now) for r in snapshot.known]
         s.signal_age.set(max(ages) if ages else math.nan)
 
@@ -553,6 +555,7 @@ class Tracker:
         s.starting.set(decision.starting)
         s.time_to_ready.set(decision.time_to_ready_s)
         s.ttft_slo.set(self.cfg.ttft_slo_seconds if self.cfg.ttft_slo_seconds is not None else math.nan)
+        s.itl_slo.set(self.cfg.itl_slo_seconds if self.cfg.itl_slo_seconds is not None else math.nan)
         s.active.set(1 if decision.active else 0)
         s.metric_value.set(decision.metric_value)
         s.decision_age.set(at)
@@ -606,6 +609,8 @@ class _Series:
     kv_usage: Any
     ttft: Any
     ttft_slo: Any
+    itl: Any
+    itl_slo: Any
     ready: Any
     starting: Any
     time_to_ready: Any

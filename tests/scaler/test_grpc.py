@@ -312,7 +312,8 @@ async def test_metrics_and_decision_log_endpoints(make_server: Any, clients: Any
     rpc = {(s.labels["method"], s.labels["code"]) for s in families["warmscale_rpc_duration_seconds"].samples
            if s.name.endswith("_count")}
     assert {("GetMetrics", "OK"), ("IsActive", "OK"), ("IsActive", "INVALID_ARGUMENT")} <= rpc
-    for name in ("warmscale_kv_cache_usage_ratio", "warmscale_ttft_quantile_seconds", "warmscale_signal_age_seconds",
+    for name in ("warmscale_kv_cache_usage_ratio", "warmscale_ttft_quantile_seconds", "warmscale_itl_quantile_seconds",
+                 "warmscale_itl_slo_seconds", "warmscale_signal_age_seconds",
                  "warmscale_scrape_errors", "warmscale_store_errors"):
         assert name in families
     assert body["decisions"] and body["decisions"][-1]["desired"] == 4
