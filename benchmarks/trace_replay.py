@@ -44,7 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="per-request trace whose token sizes a rate curve draws from (default: by name)")
     parser.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate curve's rate")
     parser.add_argument("--hours", type=float, default=None, help="replay only the first HOURS of the trace")
-    parser.add_argument("--standby", type=int, default=1, help="warmscale warm pool: placeholders held (default 1)")
+    parser.add_argument("--standby", type=int, default=None,
+                        help="warmscale warm pool: hold N placeholders (default: warmscale.io/standby: auto, sized "
+                             "by the warm-pool planner from the burst statistics the scaler publishes)")
     parser.add_argument("--oracle-iterations", type=int, default=3, help="oracle sizing refinement passes")
     parser.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset of policies")
     parser.add_argument("--warmscale-meta", action="append", default=[], metavar="KEY=VALUE",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scaler.bursts import BurstMemory
 from scaler.capacity import Estimate, ItlEstimate
 from signals.histogram import Histogram
 
@@ -92,6 +93,8 @@ class ScalerState:
     # Set when the stored state was lost (Redis FLUSHALL, eviction, a store outage without a local
     # copy): the policy then refuses any scale-down for one stabilisation window from this time.
     state_lost_at: float | None = None
+    # The need's rises above what was provisioned (scaler.bursts), published for standby: auto.
+    bursts: BurstMemory = field(default_factory=BurstMemory)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +116,7 @@ class ScalerState:
             "last_increase_at": self.last_increase_at,
             "last_decision_at": self.last_decision_at,
             "state_lost_at": self.state_lost_at,
+            "bursts": self.bursts.to_dict(),
         }
 
     @classmethod
@@ -136,4 +140,5 @@ class ScalerState:
             last_increase_at=d.get("last_increase_at"),
             last_decision_at=d.get("last_decision_at"),
             state_lost_at=d.get("state_lost_at"),
+            bursts=BurstMemory.from_dict(d.get("bursts")),
         )

@@ -9,7 +9,12 @@ and failovers. Writes are fenced: a decision is stored only while the writer sti
 
 The store also keeps a registry of tracked ScaledObjects (metadata + last time KEDA asked) so that a
 restarted scaler resumes its trackers before KEDA's next poll, and the warm-pool controller's
-:class:`~scaler.warm_status.WarmStatus` per workload.
+:class:`~scaler.warm_status.WarmStatus` per workload, and the scaler's
+:class:`~scaler.bursts.BurstStats` per workload (what ``warmscale.io/standby: auto`` is sized from).
+
+Schema: every record is JSON with a ``version`` where its shape grew (``WarmStatus`` 3,
+``BurstStats`` 1); readers take what they know, ignore unknown keys and default missing ones, so an
+older record (or a newer writer's) is read, never rejected.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from scaler.bursts import BurstStats
 from scaler.state import ScalerState
 from scaler.warm_status import WarmStatus
 
@@ -90,6 +96,10 @@ class Store(Protocol):
 
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None: ...
 
+    async def put_burst_stats(self, namespace: str, name: str, stats: BurstStats) -> None: ...
+
+    async def get_burst_stats(self, namespace: str, name: str) -> BurstStats | None: ...
+
     async def put_pd_member(self, namespace: str, group: str, member: dict[str, Any]) -> None:
         """Publish one role's latest decision and bounds in a pdGroup (``member["role"]`` names it)."""
         ...
@@ -112,6 +122,7 @@ class MemoryStore:
         self._trackers: dict[str, TrackerRecord] = {}
         self._warm: dict[tuple[str, str], dict[str, Any]] = {}
         self._pd: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        self._bursts: dict[tuple[str, str], dict[str, Any]] = {}
 
     def _holder(self, key: str) -> str | None:
         lease = self._leases.get(key)
@@ -163,6 +174,13 @@ class MemoryStore:
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
         d = self._warm.get((namespace, name))
         return WarmStatus.from_dict(d) if d is not None else None
+
+    async def put_burst_stats(self, namespace: str, name: str, stats: BurstStats) -> None:
+        self._bursts[(namespace, name)] = stats.to_dict()
+
+    async def get_burst_stats(self, namespace: str, name: str) -> BurstStats | None:
+        d = self._bursts.get((namespace, name))
+        return BurstStats.from_dict(d) if d is not None else None
 
     async def put_pd_member(self, namespace: str, group: str, member: dict[str, Any]) -> None:
         self._pd.setdefault((namespace, group), {})[str(member["role"])] = dict(member)
@@ -296,6 +314,23 @@ class RedisStore:
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
         raw = await self._call("get_warm_status", self._redis.get(self._warm_key(namespace, name)))
         return WarmStatus.from_dict(orjson.loads(raw)) if raw else None
+
+    def _bursts_key(self, namespace: str, name: str) -> str:
+        return f"{self._p}:bursts:{namespace}/{name}"
+
+    async def put_burst_stats(self, namespace: str, name: str, stats: BurstStats) -> None:
+        raw = orjson.dumps(stats.to_dict())
+        await self._call("put_burst_stats", self._redis.set(self._bursts_key(namespace, name), raw, px=RETENTION_MS))
+
+    async def get_burst_stats(self, namespace: str, name: str) -> BurstStats | None:
+        raw = await self._call("get_burst_stats", self._redis.get(self._bursts_key(namespace, name)))
+        if not raw:
+            return None
+        try:
+            d = orjson.loads(raw)
+            return BurstStats.from_dict(d) if isinstance(d, dict) else None
+        except (ValueError, TypeError) as exc:
+            raise StoreError(f"redis get_burst_stats: unreadable record: {exc}") from exc
 
     def _pd_key(self, namespace: str, group: str) -> str:
         return f"{self._p}:pd:{namespace}/{group}"

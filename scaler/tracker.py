@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 import orjson
 
 from scaler.advice import AdviceBook
+from scaler.bursts import burst_stats, warm_and_cold
+from scaler.bursts import record as record_burst
 from scaler.config import ScalerConfig, parse_metadata
 from scaler.decision_log import DecisionLog
 from scaler.metrics import ScalerMetrics
@@ -66,6 +68,8 @@ WARM_BOUNDS_MAX_AGE = 600.0
 STORE_CALL_SECONDS = 1.0
 # A stored decision older than this many scrape intervals is never served (the holder cannot write).
 STALE_DECISION_INTERVALS = 2.0
+# How often the decider publishes the workload's burst statistics (standby: auto) to the store.
+BURST_PUBLISH_SECONDS = 15.0
 T = TypeVar("T")
 
 
@@ -161,6 +165,7 @@ class Tracker:
         self._warm_known = False
         self._warm_fresh = False
         self._series = _Series(manager.metrics, namespace, name)
+        self._bursts_published = -math.inf
 
     # -- RPC side -------------------------------------------------------------------------------
     def touch(self) -> None:
@@ -405,6 +410,7 @@ class Tracker:
 
         obs, state = observe(snapshot, self._state, self.cfg)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
+        state = self._record_bursts(state, decision, snapshot)
         decided = m.clock()  # the stored decision's age (for followers) counts from here, not from the read
         m.metrics.compute_seconds.observe(time.perf_counter() - t0)
         if save:
@@ -427,6 +433,39 @@ class Tracker:
         m.advice.record(self.namespace, self.name, now, desired=decision.desired, ready=decision.ready, ttft_s=q,
                         slo_s=self.cfg.ttft_slo_seconds, time_to_ready_s=decision.time_to_ready_s)
         await self._publish_pd(decision, now, obs.kv_transfer_s)
+        await self._publish_bursts(state, decision, snapshot, now)
+
+    def _warm_times(self, snapshot: Snapshot) -> tuple[float, float]:
+        """(warm, cold) time-to-ready: the warm pool's measured medians for this GPU product, else
+        ``timeToReadySeconds``."""
+        ws = self._warm
+        medians = ws.for_gpu(self.cfg.gpu_product or snapshot.gpu_product).time_to_ready_s if ws is not None else {}
+        return warm_and_cold(medians, self.cfg.time_to_ready_seconds)
+
+    def _record_bursts(self, state: ScalerState, decision: Decision, snapshot: Snapshot) -> ScalerState:
+        """Add this decision's need (the burst hold's input, pushed by ``decide`` at this instant) and
+        the count provisioned to the burst memory (scaler.bursts, pure)."""
+        recs = state.recommendations
+        if not recs or recs[-1][0] != snapshot.taken_at:
+            return state  # no need computed now (all signals unknown): nothing to learn
+        warm, _ = self._warm_times(snapshot)
+        return replace(state, bursts=record_burst(state.bursts, recs[-1][1], decision.desired, warm,
+                                                  snapshot.taken_at))
+
+    async def _publish_bursts(self, state: ScalerState, decision: Decision, snapshot: Snapshot, now: float) -> None:
+        """Publish the burst statistics for the warm-pool planner (standby: auto) under the workload's
+        name, every BURST_PUBLISH_SECONDS; not while the store is away (the planner keeps its last size)."""
+        if self.local or now - self._bursts_published < BURST_PUBLISH_SECONDS or state.bursts.since is None:
+            return
+        warm, cold = self._warm_times(snapshot)
+        name = snapshot.target_name or self.name
+        stats = burst_stats(state.bursts, snapshot.taken_at, namespace=self.namespace, name=name, window_s=warm,
+                            cold_s=cold, fleet=decision.desired)
+        try:
+            await self._store_op(self.manager.store.put_burst_stats(self.namespace, name, stats))
+            self._bursts_published = now
+        except StoreError as exc:
+            self._store_error("put_burst_stats", exc)
 
     async def _with_pd_group(self, snapshot: Snapshot) -> Snapshot:
         """The pdGroup's ratio floor for this role, from the other role's record in the store (the last

@@ -41,8 +41,13 @@ class WarmStatus:
     # Version 2 (issue 12): the measured medians per GPU product of the nodes the replicas started on
     # (nvidia.com/gpu.product; "" unlabelled). Readers of version 1 ignore it; readers of version 2
     # accept a version-1 status (empty).
-    version: int = 2
+    version: int = 3
     time_to_ready_by_gpu: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Version 3 (issue 12, standby: auto): whether the workload's standby is sized automatically and
+    # the size the planner chose last (a new leader starts from it while no burst statistics can be
+    # read). Readers of version 3 accept versions 1-2 (False, 0).
+    standby_auto: bool = False
+    standby_size: int = 0
 
     def bounds(self, now: float) -> Bounds | None:
         """Floor and scale-to-zero at ``now`` (epoch seconds); ``None`` when not published or unreadable."""
@@ -89,4 +94,6 @@ class WarmStatus:
             str(g): {str(k): float(v) for k, v in dict(m).items()}
             for g, m in dict(known.get("time_to_ready_by_gpu") or {}).items()}
         known["version"] = int(known.get("version", 1))
+        known["standby_auto"] = bool(known.get("standby_auto", False))
+        known["standby_size"] = max(0, int(known.get("standby_size", 0) or 0))
         return cls(**known)

@@ -50,7 +50,8 @@ class WarmConfig:
     enabled: bool = False
     min_ready: Schedule = field(default_factory=Schedule)
     scale_to_zero: ScaleToZero = field(default_factory=ScaleToZero)
-    standby: int = 0
+    standby: int = 0  # the fixed count (standby_auto False)
+    standby_auto: bool = True  # `auto` (the default): sized by the planner from burst statistics
     prestage_nodes: int = 0
     model_uri: ModelURI | None = None
     model_size: int | None = None
@@ -72,6 +73,12 @@ class WarmConfig:
         if f == 0 and not self.scale_to_zero.allowed_at(now):
             return 1, True
         return f, False
+
+
+def _parse_standby(raw: str) -> int | str:
+    if raw.strip().lower() == "auto":
+        return "auto"
+    return _parse_count(raw)
 
 
 def _parse_size(raw: str) -> int:
@@ -157,8 +164,10 @@ KEYS: tuple[Key, ...] = (
         "Kept as the ScaledObject's minReplicaCount."),
     Key("scale-to-zero", "scale_to_zero", parse_scale_to_zero, "never",
         "`never`, `allowed`, or `allowed: <windows>`. Where not allowed, a 0 floor is raised to 1 (with an Event)."),
-    Key("standby", "standby", _parse_count, "0",
-        "Replicas' worth of capacity held by placeholder pods (priority -5, never preempting)."),
+    Key("standby", "standby", _parse_standby, "auto",
+        "Replicas' worth of capacity held by placeholder pods (priority -5, never preempting): a number, or "
+        "`auto`: sized from the burst statistics the scaler publishes, zero where a placeholder would cost more "
+        "GPU-hours than the misses it prevents (docs/policy.md, \"Warm capacity sized from history\")."),
     Key("prestage-nodes", "prestage_nodes", _parse_count, "0",
         "On how many matching nodes to pre-pull the images and pre-stage the weights."),
     Key("model-uri", "model_uri", _parse_uri, "(none)",
@@ -217,6 +226,11 @@ def parse_annotations(annotations: Mapping[str, str] | None) -> WarmConfig:
                 values[key.field] = key.parse(raw)
         except (ValueError, TypeError) as exc:
             raise AnnotationError(full, str(exc)) from None
+    standby = values.pop("standby", "auto")
+    if standby == "auto":
+        values["standby_auto"] = True
+    else:
+        values["standby"], values["standby_auto"] = int(standby), False
     cfg = WarmConfig(**values)
     if (cfg.model_size is not None or cfg.model_sha256 is not None) and cfg.model_uri is None:
         raise AnnotationError(PREFIX + "model-uri", "model-size/model-sha256 need model-uri")

@@ -32,12 +32,14 @@ from warmpool.planning import (
     GPU_PRODUCT_LABEL,
     CleanupPlan,
     Plan,
+    StandbyEvidence,
     TimeToReady,
     TimeToReadyByGpu,
     cleanup_plan,
     parse_time,
     plan,
     pod_time_to_ready,
+    standby_time_to_ready,
     warm_state,
 )
 from warmscale.advise.events import workload_events
@@ -131,6 +133,7 @@ class Controller:
         self._dirty = asyncio.Event()
         self.ttr: dict[str, TimeToReady] = {}
         self.ttr_gpu: dict[str, TimeToReadyByGpu] = {}
+        self.standby_last: dict[str, int] = {}  # standby: auto -> the size chosen last, per workload
         self.placeholder_left: dict[str, float] = {}  # node -> when a placeholder left it
         self.preemptors: set[str] = set()  # pod uids the scheduler nominated (they preempted)
         self.reconcile_count = 0
@@ -346,7 +349,10 @@ class Controller:
         so = await self._get_scaledobject(wl) if wl.name else None
         p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address,
                  allowed_roots=self.opts.cache_root_allow,
-                 trigger_authentication=self.opts.trigger_authentication)
+                 trigger_authentication=self.opts.trigger_authentication,
+                 standby=await self._standby_evidence(wl))
+        if p.config is not None and p.config.enabled and p.config.standby_auto:
+            self.standby_last[wl.key] = p.standby
         inv = self._involved(wl)
         for ev in p.events:
             await self.events.emit(inv, ev.type, ev.reason, ev.message)
@@ -421,6 +427,31 @@ class Controller:
             else self.apps.patch_namespaced_stateful_set
         await ignore_status(patch(wl.name, wl.namespace, body, _content_type=MERGE), 404)
 
+    async def _standby_evidence(self, wl: ob.Workload) -> StandbyEvidence | None:
+        """What ``standby: auto`` is sized from: the scaler's burst statistics in the store (unreadable:
+        the last size is kept), the size chosen before (after a fail-over: the last published status's)
+        and the measured time-to-ready."""
+        try:
+            cfg = parse_annotations(wl.annotations)
+        except AnnotationError:
+            return None
+        if not cfg.enabled or not cfg.standby_auto:
+            return None
+        if wl.key not in self.ttr:
+            await self._seed_time_to_ready(wl)
+        ttr = standby_time_to_ready(self.ttr[wl.key].medians() if wl.key in self.ttr else {},
+                                    self.ttr_gpu[wl.key].medians() if wl.key in self.ttr_gpu else {})
+        get = getattr(self.sink, "get_burst_stats", None)
+        if get is None:
+            return StandbyEvidence(last=self.standby_last.get(wl.key), time_to_ready=ttr)
+        try:
+            bursts = await get(wl.namespace, wl.name)
+        except Exception as exc:
+            log.warning("reading burst statistics failed; standby keeps its last size",
+                        extra={"workload": wl.key, "error": str(exc)[:200]})
+            return StandbyEvidence(readable=False, last=self.standby_last.get(wl.key), time_to_ready=ttr)
+        return StandbyEvidence(bursts=bursts, last=self.standby_last.get(wl.key), time_to_ready=ttr)
+
     async def _seed_time_to_ready(self, wl: ob.Workload) -> None:
         """Fail-over: a new leader starts from the medians the previous one published to the store
         (when the sink can read them back); an unreachable store just starts empty."""
@@ -433,6 +464,8 @@ class Controller:
             log.warning("reading the last warm status failed", extra={"workload": wl.key, "error": str(exc)[:200]})
             return
         if isinstance(last, WarmStatus):
+            if last.standby_auto and wl.key not in self.standby_last:
+                self.standby_last[wl.key] = last.standby_size
             self.ttr.setdefault(wl.key, TimeToReady()).seed(last.time_to_ready_s)
             self.ttr_gpu.setdefault(wl.key, TimeToReadyByGpu()).seed(last.time_to_ready_by_gpu)
 
@@ -487,6 +520,7 @@ class Controller:
             # start, not at this controller's next reconcile)
             min_ready=wl.annotations.get(PREFIX + "min-ready", "0").strip(),
             scale_to_zero=wl.annotations.get(PREFIX + "scale-to-zero", "never").strip(),
+            standby_auto=cfg.standby_auto, standby_size=p.standby,
         )
         try:
             await self.sink.put_warm_status(wl.namespace, wl.name, status)

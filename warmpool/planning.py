@@ -9,6 +9,7 @@ duplicates an object.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from scaler.bursts import MAX_LEVEL, BurstStats, warm_and_cold
 from warmpool import objects as ob
 from warmpool.annotations import PREFIX, AnnotationError, WarmConfig, parse_annotations
 from warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
@@ -25,6 +27,14 @@ from warmpool.model_uri import staged_label_key
 Obj = Mapping[str, Any]
 RETRY_COOLDOWN_S = 900.0  # a Job/pull pod that failed for good is retried after this long
 WARM_STATES = ("placeholder+staged", "staged", "cold")
+# standby: auto. A placeholder at level k is kept when the replica-seconds of missing capacity it
+# would have saved in the recorded bursts, weighted by MISS_WEIGHT, per second of evidence reach 1 (it
+# holds one replica's GPUs every second). MISS_WEIGHT prices a replica-second of missing capacity in
+# GPU-seconds: 1 / (1 - 0.95), the miss budget of the default TTFT quantile (at weight 1 no placeholder
+# could ever pay against the burst hold: docs/policy.md). Evidence shorter than MIN_EVIDENCE_S counts
+# as that long (quiet for the rest), so one early burst does not buy a placeholder.
+MISS_WEIGHT = 20.0
+MIN_EVIDENCE_S = 3600.0
 
 
 def _meta(o: Obj) -> Mapping[str, Any]:
@@ -52,6 +62,72 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class StandbyEvidence:
+    """What ``standby: auto`` is sized from (gathered by the controller, pure data).
+
+    ``bursts``: the scaler's published statistics (None: none yet); ``readable``: False when the store
+    could not be read (then the last size is kept); ``last``: the size chosen before (this leader's,
+    else the last published :class:`~scaler.warm_status.WarmStatus`'s); ``time_to_ready``: the
+    measured medians per warm state (for the workload's GPU product where known)."""
+
+    bursts: BurstStats | None = None
+    readable: bool = True
+    last: int | None = None
+    time_to_ready: Mapping[str, float] = field(default_factory=dict)
+
+
+def standby_time_to_ready(medians: Mapping[str, float],
+                          by_gpu: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
+    """The medians ``standby: auto`` weighs warm against cold with: the workload's, or those of its one
+    GPU product where every measurement comes from one product."""
+    out = dict(medians)
+    if by_gpu and len(by_gpu) == 1:
+        out.update(next(iter(by_gpu.values())))
+    return out
+
+
+def auto_standby(ev: StandbyEvidence, fleet: int) -> tuple[int, str]:
+    """(placeholders, why) for ``standby: auto``; pure. The math is in docs/policy.md.
+
+    Size: the 95th percentile of the bursts' rise as a share of the fleet they rose from, times the
+    fleet now (at least one replica), at most MAX_LEVEL. Then, level by level from the first, a
+    placeholder stays only if it pays: over the recorded bursts at its level, a replica on it is ready
+    after the warm time-to-ready ``Tw`` instead of the cold ``Tc``, saving ``min(D, Tc) - min(D, Tw)``
+    replica-seconds of missing capacity for a burst lasting ``D``; summed and divided by the evidence
+    span (at least MIN_EVIDENCE_S) that must reach 1 / MISS_WEIGHT, the replica-seconds the
+    placeholder holds per second. With the store unreadable the last size is kept."""
+    if not ev.readable:
+        if ev.last is None:
+            return 0, "store unreadable, no size chosen before: 0"
+        return ev.last, "store unreadable: last size kept"
+    st = ev.bursts
+    if st is None:
+        return 0, "no burst statistics published yet"
+    tw, tc = warm_and_cold(dict(ev.time_to_ready), 0.0)
+    tw = tw or st.window_s
+    tc = max(tw, ev.time_to_ready.get("cold") or st.cold_s or tw)
+    if tc <= tw:
+        return 0, f"a warm start ({tw:.0f} s) is not faster than a cold one ({tc:.0f} s)"
+    size = min(MAX_LEVEL, math.ceil(st.rise_share_p95 * max(1, fleet) - 1e-9))
+    if size <= 0:
+        return 0, "no burst rose above the provisioned capacity"
+    span = max(st.span_s, MIN_EVIDENCE_S)
+    n = 0
+    why = ""
+    for k in range(1, size + 1):
+        saved = sum(min(d, tc) - min(d, tw) for d in st.episodes.get(k, ()))
+        value = MISS_WEIGHT * saved / span
+        if value < 1.0:
+            why = (f"placeholder {k} would save {value:.2f} replica-s of missing capacity per replica-s held "
+                   f"(bursts at that level in {span:.0f} s, warm {tw:.0f} s vs cold {tc:.0f} s)")
+            break
+        n = k
+    if n == size:
+        why = f"p95 burst rise {st.rise_share_p95:.2f} of the fleet ({fleet}); every level pays"
+    return n, why
+
+
 @dataclass
 class Plan:
     config: WarmConfig | None = None
@@ -69,6 +145,8 @@ class Plan:
     delete_placeholders: list[str] = field(default_factory=list)  # pod names
     pinned: list[str] | None = None  # nodes placeholders are pinned to (None: workload constraints only)
     placeholders_ready: int = 0
+    standby: int = 0  # placeholders wanted (the fixed count, or what auto decided)
+    standby_reason: str = ""
     floor: int = 0
     floor_raised: bool = False
     scaledobject: str = "none"  # none | create | patch | delete | foreign
@@ -162,11 +240,12 @@ def scaledobject_action(existing: Obj | None, desired: dict[str, Any] | None) ->
 def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Sequence[Obj],
          scaledobject: Obj | None, now: datetime, *, scaler_address: str = "warmscale-scaler.warmscale:9090",
          retry_cooldown_s: float = RETRY_COOLDOWN_S, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
-         trigger_authentication: str = "") -> Plan:
+         trigger_authentication: str = "", standby: StandbyEvidence | None = None) -> Plan:
     """The whole desired state for one workload. ``pods``/``jobs`` are those of its namespace.
 
     ``allowed_roots``: where cache roots may lie (the controller's ``--cache-root-allow``);
-    ``trigger_authentication``: the ClusterTriggerAuthentication owned ScaledObjects reference."""
+    ``trigger_authentication``: the ClusterTriggerAuthentication owned ScaledObjects reference;
+    ``standby``: what ``standby: auto`` is sized from (None: no evidence, 0 placeholders)."""
     try:
         cfg = parse_annotations(wl.annotations)
     except AnnotationError as exc:
@@ -241,7 +320,11 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     p.delete_prepull += sorted(n for n in my_pulls
                                if n not in wanted_pulls and not _meta(my_pulls[n]).get("deletionTimestamp"))
 
-    # --- placeholders: pinned to the warm nodes once there are any
+    # --- placeholders: how many (fixed, or auto from burst statistics), pinned to the warm nodes
+    if cfg.standby_auto:
+        p.standby, p.standby_reason = auto_standby(standby or StandbyEvidence(), wl.replicas)
+    else:
+        p.standby = cfg.standby
     warm = p.staged_nodes if uri is not None else p.prepulled_nodes
     p.pinned = sorted(warm) if cfg.prestage_nodes > 0 and warm else None
     pin = ob.pin_hash(p.pinned)
@@ -255,14 +338,14 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
         node = str((q.get("spec") or {}).get("nodeName") or "")
         phase = (q.get("status") or {}).get("phase")
         stale = (
-            not idx.isdigit() or int(idx) >= cfg.standby
+            not idx.isdigit() or int(idx) >= p.standby
             or phase in ("Failed", "Succeeded")
             or (node and p.pinned is not None and node not in p.pinned)
             or (not node and (_meta(q).get("annotations") or {}).get(ob.PIN_ANN) != pin)
         )
         if stale:
             p.delete_placeholders.append(name)
-    for i in range(cfg.standby):
+    for i in range(p.standby):
         if ob.placeholder_name(wl, i) not in by_name:
             p.create_placeholders.append(i)
     p.placeholders_ready = sum(
@@ -292,11 +375,13 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
 
     p.status = {
         "floor": p.floor,
-        "placeholders": f"{p.placeholders_ready}/{cfg.standby}",
+        "placeholders": f"{p.placeholders_ready}/{p.standby}",
         "staged": f"{len(p.staged_nodes)}/{cfg.prestage_nodes if uri else 0}",
         "prepulled": f"{len(p.prepulled_nodes)}/{cfg.prestage_nodes}",
         "matchingNodes": len(p.matching),
     }
+    if cfg.standby_auto:
+        p.status["standby"] = "auto"
     if cfg.prestage_nodes > len(cands):
         p.status["warning"] = f"only {len(cands)} nodes fit one replica"
     return p

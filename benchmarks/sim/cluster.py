@@ -8,8 +8,10 @@
   the ones in flight (graceful drain); their node then idles or becomes a placeholder again.
 - Every GPU that is held costs: starting, serving and draining pods, idle nodes and placeholders
   (also while they are being provisioned and staged).
-- The warm-pool controller's part uses its pure code: the standby count comes from the workload's
-  ``warmscale.io/*`` annotations through :func:`warmpool.annotations.parse_annotations`, the warm
+- The warm-pool controller's part uses its pure code: the standby count is what
+  :func:`warmpool.planning.plan` decides for the workload's ``warmscale.io/*`` annotations (``auto``:
+  from the burst statistics the scaler publishes; :class:`benchmarks.sim.policies.WarmscalePolicy`
+  calls it and applies the count with :meth:`Cluster.set_standby`), the warm
   state a replica started from is :func:`warmpool.planning.warm_state`, and the measured
   time-to-ready per warm state is :class:`warmpool.planning.TimeToReady` (rolling median), published
   as a :class:`scaler.warm_status.WarmStatus` like the controller does.
@@ -188,6 +190,18 @@ class Cluster:
                 self.draining.append(pod)
         if self.gateway and self.ready:
             self._flush_gateway(now)
+
+    def set_standby(self, n: int, now: float) -> None:
+        """Apply the planner's placeholder count: missing ones are created (and staged), surplus ones
+        deleted, the least ready first; a deleted placeholder's node idles until the cluster
+        autoscaler removes it (``node_idle_s``), where a new replica may land like on any retained node."""
+        self.standby = max(0, n)
+        while len(self.placeholders) > self.standby:
+            self.placeholders.sort()
+            self.placeholders.pop()
+            if self.node_idle_s > 0 and not self.instant:
+                self.idle_nodes.append(now + self.node_idle_s)
+        self._replenish(now)
 
     def _free_node(self, now: float) -> None:
         if len(self.placeholders) < self.standby:

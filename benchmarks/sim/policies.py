@@ -9,12 +9,19 @@ production :class:`signals.sources.collector.SnapshotCollector` gathers the snap
 medians from :class:`warmpool.planning.TimeToReady`; the config's ``timeToReadySeconds`` until a
 measurement exists). The decision goes through KEDA (push activation) and the HPA (External
 AverageValue, ``metric_value`` compensating the tolerance) to the Deployment.
+
+Its warm pool is sized by the warm-pool planner's pure code: every ``PLAN_EVERY_S`` (the controller's
+resync) :func:`warmpool.planning.plan` runs on the workload (annotations ``warmscale.io/standby: auto``,
+or the ``--standby N`` override) and the simulated placeholder pods, with the burst statistics the
+tracker published to the store (:mod:`scaler.bursts`), the measured time-to-ready and the last size,
+as :class:`warmpool.controller.Controller` gathers them; the cluster applies the count it decides.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
@@ -29,9 +36,30 @@ from scaler.tracker import ScaledObjectKey, Tracker, TrackerManager
 from scaler.warm_status import WarmStatus
 from signals.model import Snapshot
 from signals.sources.collector import SnapshotCollector
+from warmpool import objects as ob
+from warmpool.planning import Plan, StandbyEvidence, plan, standby_time_to_ready
 from warmpool.startup_model import StartupProfile
 
 NAMESPACE, WORKLOAD = "bench", "llm"
+PLAN_EVERY_S = 30.0  # the warm-pool controller's resync period (Options.resync_s)
+
+
+def bench_workload(standby: int | None, replicas: int, name: str = WORKLOAD) -> ob.Workload:
+    """The simulated Deployment the warm-pool planner sees (standby None: ``auto``)."""
+    ann = {"warmscale.io/enabled": "true", "warmscale.io/standby": "auto" if standby is None else str(standby)}
+    tmpl = {"metadata": {"labels": {"app": name}},
+            "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    return ob.Workload(kind="Deployment", namespace=NAMESPACE, name=name, uid=f"bench-{name}", replicas=replicas,
+                       template=tmpl, annotations=ann, selector={"app": name})
+
+
+def placeholder_pods(wl: ob.Workload, available_at: list[float], now: float) -> list[dict[str, Any]]:
+    """The placeholder pods the planner sees for the cluster's placeholders (Running once staged)."""
+    return [{"metadata": {"name": ob.placeholder_name(wl, i), "namespace": wl.namespace,
+                          "labels": ob.labels(wl, "placeholder"), "annotations": {ob.PIN_ANN: ob.pin_hash(None)}},
+             "spec": {}, "status": {"phase": "Running" if t <= now else "Pending"}}
+            for i, t in enumerate(sorted(available_at))]
 
 
 class Policy:
@@ -75,13 +103,20 @@ def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, 
 class WarmscalePolicy(Policy):
     name = "warmscale"
 
-    def __init__(self, metadata: dict[str, str], startup: StartupProfile, standby: int,
+    def __init__(self, metadata: dict[str, str], startup: StartupProfile, standby: int | None,
                  hpa_behavior: HpaBehavior, keda: KedaConfig, *, fast_signals: bool = False,
-                 store: MemoryStore | None = None, workload: str = WORKLOAD, clock: list[float] | None = None) -> None:
+                 store: MemoryStore | None = None, workload: str = WORKLOAD, clock: list[float] | None = None,
+                 initial_replicas: int = 1) -> None:
         self.metadata = metadata
         self.cfg: ScalerConfig = parse_metadata(metadata)
         self.sp = startup
-        self.standby = standby
+        self.standby_override = standby
+        self.warm_workload = bench_workload(standby, initial_replicas, workload)
+        self.next_plan = PLAN_EVERY_S
+        self.standby_last: int | None = None
+        self.plans: list[tuple[float, int, int]] = []  # (time, planned, placeholders held after applying)
+        # the size at t = 0: no burst statistics yet (auto: 0), else the override
+        self.standby = self.plan_at(0.0, [], StandbyEvidence()).standby
         self.last: Decision | None = None
         self.hpa = Hpa(keda.min_replicas, self.cfg.max_replicas, hpa_behavior)
         self.keda = Keda(keda)
@@ -106,7 +141,11 @@ class WarmscalePolicy(Policy):
         self.snapshots: list[Snapshot] | None = None  # set to a list to record every snapshot (tests)
 
     def params(self) -> dict[str, Any]:
-        return {"metadata": self.metadata, "standby_placeholders": self.standby,
+        sizes = [n for _, n, _ in self.plans] or [self.standby]
+        return {"metadata": self.metadata,
+                "standby": "auto" if self.standby_override is None else self.standby_override,
+                "standby_placeholders": {"min": min(sizes), "max": max(sizes), "last": sizes[-1],
+                                         "mean": round(sum(sizes) / len(sizes), 3)},
                 "hpa": self.hpa.b.to_dict(), "keda": self.keda_cfg.to_dict(), "trigger": "external-push",
                 "signals": "rendered text -> production parsers" if not self.fast else "fast (engine objects)",
                 "scrape_interval_s": self.cfg.scrape_interval_seconds}
@@ -130,6 +169,23 @@ class WarmscalePolicy(Policy):
             self.snapshots.append(snap)
         return snap
 
+    def plan_at(self, now: float, pods: list[dict[str, Any]], evidence: StandbyEvidence) -> Plan:
+        """The warm-pool planner's decision for the simulated workload (production code, pure)."""
+        return plan(self.warm_workload, [], pods, [], None, datetime.fromtimestamp(now, UTC), standby=evidence)
+
+    def _evidence(self, c: Cluster) -> StandbyEvidence:
+        """What the controller gathers (warmpool.controller.Controller._standby_evidence)."""
+        bursts = self.loop.run_until_complete(self.store.get_burst_stats(NAMESPACE, self.workload))
+        return StandbyEvidence(bursts=bursts, last=self.standby_last,
+                               time_to_ready=standby_time_to_ready(c.ttr.medians()))
+
+    def _plan_warm_pool(self, c: Cluster, now: float) -> None:
+        self.warm_workload = replace(self.warm_workload, replicas=c.spec)
+        p = self.plan_at(now, placeholder_pods(self.warm_workload, c.placeholders, now), self._evidence(c))
+        self.standby_last = p.standby
+        c.set_standby(p.standby, now)
+        self.plans.append((now, p.standby, len(c.placeholders)))
+
     async def _tick(self, c: Cluster, now: float) -> None:
         # The warm-pool controller publishes its status (measured time-to-ready) as in production.
         status = WarmStatus(namespace=NAMESPACE, name=self.workload, updated_at=now,
@@ -141,6 +197,9 @@ class WarmscalePolicy(Policy):
 
     def control(self, cluster: Cluster, now: float, dt: float) -> None:
         self.cluster = cluster
+        if now + 1e-9 >= self.next_plan:
+            self.next_plan = now + PLAN_EVERY_S
+            self._plan_warm_pool(cluster, now)
         if now + 1e-9 >= self.next_scrape:
             self.next_scrape = now + max(self.cfg.scrape_interval_seconds, dt)
             self.now = now

@@ -327,7 +327,7 @@ def _prefill_alone(work: Workload, arrival: float) -> float:
 @dataclass
 class BenchConfig:
     slo_ttft: float = 2.0
-    standby: int = 1
+    standby: int | None = None  # warmscale's warm pool: None = standby: auto (the planner), else a fixed count
     warmscale_overrides: dict[str, str] = field(default_factory=dict)
     oracle_iterations: int = 3
     policies: tuple[str, ...] = POLICY_NAMES
@@ -345,7 +345,7 @@ def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
 
 
 def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: EngineProfile,
-                   startup: StartupProfile, s: SimSettings, bc: BenchConfig) -> list[Policy]:
+                   startup: StartupProfile, s: SimSettings, bc: BenchConfig, initial: int = 1) -> list[Policy]:
     max_r = bc.max_replicas or max_replicas_for(bc.profile)
     ttr_cold = time_to_ready(startup, COLD)
     fast = s.fast_signals
@@ -355,7 +355,7 @@ def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: 
             md = warmscale_metadata(max_r, s.slo_ttft, bc.warmscale_overrides)
             beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
             out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r),
-                                       fast_signals=fast))
+                                       fast_signals=fast, initial_replicas=initial))
         elif name == "keda-prometheus-queue":
             out.append(PromHpaPolicy(name, "waiting", 5.0, max_r, fast_signals=fast))
         elif name == "keda-prometheus-kv":
@@ -393,7 +393,7 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
     initial = bc.start_replicas if bc.start_replicas is not None else start_replicas_from_need(curve, bc.start_window_s)
     if s.warmup_s <= 0:
         s.warmup_s = time_to_ready(startup, COLD)
-    policies = build_policies(bc.policies, curve, peak, engine, startup, s, bc)
+    policies = build_policies(bc.policies, curve, peak, engine, startup, s, bc, initial)
     results: dict[str, PolicyResult] = {}
     for pol in policies:
         res = simulate(work, pol, engine, startup, initial, s)

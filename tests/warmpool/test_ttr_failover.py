@@ -38,7 +38,7 @@ def test_readers_accept_the_old_shape() -> None:
     ws = WarmStatus.from_dict(old)
     assert ws.version == 1 and ws.time_to_ready_by_gpu == {} and ws.time_to_ready_s == {"cold": 300.0}
     new = WarmStatus("ns", "w", 1.0, time_to_ready_by_gpu={"H100": {"cold": 400.0}})
-    assert WarmStatus.from_dict(new.to_dict()) == new and new.to_dict()["version"] == 2
+    assert WarmStatus.from_dict(new.to_dict()) == new and new.to_dict()["version"] == 3
 
 
 async def test_a_new_leader_starts_from_the_stored_medians() -> None:
