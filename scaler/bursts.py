@@ -196,9 +196,16 @@ def burst_stats(mem: BurstMemory, now: float, *, namespace: str, name: str, wind
                       rise_share_p95=round(p95([p / max(1, b) for p, b in peaks]), 6), episodes=eps)
 
 
+# A warm start's share of a cold one until a warm start was measured (none is before a placeholder was
+# ever held): the startup model's placeholder+staged over cold, 90/510 s (8B) and 185/905 s (70B), from
+# shared/reference/coldstart-and-warm-pools.md (warmpool/startup_model.py).
+WARM_PRIOR_SHARE = 0.2
+
+
 def warm_and_cold(medians: dict[str, float], fallback: float) -> tuple[float, float]:
-    """(warm, cold) time-to-ready from measured medians per warm state: warm is a replica on a
-    placeholder (else on a staged node), cold a replica from scratch; ``fallback`` where unmeasured."""
-    warm = medians.get("placeholder+staged") or medians.get("staged") or fallback
+    """(warm, cold) time-to-ready from measured medians per warm state: cold a replica from scratch
+    (``fallback`` where unmeasured), warm a replica on a placeholder, else on a staged node, else
+    WARM_PRIOR_SHARE of cold (unmeasured: without it no placeholder would ever be held to measure one)."""
     cold = medians.get("cold") or fallback
+    warm = medians.get("placeholder+staged") or medians.get("staged") or WARM_PRIOR_SHARE * cold
     return warm, max(warm, cold)

@@ -104,9 +104,12 @@ def auto_standby(ev: StandbyEvidence, fleet: int) -> tuple[int, str]:
     st = ev.bursts
     if st is None:
         return 0, "no burst statistics published yet"
-    tw, tc = warm_and_cold(dict(ev.time_to_ready), 0.0)
-    tw = tw or st.window_s
-    tc = max(tw, ev.time_to_ready.get("cold") or st.cold_s or tw)
+    # the warm pool's own medians; the scaler's cold time where it measured none (warm: the prior share)
+    medians = {"cold": st.cold_s} if st.cold_s > 0 else {}
+    medians.update(ev.time_to_ready)
+    tw, tc = warm_and_cold(medians, 0.0)
+    if tc <= 0:
+        return 0, "no time-to-ready known yet"
     if tc <= tw:
         return 0, f"a warm start ({tw:.0f} s) is not faster than a cold one ({tc:.0f} s)"
     size = min(MAX_LEVEL, math.ceil(st.rise_share_p95 * max(1, fleet) - 1e-9))

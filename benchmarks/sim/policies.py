@@ -115,6 +115,7 @@ class WarmscalePolicy(Policy):
         self.next_plan = PLAN_EVERY_S
         self.standby_last: int | None = None
         self.plans: list[tuple[float, int, int]] = []  # (time, planned, placeholders held after applying)
+        self.plan_inputs: list[tuple[ob.Workload, list[dict[str, Any]], StandbyEvidence]] | None = None  # tests
         # the size at t = 0: no burst statistics yet (auto: 0), else the override
         self.standby = self.plan_at(0.0, [], StandbyEvidence()).standby
         self.last: Decision | None = None
@@ -181,7 +182,10 @@ class WarmscalePolicy(Policy):
 
     def _plan_warm_pool(self, c: Cluster, now: float) -> None:
         self.warm_workload = replace(self.warm_workload, replicas=c.spec)
-        p = self.plan_at(now, placeholder_pods(self.warm_workload, c.placeholders, now), self._evidence(c))
+        pods, evidence = placeholder_pods(self.warm_workload, c.placeholders, now), self._evidence(c)
+        if self.plan_inputs is not None:
+            self.plan_inputs.append((self.warm_workload, pods, evidence))
+        p = self.plan_at(now, pods, evidence)
         self.standby_last = p.standby
         c.set_standby(p.standby, now)
         self.plans.append((now, p.standby, len(c.placeholders)))

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from scaler.bursts import CLOSE_GRACE_S, BurstMemory, BurstStats, burst_stats, p95, record, warm_and_cold
+from scaler.bursts import (
+    CLOSE_GRACE_S,
+    WARM_PRIOR_SHARE,
+    BurstMemory,
+    BurstStats,
+    burst_stats,
+    p95,
+    record,
+    warm_and_cold,
+)
 from scaler.state import ScalerState
 
 
@@ -101,6 +110,8 @@ def test_stats_round_trip_and_old_or_newer_shapes() -> None:
 
 def test_helpers() -> None:
     assert p95([]) == 0 and p95([1, 2, 3]) == 3 and p95([float(i) for i in range(1, 101)]) == 95
-    assert warm_and_cold({}, 120) == (120, 120)
+    # unmeasured warm start: the prior share of the cold one (no placeholder held yet to measure it)
+    assert warm_and_cold({}, 120) == (pytest.approx(120 * WARM_PRIOR_SHARE), 120)
+    assert warm_and_cold({"cold": 510}, 120) == (pytest.approx(510 * WARM_PRIOR_SHARE), 510)
     assert warm_and_cold({"placeholder+staged": 90, "cold": 510}, 120) == (90, 510)
     assert warm_and_cold({"staged": 185}, 120) == (185, 185)

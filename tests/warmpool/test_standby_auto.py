@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -65,6 +66,7 @@ def bursts_every(period_s: float, duration_s: float, rise: int, base: int = 2, h
                                              time_to_ready={"placeholder+staged": 300.0, "cold": 300.0}), 2, 0),
     # unmeasured time-to-ready: the scaler's (published with the statistics)
     ("published times used", StandbyEvidence(stats({1: (600.0,) * PAYING}, 0.5)), 2, 1),
+    ("no time-to-ready known", StandbyEvidence(replace(stats({1: (600.0,) * PAYING}, 0.5), cold_s=0.0)), 2, 0),
     ("store down keeps the last size", StandbyEvidence(readable=False, last=3), 2, 3),
     ("store down, nothing chosen before", StandbyEvidence(readable=False), 2, 0),
 ])
