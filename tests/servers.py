@@ -350,7 +350,7 @@ class FakeEngine:
     async def _listen(self) -> None:
         app = web.Application()
         app.router.add_get(self.path, self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
         await site.start()
