@@ -389,8 +389,9 @@ KEYS = (
         ""),
     Key("role", "role", _parse_role, None,
         "prefill, decode or both: which signals size this ScaledObject (disaggregated serving). prefill: "
-        "backlog, TTFT, the picker's prefill saturation; decode: KV usage, running sequences, ITL, the "
-        "picker's decode saturation."),
+        "arriving prompt tokens/s, backlog, TTFT within the SLO less the KV handoff to decode, the picker's "
+        "prefill saturation; decode: KV usage, running sequences, ITL, the picker's decode saturation "
+        "(docs/pd.md)."),
     Key("pdGroup", "pd_group", str.strip, _dns_label,
         "Name shared by the prefill and the decode ScaledObject of one disaggregated deployment (same "
         "namespace); the ratio bounds hold between them through the store."),
