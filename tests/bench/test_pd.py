@@ -92,3 +92,23 @@ def test_per_role_run_uses_the_production_trackers_and_the_shared_store() -> Non
     pre = Member.from_dict(members["prefill"])
     assert dec.desired >= pre.desired  # decodePerPrefillMin 1 holds through the store
     assert sum(res.reasons["prefill"].values()) > 0 and sum(res.reasons["decode"].values()) > 0
+
+
+def test_bench_pd_command_prints_the_table_and_writes_json(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from benchmarks.cli import main
+
+    trace = tmp_path / "tiny.csv"
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0, 180, 400))
+    trace.write_text("timestamp_s,input_tokens,output_tokens\n" + "".join(
+        f"{x:.3f},{int(rng.integers(200, 4000))},{int(rng.integers(5, 300))}\n" for x in t))
+    out = tmp_path / "pd.json"
+    assert main(["pd", "--trace", str(trace), "--json", str(out), "--quiet", "--fast-signals"]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["modes"]) == {"combined", "pd-per-role"} and doc["requests"] == 400
+    for m in doc["modes"].values():
+        assert 0.0 <= m["slo_attainment"] <= 1.0 and m["gpu_hours"] > 0 and m["served"] == 400
+    assert doc["modes"]["pd-per-role"]["kv_transfer_mean_s"] > 0.005
+    assert "pd-per-role" in capsys.readouterr().out
