@@ -27,7 +27,6 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -376,5 +375,3 @@ def pd_start(work: Workload, engine: EngineProfile, window_s: float = 300.0, gri
                  float((np.cumsum(seqs) / (0.8 * engine.max_num_seqs)).max()))
     return max(1, math.ceil(prefill - 1e-9)), max(1, math.ceil(decode - 1e-9))
 
-
-ProgressFn = Callable[[str, float], None]
