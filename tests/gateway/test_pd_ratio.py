@@ -158,3 +158,37 @@ async def test_ratio_holds_through_real_redis_and_its_outage() -> None:
             await m2.stop()
             await s1.close()
             await s2.close()
+
+
+async def test_prefill_tracker_reads_the_decode_members_transfer_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode member's published KV-transfer time reaches the prefill tracker's snapshot (the TTFT
+    budget's input), and it stays while the store is down."""
+    import scaler.tracker as tracker_mod
+
+    seen: list[float | None] = []
+    real = tracker_mod.observe
+
+    def spy(snapshot: Any, state: Any, cfg: Any) -> Any:
+        if cfg.role == "prefill":
+            seen.append(snapshot.pd_transfer_s)
+        return real(snapshot, state, cfg)
+
+    monkeypatch.setattr(tracker_mod, "observe", spy)
+    store = FlakyStore()
+    import time
+
+    await store.put_pd_member("llm", "llama", Member("decode", 2, time.time(), kv_transfer_s=0.25).to_dict())
+    m1 = manager(store, ScriptedReader(load=32.0), "a")
+    m1.get("llm", "llama-prefill", PREFILL_META)
+    try:
+        await eventually(lambda: _true(bool(seen) and seen[-1] == 0.25), within=5)
+        store.down = True
+        n = len(seen)
+        await eventually(lambda: _true(len(seen) > n + 2), within=5)
+        assert seen[-1] == 0.25
+    finally:
+        await m1.stop()
+
+
+async def _true(v: bool) -> bool:
+    return v
