@@ -156,7 +156,8 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         else:  # nothing finished yet: size by the concurrency a ready replica sustains
             extra = backlog / max(1.0, running_total / ready)
         if extra > 0:
-            rules["queue"] = min(_ceil(ready + extra), _ceil(max(provisioned, 1) * cfg.scale_up_max_step))
+            # Capped before rounding: a vanishing completion rate makes ``extra`` infinite.
+            rules["queue"] = _ceil(min(ready + extra, max(provisioned, 1) * cfg.scale_up_max_step))
 
     # 1b. Prefill-bound need: the prompt tokens arriving per second (prefilled over the burst window,
     #     plus the waiting requests' prompts, to be taken within that window) over what one replica
@@ -259,10 +260,13 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
             held = held_count(base, v, now - t, ladder, cfg.node_idle_seconds, cfg.scale_down_stabilization_seconds)
             if held > desired:
                 desired = held
-                # While the rules still want more than is ready, the fleet is scaling up: the hold
-                # keeps the count asked for, and the rule driving the scale-up stays the reason. When
-                # they do not but replicas are seen starting, the burst's peak is held while it arrives.
-                if base <= ready:
+                # Where the API shows the target's pods (ready and starting are seen, not inferred from
+                # the replicas that report): while the rules still want more than is ready the fleet
+                # is scaling up, the hold keeps the count asked for and the rule driving the scale-up
+                # stays the reason; when they do not but replicas are starting, the burst's peak is
+                # held while it arrives.
+                seen = obs.starting_replicas is not None
+                if not (seen and base > ready):
                     young = now - t < cfg.scale_down_stabilization_seconds and not obs.starting_replicas
                     reason = "scale-down-stabilization" if young else "burst-hold"
     # Lost state (no stored window to stabilise with): hold for one window at what ran before.
