@@ -52,7 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo-itl", type=float, default=0.1,
                         help="inter-token latency SLO in seconds for the ITL column (default 0.1, a vLLM bucket bound)")
     parser.add_argument("--hours", type=float, default=None, help="replay only the first HOURS")
-    parser.add_argument("--standby", type=int, default=1, help="warm-pool placeholders per pool (default 1)")
+    parser.add_argument("--standby", type=int, default=None,
+                        help="warm-pool placeholders held per pool (default: warmscale.io/standby: auto per pool, "
+                             "sized by the warm-pool planner from the burst statistics each scaler publishes)")
     parser.add_argument("--kv-gbps", type=float, default=20.0,
                         help="KV transfer bandwidth per GPU in GB/s (default 20: one 200 Gb/s RDMA NIC at ~80%%)")
     parser.add_argument("--kv-fixed-ms", type=float, default=5.0, help="fixed cost per KV transfer (default 5 ms)")
@@ -87,16 +89,17 @@ def run_member(args: argparse.Namespace, work: Workload) -> dict[str, ModeResult
     initial = start_replicas_from_need(need_curve(work, engine, args.slo_ttft, 10.0))
     pol = WarmscalePolicy(warmscale_metadata(max_r, args.slo_ttft, meta), startup, args.standby,
                           HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r),
-                          KedaConfig(min_replicas=1, max_replicas=max_r), fast_signals=args.fast_signals)
+                          KedaConfig(min_replicas=1, max_replicas=max_r), fast_signals=args.fast_signals,
+                          initial_replicas=initial)
     pol.name = "combined"
     out["combined"] = simulate_combined(work, pol, engine, startup, initial, s, itl_slo=args.slo_itl)
     transfer = Transfer(KV_BYTES_PER_TOKEN.get(args.profile, 131_072.0), engine.gpus_per_replica,
                         fixed_s=args.kv_fixed_ms / 1000.0, bandwidth_bps=args.kv_gbps * 1e9)
+    start = pd_start(work, engine)
     per_role = PerRolePolicy(max_r, args.slo_ttft, startup, args.standby, meta,
                              {"prefill": _kv(args.prefill_meta), "decode": _kv(args.decode_meta)},
-                             fast_signals=args.fast_signals)
-    out["pd-per-role"] = simulate_pd(work, per_role, engine, startup, transfer, pd_start(work, engine), s,
-                                     standby=args.standby, itl_slo=args.slo_itl)
+                             fast_signals=args.fast_signals, initial=start)
+    out["pd-per-role"] = simulate_pd(work, per_role, engine, startup, transfer, start, s, itl_slo=args.slo_itl)
     out["combined"].result.params["initial_replicas"] = initial
     out["pd-per-role"].result.params["initial_replicas"] = list(pd_start(work, engine))
     out["pd-per-role"].result.params["transfer"] = transfer.to_dict()
@@ -168,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         "trace": work.name, "profile": args.profile, "slo_ttft_s": float(args.slo_ttft),
         "slo_itl_s": float(args.slo_itl), "requests": work.requests,
         "modes": {name: mode_json(m) for name, m in results[0].items()},
-        "details": {"span_s": work.span_s, "standby_per_pool": args.standby, "warmup_s": time_to_ready(
+        "details": {"span_s": work.span_s,
+                    "standby_per_pool": "auto" if args.standby is None else args.standby, "warmup_s": time_to_ready(
             PROFILES[args.profile], COLD), "wall_s": round(time.perf_counter() - wall0, 2),
                     "params": {name: m.result.params for name, m in results[0].items()}},
     }

@@ -63,6 +63,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="run N members: the trace plus N-1 perturbations (jitter, rotations)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel processes for ensemble members (default 2)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--pd", action="store_true",
+                        help="P/D fleet mode: separate prefill and decode replicas with a KV handoff, scaled per "
+                             "role, against one combined pool (the same as `warmscale bench pd`; docs/pd.md)")
 
 
 def _progress(quiet: bool) -> Any:
@@ -80,6 +83,8 @@ def _progress(quiet: bool) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "pd", False):
+        return _run_pd(args)
     from benchmarks.sim.arrivals import default_tokens_for, detect_kind
     from warmscale.traces import TraceNotFound, resolve
 
@@ -137,6 +142,20 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot(results, doc, args.plot)
     return 0
+
+
+def _run_pd(args: argparse.Namespace) -> int:
+    """``--pd``: the P/D fleet mode of :mod:`benchmarks.pd_replay`, with this command's shared options."""
+    from benchmarks import pd_replay
+
+    parser = argparse.ArgumentParser()
+    pd_replay.configure(parser)
+    pd_args = parser.parse_args([])
+    for key in ("trace", "traces", "profile", "slo_ttft", "hours", "standby", "ensemble", "jobs", "seed",
+                "json_out", "plot", "quiet", "fast_signals", "max_replicas"):
+        setattr(pd_args, key, getattr(args, key))
+    pd_args.meta = list(args.warmscale_meta)
+    return pd_replay.run(pd_args)
 
 
 def _member_job(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str,

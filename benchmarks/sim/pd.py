@@ -118,8 +118,8 @@ class DecodeEngine(Engine):
 class PDFleet:
     """The prefill and decode pools and the KV handoffs in flight between them."""
 
-    def __init__(self, engine: EngineProfile, startup: StartupProfile, transfer: Transfer, *, standby: int,
-                 node_idle_s: float, engines: list[Engine]) -> None:
+    def __init__(self, engine: EngineProfile, startup: StartupProfile, transfer: Transfer, *,
+                 standby: tuple[int, int], node_idle_s: float, engines: list[Engine]) -> None:
         self.outbox: list[tuple[float, Request]] = []
         self.transfer = transfer
         self.engines = engines
@@ -134,8 +134,8 @@ class PDFleet:
             engines.append(e)
             return e
 
-        self.pre = Cluster(engine, startup, standby=standby, node_idle_s=node_idle_s, make_engine=pre)
-        self.dec = Cluster(engine, startup, standby=standby, node_idle_s=node_idle_s, make_engine=dec)
+        self.pre = Cluster(engine, startup, standby=standby[0], node_idle_s=node_idle_s, make_engine=pre)
+        self.dec = Cluster(engine, startup, standby=standby[1], node_idle_s=node_idle_s, make_engine=dec)
         self.in_flight: list[tuple[float, int, PDRequest]] = []  # (arrives at decode, seq, request)
         self._seq = 0
         self.transfer_s = 0.0
@@ -176,8 +176,9 @@ class PerRolePolicy:
 
     name = "pd-per-role"
 
-    def __init__(self, max_replicas: int, slo_ttft: float, startup: StartupProfile, standby: int,
-                 overrides: dict[str, str], role_overrides: dict[str, dict[str, str]], *, fast_signals: bool) -> None:
+    def __init__(self, max_replicas: int, slo_ttft: float, startup: StartupProfile, standby: int | None,
+                 overrides: dict[str, str], role_overrides: dict[str, dict[str, str]], *, fast_signals: bool,
+                 initial: tuple[int, int] = (1, 1)) -> None:
         self.clock = [0.0]
         self.store = MemoryStore(clock=lambda: self.clock[0])
         self.policies: dict[str, WarmscalePolicy] = {}
@@ -187,7 +188,13 @@ class PerRolePolicy:
             self.policies[role] = WarmscalePolicy(
                 md, startup, standby, HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_replicas),
                 KedaConfig(min_replicas=1, max_replicas=max_replicas), fast_signals=fast_signals,
-                store=self.store, workload=f"llm-{role}", clock=self.clock)
+                store=self.store, workload=f"llm-{role}", clock=self.clock,
+                initial_replicas=initial[0] if role == "prefill" else initial[1])
+
+    @property
+    def standby(self) -> tuple[int, int]:
+        """Placeholders per pool at t = 0 (each pool's warm-pool plan: ``--standby N`` or auto)."""
+        return self.policies["prefill"].standby, self.policies["decode"].standby
 
     def control(self, fleet: PDFleet, now: float, dt: float) -> None:
         self.policies["prefill"].control(fleet.pre, now, dt)
@@ -249,12 +256,11 @@ def itl_within(engines: list[Engine], slo: float) -> float:
 
 
 def simulate_pd(work: Workload, policy: PerRolePolicy, engine: EngineProfile, startup: StartupProfile,
-                transfer: Transfer, initial: tuple[int, int], s: SimSettings, *, standby: int,
-                itl_slo: float = 0.1) -> ModeResult:
+                transfer: Transfer, initial: tuple[int, int], s: SimSettings, *, itl_slo: float = 0.1) -> ModeResult:
     """The trace through a P/D fleet scaled by ``policy`` (the loop of :func:`benchmarks.sim.runner.simulate`)."""
     wall0 = time.perf_counter()
     engines: list[Engine] = []
-    fleet = PDFleet(engine, startup, transfer, standby=standby, node_idle_s=s.node_idle_s, engines=engines)
+    fleet = PDFleet(engine, startup, transfer, standby=policy.standby, node_idle_s=s.node_idle_s, engines=engines)
     fleet.pre.start_ready(initial[0], 0.0)
     fleet.dec.start_ready(initial[1], 0.0)
     T, N, IN, OUT = work.t.tolist(), work.n.tolist(), work.inp.tolist(), work.out.tolist()

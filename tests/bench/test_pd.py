@@ -39,7 +39,7 @@ def test_transfer_time_from_kv_bytes() -> None:
 def test_one_request_through_the_fleet_pays_prefill_transfer_and_decode() -> None:
     engines: list[Engine] = []
     x = Transfer(131_072.0, fixed_s=0.5, bandwidth_bps=1e18)  # a visible, fixed 0.5 s handoff
-    fleet = PDFleet(EP, SP, x, standby=0, node_idle_s=0.0, engines=engines)
+    fleet = PDFleet(EP, SP, x, standby=(0, 0), node_idle_s=0.0, engines=engines)
     fleet.pre.start_ready(1, 0.0)
     fleet.dec.start_ready(1, 0.0)
     fleet.dispatch(1.0, 4000, 50, 1)
@@ -83,7 +83,7 @@ def test_per_role_run_uses_the_production_trackers_and_the_shared_store() -> Non
     pol = PerRolePolicy(8, 2.0, SP, 0, {"scrapeIntervalSeconds": "2"}, {"decode": {"decodePerPrefillMin": "1"}},
                         fast_signals=False)
     s = SimSettings(dt=1.0, slo_ttft=2.0, sample_s=10.0, warmup_s=0.0)
-    res = simulate_pd(work, pol, EP, SP, Transfer(131_072.0), pd_start(work, EP), s, standby=0)
+    res = simulate_pd(work, pol, EP, SP, Transfer(131_072.0), pd_start(work, EP), s)
     assert res.result.served == work.requests
     assert res.transfer_mean_s == pytest.approx(0.005 + 3000 * 131_072 / 20e9)
     members = asyncio.new_event_loop().run_until_complete(pol.store.pd_members("bench", "llm"))
@@ -112,3 +112,19 @@ def test_bench_pd_command_prints_the_table_and_writes_json(tmp_path, capsys) -> 
         assert 0.0 <= m["slo_attainment"] <= 1.0 and m["gpu_hours"] > 0 and m["served"] == 400
     assert doc["modes"]["pd-per-role"]["kv_transfer_mean_s"] > 0.005
     assert "pd-per-role" in capsys.readouterr().out
+
+
+def test_bench_trace_pd_flag_is_the_pd_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from benchmarks.cli import main
+
+    trace = tmp_path / "tiny.csv"
+    trace.write_text("timestamp_s,input_tokens,output_tokens\n" + "".join(
+        f"{i * 0.5:.3f},1000,50\n" for i in range(120)))
+    out = tmp_path / "pd.json"
+    assert main(["trace", "--pd", "--trace", str(trace), "--json", str(out), "--quiet", "--fast-signals",
+                 "--warmscale-meta", "itlSloSeconds=0.1"]) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["modes"]) == {"combined", "pd-per-role"}
+    assert doc["details"]["params"]["combined"]["metadata"]["itlSloSeconds"] == "0.1"
