@@ -401,8 +401,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
 
 # Fewer inter-token latencies than this in the window say nothing about a quantile.
 MIN_ITL_SAMPLES = 5
-# Bounds of the correction of the ITL line to the observed quantile (bucket interpolation artefacts).
-ITL_FACTOR_BOUNDS = (0.5, 10.0)
+# Bounds of the correction of the ITL line to the observed quantile: below, bucket interpolation
+# artefacts; above, no more information (scaler.slo.ITL_TAIL_MAX already keeps the rule out there).
+ITL_FACTOR_BOUNDS = (0.5, 1000.0)
 
 
 def _itl_view(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig, fresh: list[tuple[Histogram, float]],

@@ -53,14 +53,20 @@ def slo_count(observed_q: float, slo: float, q: float, ready: int, prompt_tps: f
     return max(ready, most)
 
 
+# A quantile more than this many times the line's mean ITL is not the batch's doing: prefill chunks or
+# preemptions stall whole steps, and more replicas only dilute that (docs/policy.md, rule 4b).
+ITL_TAIL_MAX = 3.0
+
+
 def itl_count(sequences: float, slo: float, base_s: float, per_seq_s: float, factor: float,
               most: int) -> int | None:
     """Smallest count whose predicted ITL quantile, ``factor x (base + per_seq x sequences / n)``,
     meets ``slo``, capped at ``most``. ``None`` when the count cannot help: nothing to size (no
     sequences, a step that does not grow with the batch) or one sequence alone decodes slower than
-    the SLO (more replicas do not shorten a step: the rule does not chase it). For given ``slo``,
+    the SLO (more replicas do not shorten a step: the rule does not chase it), or the observed tail is
+    more than :data:`ITL_TAIL_MAX` times the line (not the batch's doing). For given ``slo``,
     ``factor`` and line, non-decreasing in ``sequences`` (docs/policy.md, "ITL model")."""
-    if not sequences > 0 or per_seq_s <= 0 or factor <= 0:
+    if not sequences > 0 or per_seq_s <= 0 or not 0 < factor <= ITL_TAIL_MAX:
         return None
     room = slo / factor - base_s  # the share of a step the batch may take
     if room <= 0:

@@ -34,11 +34,12 @@ class Engine:
     total: float = 0.0
     seconds: float = 0.0
 
-    def decode(self, running: float, dt: float, tail: float = 1.0) -> None:
+    def decode(self, running: float, dt: float, tail: float = 1.0,
+               spread: tuple[tuple[float, float], ...] | None = None) -> None:
         step = self.base + self.per_seq * running
         tokens = running * dt / step
-        for share, scale in SPREAD:
-            value = step * (scale if scale < 1 else 1 + (scale - 1) * tail)
+        for share, scale in spread or SPREAD:
+            value = step * (scale if scale < 1 or spread else 1 + (scale - 1) * tail)
             le = next((b for b in ITL_BOUNDS if value <= b), math.inf)
             self.counts[le] = self.counts.get(le, 0.0) + share * tokens
             self.total += share * tokens
@@ -145,6 +146,8 @@ COUNTS = [
     (100, 0.005, 0.007, 0.00015, 1.0, 50, None),  # one sequence alone misses the SLO: not chased
     (100, 0.025, 0.007, 0.0, 1.0, 50, None),  # the batch does not matter
     (1, 0.025, 0.007, 0.00015, 1.0, 50, 1),
+    (100, 0.1, 0.007, 0.00015, 3.0, 50, 1),  # a tail 3x the line: still the batch's
+    (100, 0.1, 0.007, 0.00015, 3.5, 50, None),  # beyond: stalls the batch does not explain, not chased
 ]
 
 
@@ -204,6 +207,20 @@ def test_observed_tail_corrects_the_line() -> None:
     assert tailed.state.itl_factor is not None and calm.state.itl_factor is not None
     assert tailed.state.itl_factor > calm.state.itl_factor
     assert b.rules["itl"] > a.rules["itl"]  # type: ignore[attr-defined]
+
+
+def test_a_tail_the_batch_does_not_explain_is_not_chased() -> None:
+    """Prefill chunks stall whole steps: the tail is far above the line's mean (here ~5x) and does not
+    fall with fewer sequences per replica. The rule stays out instead of asking for replicas that only
+    dilute it (the P/D benchmark's combined pool ran to maxReplicas that way)."""
+    run = Run(cfg(**{**META, "itlSloSeconds": "0.1"}, scaleUpMaxStep="10"))
+    stalled = Engine()
+    d = None
+    for _ in range(20):
+        stalled.decode(150.0, 1.0, spread=((0.9, 1.0), (0.1, 12.0)))  # 10% of the tokens wait out a stall
+        d = run.step([reading("a", stalled, 150.0)])
+    assert d is not None and run.state.itl_factor is not None and run.state.itl_factor > 3.0
+    assert "itl" not in d.rules
 
 
 def test_an_engine_without_itl_is_sized_by_the_prior_line() -> None:
