@@ -93,6 +93,32 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(v - before.get(p, 0.0) for p, v in after.items())
 
 
+def role(pid: int, root: int) -> str:
+    """Which part of the scaler a process of its tree is: main, rpc_front or workers."""
+    if pid == root:
+        return "main"
+    with contextlib.suppress(OSError):
+        if b"scaler.rpcfront" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return "rpc_front"
+    return "workers"
+
+
+def cpu_by_role(before: dict[int, float], after: dict[int, float], root: int, window: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for p, v in after.items():
+        r = role(p, root)
+        out[r] = out.get(r, 0.0) + (v - before.get(p, 0.0)) / window
+    return {k: round(v, 3) for k, v in sorted(out.items())}
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished (waited-for) children: the ghz runs."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -212,16 +238,18 @@ async def keda_load(port: int, metas: list[dict[str, str]], warmup: float, durat
 
     pollers = [asyncio.create_task(poller(i)) for i in range(n)]
     await asyncio.sleep(max(0.0, t_measure - loop.time()))
-    cpu0, ccpu0 = tree_cpu_seconds(pid), time.process_time()
+    cpu0, ccpu0, load0 = tree_cpu_seconds(pid), time.process_time(), os.getloadavg()[0]
     main0 = proc_cpu_seconds(pid)
     await asyncio.sleep(max(0.0, t_end - loop.time()))
-    cpu1, ccpu1 = tree_cpu_seconds(pid), time.process_time()
+    cpu1, ccpu1, load1 = tree_cpu_seconds(pid), time.process_time(), os.getloadavg()[0]
     main1 = proc_cpu_seconds(pid)
     await asyncio.gather(*pollers)
     await channel.close()
     both = lat["GetMetrics"] + lat["IsActive"]
     out = summarize(both, errors, cpu_delta(cpu0, cpu1), duration)
     out["server_main_process_cpu_cores"] = round((main1 - main0) / duration, 3)
+    out["server_cpu_cores_by_process"] = cpu_by_role(cpu0, cpu1, pid, duration)
+    out["loadavg_1m_before_after"] = [round(load0, 2), round(load1, 2)]
     out["server_processes"] = len(cpu1)
     out["by_method"] = {m: summarize(v, 0, 0.0, duration) | {"server_cpu_cores": None} for m, v in lat.items()}
     out["client_cpu_cores"] = round((ccpu1 - ccpu0) / duration, 3)
@@ -256,9 +284,9 @@ async def ghz_load(ghz: str, port: int, metas: list[dict[str, str]], warmup: flo
         return [(await p.communicate())[0] for p in procs]
 
     await both(warmup)
-    cpu0 = tree_cpu_seconds(pid)
+    cpu0, ghz0, load0 = tree_cpu_seconds(pid), children_cpu_seconds(), os.getloadavg()[0]
     outs = await both(duration)
-    cpu1 = tree_cpu_seconds(pid)
+    cpu1, ghz1, load1 = tree_cpu_seconds(pid), children_cpu_seconds(), os.getloadavg()[0]
     lat_ms: dict[str, dict[int, float]] = {}
     count = errors = 0
     rps = slowest = 0.0
@@ -278,9 +306,73 @@ async def ghz_load(ghz: str, port: int, metas: list[dict[str, str]], warmup: flo
         "p90_ms": round(max(m.get(90, 0.0) for m in lat_ms.values()), 3),
         "p99_ms": round(max(m.get(99, 0.0) for m in lat_ms.values()), 3),
         "server_cpu_cores": round(cpu_delta(cpu0, cpu1) / duration, 3),
+        "server_cpu_cores_by_process": cpu_by_role(cpu0, cpu1, pid, duration),
+        "client_cpu_cores": round((ghz1 - ghz0) / duration, 3),
+        "loadavg_1m_before_after": [round(load0, 2), round(load1, 2)],
         "by_method_ms": lat_ms,
         "client": "ghz (Go), 2 processes, 50 workers each",
     }
+
+
+KEDALOAD_DIR = ROOT / "benchmarks" / "kedaload"
+
+
+def kedaload_binary() -> str:
+    """benchmarks/kedaload built once into the warmscale cache (Go >= 1.26; modules from the Go proxy)."""
+    cache = Path(os.environ.get("WARMSCALE_CACHE", Path.home() / ".cache" / "warmscale")) / "bin"
+    out = cache / "kedaload"
+    sources = [KEDALOAD_DIR / n for n in ("main.go", "go.mod", "go.sum")]
+    if out.exists() and out.stat().st_mtime >= max(p.stat().st_mtime for p in sources):
+        return str(out)
+    go = shutil.which("go")
+    if go is None:
+        raise SystemExit("--client go needs the Go toolchain (>= 1.26) to build benchmarks/kedaload")
+    cache.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly -buildvcs=false"}
+    print("building benchmarks/kedaload ...", file=sys.stderr)
+    subprocess.run(["nice", "-n", "10", go, "build", "-trimpath", "-o", str(out), "."], cwd=KEDALOAD_DIR, env=env,
+                   check=True)
+    return str(out)
+
+
+async def go_load(binary: str, port: int, metas: list[dict[str, str]], warmup: float, duration: float,
+                  pid: int) -> dict[str, Any]:
+    """KEDA's pattern from benchmarks/kedaload (Go): per ScaledObject a goroutine polling at 1 Hz from a
+    random phase, GetMetrics then IsActive over one connection, requests pre-serialized -- the lightest
+    client we have, so that the load generator takes as little as possible of the CPU the scaler is
+    measured with (and, unlike a worker pool, a slow answer never hides the next poll's wait)."""
+    import tempfile
+
+    from proto import externalscaler_pb2 as pb
+
+    tmp = Path(tempfile.mkdtemp(prefix="rpc-go-"))
+    blob = bytearray()
+    for i, m in enumerate(metas):
+        ref = pb.ScaledObjectRef(name=f"so-{i}", namespace="bench", scalerMetadata=m)
+        for msg in (pb.GetMetricsRequest(scaledObjectRef=ref, metricName="warmscale-desired-replicas"), ref):
+            data = msg.SerializeToString()
+            blob += len(data).to_bytes(4, "big") + data
+    (tmp / "requests.bin").write_bytes(bytes(blob))
+    proc = await asyncio.create_subprocess_exec(
+        binary, "-addr", f"127.0.0.1:{port}", "-requests", str(tmp / "requests.bin"), "-warmup", f"{warmup:g}s",
+        "-duration", f"{duration:g}s", "-out", str(tmp / "out.json"))
+    await asyncio.sleep(0.2 + warmup)
+    cpu0, load0 = tree_cpu_seconds(pid), os.getloadavg()[0]
+    await asyncio.sleep(duration)
+    cpu1, load1 = tree_cpu_seconds(pid), os.getloadavg()[0]
+    if await proc.wait() != 0:
+        raise RuntimeError(f"kedaload exited with {proc.returncode}")
+    doc = json.loads((tmp / "out.json").read_text())
+    shutil.rmtree(tmp, ignore_errors=True)
+    lat = {m: [x / 1000 for x in doc.get(m) or []] for m in ("GetMetrics", "IsActive")}
+    out = summarize(lat["GetMetrics"] + lat["IsActive"], int(doc["errors"]), cpu_delta(cpu0, cpu1), duration)
+    out["server_cpu_cores_by_process"] = cpu_by_role(cpu0, cpu1, pid, duration)
+    out["client_cpu_cores"] = round(float(doc["client_cpu_seconds"]) / duration, 3)
+    out["loadavg_1m_before_after"] = [round(load0, 2), round(load1, 2)]
+    out["by_method"] = {m: summarize(v, 0, 0.0, duration) | {"server_cpu_cores": None} for m, v in lat.items()}
+    out["error_samples"] = doc.get("error_samples") or []
+    out["polls_per_second"] = len(metas)
+    return out
 
 
 async def promql_load(url: str, n: int, warmup: float, duration: float, pid: int) -> dict[str, Any]:
@@ -439,7 +531,10 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
     try:
         metas = with_endpoints(shape, await asyncio.to_thread(farm.ports), per_set)
         metrics_port = free_port()
-        scaler = ScalerProcess.cli(metrics_port, "--rpc-process" if args.rpc_process else "--no-rpc-process")
+        extra = ["--rpc-process" if args.rpc_process else "--no-rpc-process"]
+        if args.tick_nice is not None:
+            extra += ["--tick-nice", str(args.tick_nice)]
+        scaler = ScalerProcess.cli(metrics_port, *extra)
         try:
             await scaler.ready()
             farm0 = proc_cpu_seconds(farm.proc.pid)
@@ -447,6 +542,9 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
                 await keda_load(scaler.port, metas, 0.0, 3.0, scaler.proc.pid)  # creates the trackers
                 r = await ghz_load(args.ghz, scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
                 r["client"] = "ghz (Go), 2 processes x 50 workers, 2 connections"
+            elif args.client == "go":
+                r = await go_load(args.kedaload, scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
+                r["client"] = "benchmarks/kedaload (Go): one goroutine per ScaledObject, one connection, raw bytes"
             else:
                 r = await keda_load(scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
                 r["client"] = "Python grpc.aio, one channel, one poller per ScaledObject"
@@ -454,12 +552,15 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
                                                / (args.warmup + args.duration), 3)
             r["scaler_view"] = await scaler_view(metrics_port)
             path = (f"warmscale{' --rpc-process' if args.rpc_process else ''}, {config}"
-                    f"{', ghz' if args.client == 'ghz' else ''}")
-            rows.append({"path": path, "config": config, "rpc_process": args.rpc_process,
+                    f"{'' if args.client == 'python' else ', ' + args.client}")
+            rows.append({"path": path, "config": config, "rpc_process": args.rpc_process, "tick_nice": args.tick_nice,
                          "config_description": CONFIGS[config], "scaled_objects": n, "endpoints": count,
                          "payload_bytes": len(__import__("benchmarks.engine_farm").engine_farm.payload(kind)), **r})
             print(f"  {config} n={n}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
-                  f"CPU {r['server_cpu_cores']} cores", file=sys.stderr)
+                  f"CPU {r['server_cpu_cores']} cores {r.get('server_cpu_cores_by_process')}, client "
+                  f"{r.get('client_cpu_cores')}, farm {r['engine_farm_cpu_cores']}, load "
+                  f"{r.get('loadavg_1m_before_after')}, errors {r['errors']}, view {r['scaler_view']}",
+                  file=sys.stderr)
         finally:
             scaler.stop()
     finally:
@@ -470,8 +571,10 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
-    for config in args.configs.split(","):
-        rows.extend(await run_config(config, args.scaled_objects, args))
+    for rep in range(args.repeat):
+        for config in args.configs.split(","):
+            for row in await run_config(config, args.scaled_objects, args):
+                rows.append({**row, "run": rep + 1})
     if args.prometheus:
         engine, prom = start_prometheus()
         try:
@@ -498,7 +601,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                  "note": "shared machine: other processes' load (loadavg) inflates the tail latencies; the "
                          "load generator (Python gRPC client) and the engine farm share the same 2 cores"},
         "rows": rows,
+        "summary": repeat_summary(rows),
     }
+
+
+def repeat_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per configuration over the repeated runs: min and median of p50 / p99, and the load averages."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in dict.fromkeys(r["path"] for r in rows if "config" in r):
+        rs = [r for r in rows if r["path"] == path]
+        out[path] = {"runs": len(rs)}
+        for q in ("p50_ms", "p99_ms"):
+            out[path][f"{q}_min"] = min(r[q] for r in rs)
+            out[path][f"{q}_median"] = round(statistics.median(r[q] for r in rs), 3)
+        out[path]["loadavg_1m_at_start"] = [r.get("loadavg_1m_before_after", [None])[0] for r in rs]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -512,17 +629,28 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the scaler with --rpc-process (default) or answer RPCs on its main event loop")
     ap.add_argument("--ghz", default=shutil.which("ghz") or str(Path.home() / "go" / "bin" / "ghz"),
                     help="path of ghz, a Go gRPC load tool (go install github.com/bojand/ghz/cmd/ghz@v0.120.0)")
-    ap.add_argument("--client", choices=["python", "ghz"], default="python",
+    ap.add_argument("--client", choices=["python", "ghz", "go"], default="python",
                     help="the load generator: a Python grpc.aio client (KEDA's pattern: one channel, GetMetrics "
-                         "then IsActive per poll) or ghz (a Go client: far less CPU on a small machine)")
+                         "then IsActive per poll), ghz (a Go load tool, 2 x 50 workers, JSON call data) or go "
+                         "(benchmarks/kedaload: KEDA's pattern in Go with pre-serialized requests, the least CPU)")
+    ap.add_argument("--repeat", type=int, default=1, help="run every configuration this many times (min/median)")
+    ap.add_argument("--tick-nice", type=int, default=None,
+                    help="passed to the scaler (default: the scaler's default, 10; 0 = no priority split)")
     ap.add_argument("--output", type=Path, default=RESULTS / "rpc_load.json")
     args = ap.parse_args(argv)
     if args.ghz and not os.access(args.ghz, os.X_OK):
         args.ghz = None
     if args.client == "ghz" and not args.ghz:
         ap.error("--client ghz: ghz not found (go install github.com/bojand/ghz/cmd/ghz@v0.120.0)")
+    if args.client == "go":
+        args.kedaload = kedaload_binary()
     result = asyncio.run(run(args))
     print(table(result["rows"]))
+    for path, sm in result["summary"].items():
+        if sm["runs"] > 1:
+            print(f"{path}: {sm['runs']} runs, p50 min/median {sm['p50_ms_min']}/{sm['p50_ms_median']} ms, "
+                  f"p99 min/median {sm['p99_ms_min']}/{sm['p99_ms_median']} ms, load at start "
+                  f"{sm['loadavg_1m_at_start']}")
     print(f"host: {result['host']['cpus']} CPUs, loadavg before/after {result['host']['loadavg_before'][0]} / "
           f"{result['host']['loadavg_after'][0]}")
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -174,6 +174,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rpc-process", action=argparse.BooleanOptionalAction, default=True,
                         help="answer KEDA's gRPC from a process of its own, from a mirror of the decisions "
                              "(default; RPCs never wait behind ticks and scrapes). --no-rpc-process: one process")
+    parser.add_argument("--tick-nice", type=int, default=10, choices=range(20), metavar="0-19",
+                        help="with --rpc-process: the scaler process (ticks, scrapes, store, /metrics) lowers its "
+                             "CPU priority by this nice value once the RPC front runs, so that when the container "
+                             "is short of CPU KEDA's RPCs are answered first (0: the same priority)")
     parser.add_argument("--no-stream-metric-spec", action="store_true",
                         help="answer StreamMetricSpec with UNIMPLEMENTED, so KEDA polls GetMetricSpec instead "
                              "(for comparisons; the stream saves KEDA one GetMetricSpec call per poll)")
@@ -198,6 +202,7 @@ async def serve(args: argparse.Namespace) -> int:
         max_trackers=args.max_trackers,
         max_trackers_per_namespace=args.max_trackers_per_namespace,
         rpc_process=bool(getattr(args, "rpc_process", True)),
+        tick_nice=int(getattr(args, "tick_nice", 10)),
         stream_metric_spec=not getattr(args, "no_stream_metric_spec", False),
     )
     from scaler.target_guard import TargetGuard

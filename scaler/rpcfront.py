@@ -77,6 +77,22 @@ def _answer(tracker: Tracker, d: Any) -> list[Any]:
 # ------------------------------------------------------------------------------------- scaler side
 
 
+def lower_priority(by: int) -> None:
+    """Lower this process's CPU priority (nice) by ``by``, every thread of it (on Linux nice is per
+    thread; threads and processes started later inherit it). The front, started before, keeps its
+    priority: when CPU is short, the scheduler runs KEDA's answers before ticks and scrapes. Best
+    effort: a failure is logged, nothing else changes."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + by))
+        except OSError as exc:  # a thread that just ended, or no permission
+            log.debug("cannot lower the priority of a thread", extra={"tid": tid, "error": str(exc)})
+
+
 class FrontLink:
     """The scaler process's side: spawns the front, serves its requests, pushes decision changes."""
 
@@ -116,6 +132,8 @@ class FrontLink:
             raise OSError(f"the RPC front process failed: {first.get('error')}")
         self.server.manager.on_change = self._publish
         self._reader_task = asyncio.create_task(self._serve(reader), name="rpc front link")
+        if o.tick_nice > 0:
+            lower_priority(o.tick_nice)
         return int(first["port"])
 
     def _send(self, msg: dict[str, Any]) -> None:

@@ -187,6 +187,9 @@ class ServerOptions:
     # Answer KEDA's RPCs from a process of their own (scaler/rpcfront.py): at 1,000+ ScaledObjects the
     # RPCs then never wait behind the trackers' ticks and scrapes.
     rpc_process: bool = False
+    # With rpc_process: how much this process (ticks, scrapes, store) lowers its CPU priority (nice)
+    # once the front runs, so that when the container is short of CPU KEDA's RPCs are answered first.
+    tick_nice: int = 0
     stream_metric_spec: bool = True
 
 

@@ -69,3 +69,27 @@ async def test_sigterm_stops_both_processes(front: ScalerCLI) -> None:
             await front.poll("so", {"engine": "vllm", "endpoints": engine.url})
     finally:
         engine.close()
+
+
+def _nices(pid: int) -> tuple[int, set[int]]:
+    """(nice of the process, nice of each of its threads) from /proc."""
+
+    def nice(stat: Path) -> int:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[16])
+
+    return nice(Path(f"/proc/{pid}/stat")), {nice(t / "stat") for t in Path(f"/proc/{pid}/task").iterdir()}
+
+
+def _front_pid(pid: int) -> int:
+    children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    [front] = [c for c in children if b"scaler.rpcfront" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return front
+
+
+async def test_the_scaler_process_yields_the_cpu_to_the_front(front: ScalerCLI) -> None:
+    """--tick-nice (default 10): every thread of the scaler process runs 10 nice levels below the
+    front, so a CPU-starved container answers KEDA's RPCs before it ticks and scrapes."""
+    base, front_threads = _nices(_front_pid(front.proc.pid))
+    _, scaler_threads = _nices(front.proc.pid)
+    assert front_threads == {base}
+    assert scaler_threads == {min(19, base + 10)}
