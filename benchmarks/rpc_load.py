@@ -1,7 +1,8 @@
 """RPC load in KEDA's pattern against the real ``warmscale scaler`` process scraping real endpoints.
 
     python -m benchmarks.rpc_load [--configs shared,distinct] [--scaled-objects 1000] [--duration 30]
-                                  [--warmup 10] [--prometheus]
+                                  [--warmup 10] [--prometheus] [--client python|ghz|go] [--repeat N]
+                                  [--tick-nice N]
 
 For N ScaledObjects polled at 1 Hz each (random phases), every poll is what KEDA does: ``GetMetrics``
 then ``IsActive`` (two unary RPCs on one channel). Latency is measured at the client, per RPC; CPU is
@@ -15,6 +16,16 @@ scraping and timeouts), scraping real HTTP endpoints on loopback served by
 - ``shared``: N ScaledObjects over N/10 distinct endpoint sets of 2 replicas each, every endpoint
   serving a realistic ~15 kB vLLM payload (10 ScaledObjects per set: they share one scrape);
 - ``distinct``: N ScaledObjects, each with its own endpoint serving a ~1 kB vLLM payload.
+
+Load generators (``--client``): ``python`` (grpc.aio, one channel, one poller per ScaledObject),
+``ghz`` (a Go load tool: 2 processes x 50 workers with JSON call data -- about 0.4-0.5 core at
+2,000 RPC/s here, and closed-loop: when the server falls behind it sends fewer requests and its
+latency stays near workers/rate, hiding the queue) and ``go`` (:file:`benchmarks/kedaload`, built on
+first use: KEDA's pattern in Go, one goroutine per ScaledObject, pre-serialized requests, open loop
+-- about 0.2-0.3 core, and a late answer delays nobody else's poll). CPU is reported per process of
+the scaler (``main``, ``rpc_front``, ``workers``), for the client and for the engine farm; the
+1-minute load average before and after each measured window. ``--repeat N`` runs every
+configuration N times and prints min / median of p50 and p99.
 
 After each run the scaler's ``/metrics`` is read to check that the decisions came from the engines
 (known replicas, decisions by reason, scrape errors). ``--prometheus`` adds the comparison with the

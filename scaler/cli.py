@@ -225,6 +225,9 @@ async def serve(args: argparse.Namespace) -> int:
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
     reader = SourcesReader(discovery=discovery, guard=guard)
     server = ScalerServer(options, reader, guard=guard)
+    from scaler import gctune
+
+    gctune.tune()  # start-up is done: see scaler/gctune.py
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

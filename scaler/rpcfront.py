@@ -511,6 +511,9 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
             await asyncio.sleep(REPORT_SECONDS)
             service.report()
 
+    from scaler import gctune
+
+    gctune.tune()
     tasks = [asyncio.create_task(pump()), asyncio.create_task(reports())]
     grace = await stop
     service.shutting_down = True

@@ -93,3 +93,4 @@ async def test_the_scaler_process_yields_the_cpu_to_the_front(front: ScalerCLI) 
     _, scaler_threads = _nices(front.proc.pid)
     assert front_threads == {base}
     assert scaler_threads == {min(19, base + 10)}
+
