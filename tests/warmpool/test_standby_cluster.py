@@ -17,6 +17,7 @@ from kubernetes_asyncio import client
 
 from scaler.bursts import BurstStats
 from scaler.store import RedisStore
+from scaler.warm_status import WarmStatus
 from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     NodePoolFactory,
     k8s_admin,
@@ -48,6 +49,12 @@ async def test_auto_standby_follows_bursts_and_keeps_its_size_while_the_store_is
     store = RedisStore(redis_server.url, prefix=f"t{uuid.uuid4().hex[:8]}")
     # an hour with 10-minute bursts of +2 replicas on a fleet of 1: two placeholders pay
     await store.put_burst_stats(ns, "llm", stats(ns, {1: (600.0,) * 4, 2: (600.0,) * 4}, 2.0, 3600.0))
+    # time-to-ready measured before (the controller seeds its medians from the store, per GPU product
+    # too): KWOK's own replicas are ready within a second, which alone would make a warm start worth
+    # nothing (the seed keeps the median at (510 + 0) / 2)
+    measured = {"placeholder+staged": 90.0, "cold": 510.0}
+    await store.put_warm_status(ns, "llm", WarmStatus(ns, "llm", 0.0, time_to_ready_s=measured,
+                                                      time_to_ready_by_gpu={H100.gpu_product: measured}))
     await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "llm", 1, {P + "enabled": "true"}))
     ctl = Controller(k8s_admin, Options(namespace=ns, resync_s=1.0, stager_image="warmscale:test",
                                         scaler_address="scaler.test:9090"), sink=store)
@@ -69,10 +76,13 @@ async def test_auto_standby_follows_bursts_and_keeps_its_size_while_the_store_is
         assert status["standby"] == "auto" and status["placeholders"].endswith("/2")
 
         # the store becomes unreadable while the bursts fade: the last size stays
-        await store.put_burst_stats(ns, "llm", stats(ns, {1: (120.0,)}, 1.0, 6 * 3600.0))
-        ctl.sink = down
+        ctl.sink = down  # first (and a reconcile in flight ends): none may read the quiet statistics yet
         n = ctl.reconcile_count
-        await wait_for(lambda: _after(ctl, n + 3), within=20, what="three reconciles with the store down")
+        await wait_for(lambda: _after(ctl, n + 2), within=20, what="reconciles with the store down")
+        await store.put_burst_stats(ns, "llm", stats(ns, {1: (120.0,)}, 1.0, 6 * 3600.0))
+        n = ctl.reconcile_count
+        await wait_for(lambda: _after(ctl, n + 3), within=20, what="three more reconciles with the store down")
+        assert ctl.standby_last[f"Deployment/{ns}/llm"] == 2
         assert len(await managed_pods(core, ns, "placeholder")) == 2
 
         # the store is back: the quiet statistics are read and the placeholders go
