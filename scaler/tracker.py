@@ -828,9 +828,8 @@ class TrackerManager:
     async def stop(self) -> None:
         self.closing = True
         if self._janitor is not None:
-            self._janitor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._janitor
+            # (drop_idle releases ownership in Redis: a cancellation landing there can be lost)
+            await _cancel(self._janitor)
             self._janitor = None
         trackers = list(self._trackers.values())
         self._trackers.clear()

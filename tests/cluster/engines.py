@@ -28,9 +28,30 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from warmpool.kube import cancel_and_wait
 from warmscale.demo.engine import EngineProfile, Request, SimulatedEngine
 
 log = logging.getLogger(__name__)
+
+
+async def stop_task(task: asyncio.Task[Any], within: float = 10.0) -> None:
+    """Cancel a background loop and wait for it to end, for at most ``within`` seconds.
+
+    One ``cancel()`` is not enough on Python 3.11: ``asyncio.wait_for`` drops a cancellation that
+    arrives in the loop iteration its inner future completes (fixed in 3.12), and redis-py sends
+    every command through ``wait_for`` (its socket timeout). The cancelled loop then runs on
+    ("cancelling" forever) and a bare ``await task`` never returns: that was the 300 s teardown
+    timeout of the real-KEDA tests. So cancel again until it is done
+    (:func:`warmpool.kube.cancel_and_wait`); a task still running after ``within`` is left behind
+    with a warning rather than hanging the caller."""
+    try:
+        async with asyncio.timeout(within):
+            await cancel_and_wait(task, every=0.05)
+    except TimeoutError:
+        log.warning("background task did not stop", extra={"task": task.get_name(), "within_s": within})
+        return
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("background task failed", extra={"task": task.get_name(), "error": repr(task.exception())})
 
 # Large batch and KV and a near-instant prefill, so that in-flight == running: no engine-side
 # queueing (the demo engine admits a request only once the previous prefill is done), hence no
@@ -79,6 +100,7 @@ class PodEngines:
     _task: asyncio.Task[None] | None = None
     _redis: Any = None
     _seq: int = 0
+    _closing: bool = False
 
     async def start(self) -> None:
         import redis.asyncio as aioredis
@@ -88,10 +110,10 @@ class PodEngines:
         self._task = asyncio.create_task(self._run(), name=f"pod-engines-{self.namespace}")
 
     async def aclose(self) -> None:
+        """Stop the loop, the engines and the gateway queue; bounded (a few seconds at most)."""
+        self._closing = True  # the loop ends after this tick even if every cancellation were lost
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await stop_task(self._task)
         for pe in list(self.engines.values()):
             await pe.runner.cleanup()
         self.engines.clear()
@@ -122,7 +144,7 @@ class PodEngines:
 
     async def _run(self) -> None:
         core = client.CoreV1Api(self.api)
-        while True:
+        while not self._closing:
             t0 = time.monotonic()
             try:
                 pods = await core.list_namespaced_pod(self.namespace, label_selector=self.selector)

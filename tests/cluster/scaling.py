@@ -27,6 +27,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .binaries import REPO_ROOT
+from .engines import stop_task
 from .processes import free_port
 from .workloads import READY_DELAY, START_DELAY, pod_spec
 
@@ -260,20 +261,20 @@ class ReplicaTimeline:
     interval: float = 0.1
     samples: list[tuple[float, int, int]] = field(default_factory=list)  # (monotonic, spec, ready)
     _task: asyncio.Task[None] | None = None
+    _closing: bool = False
 
     def start(self) -> ReplicaTimeline:
         self._task = asyncio.create_task(self._run())
         return self
 
     async def aclose(self) -> None:
+        self._closing = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)  # bounded, and safe from a lost cancellation
 
     async def _run(self) -> None:
         apps = client.AppsV1Api(self.api)
-        while True:
+        while not self._closing:
             with contextlib.suppress(ApiException):
                 d = await apps.read_namespaced_deployment(self.name, self.namespace)
                 spec, ready = int(d.spec.replicas or 0), int((d.status.ready_replicas if d.status else 0) or 0)
