@@ -6,7 +6,6 @@ import asyncio
 import base64
 import time
 
-import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster import pki
@@ -81,9 +80,6 @@ async def _name_is(e2e: E2E, so: str, name: str) -> bool:
     return await _hpa_metric(e2e, so) == name
 
 
-# Timed out (300 s) in setup/teardown in the last full CI run after policy v2 landed; kept runnable with
-# `python3 -m pytest -m large tests/keda` until that hang is understood (see the closing note).
-@pytest.mark.large
 async def test_mutual_tls_with_trigger_authentication(e2e: E2E) -> None:
     """The scaler requires a client certificate; KEDA presents one from a TriggerAuthentication."""
     certs = e2e.logs / "scaler-tls"
