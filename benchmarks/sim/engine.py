@@ -246,6 +246,7 @@ class Engine:
         self.max_jump = 1 << 30  # 1: one iteration per segment (the per-iteration reference, tests)
         # Segment being executed: (composition, k steps, A, g); None when idle.
         self._seg: tuple[list[tuple[Request, int, bool]], int, float, float] | None = None
+        self._preempted = False  # the last _plan preempted a request
         self.seg_end = math.inf
         # Counters and histograms, lifetime totals as the engine exports them.
         self.requests_total = 0.0
@@ -281,13 +282,31 @@ class Engine:
 
     # ---- input -----------------------------------------------------------------------------------
     def enqueue(self, req: Request, now: float) -> None:
-        """A request reaches the engine at ``now`` (it joins the first step that starts after it)."""
-        self.sync(now)
+        """A request reaches the engine at ``now`` (it joins the first step that starts after it).
+
+        The step in progress at ``now`` completes and the next step is scheduled with the new request
+        in the queue. (Equivalent to scheduling that step before the arrival and again after it, which
+        is what this did before: the two differ only when the first scheduling preempted, and then the
+        step is scheduled a second time, as before.)"""
         if _blocks(req, req.n * (req.inp + req.out), self.bs) > self.total_blocks:
+            self.sync(now)
             self.rejected_total += req.n  # prompt + output exceed the whole cache: vLLM rejects it (max_model_len)
             return
-        if self._seg is None:
-            self.clock = max(self.clock, now)
+        self.advance_to(now)
+        seg = self._seg
+        if seg is None:
+            if self.clock < now:
+                self.clock = now
+        elif self.clock < now:
+            _, k, a, g = seg
+            j = min(k, max(1, self._steps_started_before(now - self.clock, a, g)))
+            self._apply(j)
+            self.waiting.append(req)
+            self.waiting_n += req.n
+            self._plan()
+            if self._preempted:
+                self._plan()
+            return
         self.waiting.append(req)
         self.waiting_n += req.n
         self._plan()
@@ -349,49 +368,95 @@ class Engine:
         self.waiting_n += r.n
         self.preemptions_total += r.n
 
-    def _schedule(self) -> list[tuple[Request, int, bool]]:
+    def _plan(self) -> None:
+        """Schedule the step at ``self.clock`` (V1's decisions: token budget, running first, then
+        waiting in FIFO order; block allocation; recompute preemption of the newest) and the segment
+        of identical steps that follows it."""
+        running = self.running
+        if not running and not self.waiting:
+            self._seg = None
+            self.seg_end = math.inf
+            return
         p = self.p
         bs = self.bs
         budget = p.max_num_batched_tokens
         comp: list[tuple[Request, int, bool]] = []
-        running = self.running
         preempted = False
+        # Aggregates of the batch, and k: how many identical steps follow before its composition changes.
+        k = 1 << 30
+        n_pre = 0
+        nseq = 0
+        new_tok = 0
+        pre_tok = 0
+        kv0 = 0
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            pre = r.done < r.target
-            t = min(r.target - r.done, budget) if pre else r.n
-            if t > budget:
-                break
-            need = _blocks(r, r.kv + t, bs) - r.blocks
-            victim_was_r = False
-            while need > self.free_blocks:
-                victim = running.pop()
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
-                    victim_was_r = True
+            done = r.done
+            target = r.target
+            if done < target:
+                t = target - done
+                if t > budget:
+                    t = budget
+                pre = True
+            else:
+                t = r.n
+                if t > budget:
                     break
-            if victim_was_r:
-                break
-            if need > 0:
+                pre = False
+            # Blocks held are always a multiple of n (``_blocks``), so more are needed exactly when
+            # the tokens outgrow them.
+            kvt = r.kv + t
+            if kvt > r.blocks * bs:
+                need = _blocks(r, kvt, bs) - r.blocks
+                victim_was_r = False
+                while need > self.free_blocks:
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        victim_was_r = True
+                        break
+                if victim_was_r:
+                    break
                 r.blocks += need
                 self.free_blocks -= need
             comp.append((r, t, pre))
             budget -= t
+            nseq += r.n
+            new_tok += t
+            kv0 += r.kv
+            if pre:
+                n_pre += 1
+                pre_tok += t
+                left = target - done
+                if left > t:
+                    left //= t
+                    if left < k:
+                        k = left
+                else:
+                    k = 1
+            else:
+                left = r.out - r.gen
+                if left < k:
+                    k = left
             i += 1
+        self._preempted = preempted
         if not preempted:
-            while self.waiting and budget > 0 and self.running_n < p.max_num_seqs:
-                r = self.waiting[0]
-                slots = p.max_num_seqs - self.running_n
+            waiting = self.waiting
+            max_seqs = p.max_num_seqs
+            while waiting and budget > 0 and self.running_n < max_seqs:
+                r = waiting[0]
+                slots = max_seqs - self.running_n
                 if r.n > slots:
                     r = r.split(slots)
-                    self.waiting.appendleft(r)
-                t = min(r.target - r.done, budget)
+                    waiting.appendleft(r)
+                left = r.target - r.done
+                t = left if left < budget else budget
                 need = _blocks(r, r.kv + t, bs) - r.blocks
                 if need > self.free_blocks:
                     break
-                self.waiting.popleft()
+                waiting.popleft()
                 self.waiting_n -= r.n
                 running.append(r)
                 self.running_n += r.n
@@ -403,71 +468,66 @@ class Engine:
                     self.free_blocks -= need
                 comp.append((r, t, True))
                 budget -= t
-        return comp
-
-    def _plan(self) -> None:
-        if not self.running and not self.waiting:
-            self._seg = None
-            self.seg_end = math.inf
-            return
-        comp = self._schedule()
+                nseq += r.n
+                new_tok += t
+                kv0 += r.kv
+                n_pre += 1
+                pre_tok += t
+                if left > t:
+                    left //= t
+                    if left < k:
+                        k = left
+                else:
+                    k = 1
         if not comp:  # nothing can run (cannot happen with requests that fit the cache); stay idle
             self._seg = None
             self.seg_end = math.inf
             return
-        p = self.p
-        k = 1 << 30
-        n_pre = 0
-        nseq = 0
-        new_tok = 0
-        pre_tok = 0
-        kv0 = 0
-        for r, t, pre in comp:
-            nseq += r.n
-            new_tok += t
-            kv0 += r.kv
-            if pre:
-                n_pre += 1
-                pre_tok += t
-                left = r.target - r.done
-                k = min(k, left // t if left > t else 1)
-            else:
-                k = min(k, r.out - r.gen)
         if n_pre > 1:
             k = 1
         # A queue head left waiting with budget and slots to spare did not fit the KV cache: that stays
         # so until a finish frees blocks (the KV only grows meanwhile), so the segment may go on.
         if k > 1:
             extra = 0
-            bs = self.bs
             for r, t, _ in comp:
-                extra += _blocks(r, r.kv + k * t, bs) - r.blocks
+                kvt = r.kv + k * t
+                if kvt > r.blocks * bs:
+                    extra += _blocks(r, kvt, bs) - r.blocks
             if extra > self.free_blocks:
                 k = 1
-        k = max(1, min(k, self.max_jump))
+        if k > self.max_jump:
+            k = self.max_jump
+        if k < 1:
+            k = 1
         a = p.step_fixed_s + p.step_per_seq_s * nseq + pre_tok / p.prefill_tps + p.step_per_kv_token_s * kv0
         g = float(new_tok)
         self._seg = (comp, k, a, g)
-        self.seg_end = self.clock + self._dur(k, a, g)
+        self.seg_end = self.clock + (k * a + p.step_per_kv_token_s * g * k * (k - 1) / 2.0)
 
     def _apply(self, j: int) -> None:
         """Execute the first ``j`` steps of the current segment."""
         seg = self._seg
         assert seg is not None
         comp, _k, a, g = seg
-        dur = self._dur(j, a, g)
+        dur = j * a + self.p.step_per_kv_token_s * g * j * (j - 1) / 2.0
         t_end = self.clock + dur
         self.busy_s += dur
         self.steps_total += j
-        self.h_iter.observe(g, j)
+        hi = self.h_iter
+        hi.counts[bisect.bisect_left(hi.bounds, g)] += j
+        hi.sum += g * j
+        hi.count += j
         bs = self.bs
         step = dur / j
         finished: list[Request] = []
+        itl_n = 0  # inter-token latencies observed in these steps (all ``step`` long)
+        gen_tokens = 0
         for r, t, pre in comp:
             add = t * j
-            r.kv += add
-            b = _blocks(r, r.kv, bs)
-            if b > r.blocks:
+            kv = r.kv + add
+            r.kv = kv
+            if kv > r.blocks * bs:
+                b = _blocks(r, kv, bs)
                 self.free_blocks -= b - r.blocks
                 r.blocks = b
             if pre:
@@ -484,17 +544,20 @@ class Engine:
                         if self.sink is not None:
                             self.sink.append((r.t_arr, ttft, r.n))
                     else:
-                        self.h_itl.observe(step, r.n)
+                        itl_n += r.n
                     r.gen += 1
-                    self.generation_tokens_total += r.n
+                    gen_tokens += r.n
                     if r.gen >= r.out:
                         finished.append(r)
             else:
                 r.gen += j
-                self.generation_tokens_total += r.n * j
-                self.h_itl.observe(step, r.n * j)
+                gen_tokens += add
+                itl_n += add
                 if r.gen >= r.out:
                     finished.append(r)
+        if itl_n:
+            self.h_itl.observe(step, itl_n)
+        self.generation_tokens_total += gen_tokens
         self.clock = t_end
         for r in finished:
             self._finish(r, t_end)
