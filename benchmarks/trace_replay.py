@@ -61,7 +61,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "parsing Prometheus text (equal tick by tick; tests/bench/test_signal_path.py)")
     parser.add_argument("--ensemble", type=int, default=1, metavar="N",
                         help="run N members: the trace plus N-1 perturbations (jitter, rotations)")
-    parser.add_argument("--jobs", type=int, default=2, help="parallel processes for ensemble members (default 2)")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="parallel processes (default 2): for ensemble members, or, in a single run, for the "
+                             "policies once the oracle is sized (results do not depend on it)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--pd", action="store_true",
                         help="P/D fleet mode: separate prefill and decode replicas with a KV handoff, scaled per "
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = [(i, kind_, params) for i, (kind_, params) in enumerate(members)]
     outcomes: dict[int, tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]] = {}
     if len(jobs) == 1:
-        outcomes[0] = _member(args, work, dt, 0, "unperturbed", {}, say)
+        outcomes[0] = _member(args, work, dt, 0, "unperturbed", {}, say, jobs=args.jobs)
     else:
         import multiprocessing as mp
 
@@ -168,7 +170,7 @@ def _quiet(message: str) -> None:
 
 
 def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str, params: dict[str, float],
-            say: Any) -> tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]:
+            say: Any, jobs: int = 1) -> tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]:
     engine = ENGINE_PROFILES[args.profile]
     startup = PROFILES[args.profile]
     overrides = dict(kv.split("=", 1) for kv in args.warmscale_meta)
@@ -181,7 +183,7 @@ def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: s
         overrides["scrapeIntervalSeconds"] = "15"
     bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
                      oracle_iterations=args.oracle_iterations, policies=names, profile=args.profile,
-                     start_replicas=args.start_replicas, max_replicas=args.max_replicas)
+                     start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs))
     results, meta = run_all(work, engine, startup, settings, bc, say)
     settings.progress = None
     if i != 0:

@@ -335,6 +335,7 @@ class BenchConfig:
     start_replicas: int | None = None  # default: start_replicas_from_need (first 5 minutes)
     max_replicas: int | None = None  # default: MAX_REPLICAS[profile]
     start_window_s: float = 300.0
+    jobs: int = 1  # policies simulated in parallel processes (fork), after the oracle's sizing
 
 
 def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
@@ -393,16 +394,59 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
     initial = bc.start_replicas if bc.start_replicas is not None else start_replicas_from_need(curve, bc.start_window_s)
     if s.warmup_s <= 0:
         s.warmup_s = time_to_ready(startup, COLD)
-    policies = build_policies(bc.policies, curve, peak, engine, startup, s, bc, initial)
     results: dict[str, PolicyResult] = {}
-    for pol in policies:
-        res = simulate(work, pol, engine, startup, initial, s)
-        results[pol.name] = res
-        say(f"{pol.name:24s} attainment {res.slo_attainment:.4f}  gpu-h {res.gpu_hours:8.2f}  "
+
+    def report(res: PolicyResult) -> None:
+        say(f"{res.name:24s} attainment {res.slo_attainment:.4f}  gpu-h {res.gpu_hours:8.2f}  "
             f"p99 {res.ttft_p99_s:7.2f}s  max {res.max_replicas:3d}  ({res.wall_s:.1f}s)")
+
+    if bc.jobs > 1 and len(bc.policies) > 1:
+        done = _simulate_in_processes(work, curve, peak, engine, startup, s, bc, initial, report)
+        results = {name: done[name] for name in bc.policies}
+    else:
+        for pol in build_policies(bc.policies, curve, peak, engine, startup, s, bc, initial):
+            res = simulate(work, pol, engine, startup, initial, s)
+            results[pol.name] = res
+            report(res)
     meta = {"peak_need": peak, "initial_replicas": initial,
             "initial_replicas_rule": ("--start-replicas" if bc.start_replicas is not None else
                                       f"max of the oracle's need over the first {bc.start_window_s:g} s"),
             "max_replicas": bc.max_replicas or max_replicas_for(bc.profile), "need_grid_s": grid,
             "warmup_s": s.warmup_s}
     return results, meta
+
+
+# ---- policies in parallel processes -----------------------------------------------------------------
+
+# What a forked worker needs, set by the parent just before it forks (read-only in the workers).
+_FORK_STATE: dict[str, Any] = {}
+
+
+def _simulate_one(name: str) -> PolicyResult:
+    st = _FORK_STATE
+    (pol,) = build_policies((name,), st["curve"], st["peak"], st["engine"], st["startup"], st["s"], st["bc"],
+                            st["initial"])
+    return simulate(st["work"], pol, st["engine"], st["startup"], st["initial"], st["s"])
+
+
+def _simulate_in_processes(work: Workload, curve: NeedCurve, peak: int, engine: EngineProfile,
+                           startup: StartupProfile, s: SimSettings, bc: BenchConfig, initial: int,
+                           report: Callable[[PolicyResult], None]) -> dict[str, PolicyResult]:
+    """Each policy in its own task on ``bc.jobs`` forked processes; the same inputs, so the same results
+    as one after the other (each simulation is deterministic and shares nothing with the others).
+    The reactive policies go first: they are the slow ones (they can scale to ``maxReplicas``)."""
+    import multiprocessing as mp
+
+    order = sorted(bc.policies, key=lambda n: n in CLAIRVOYANT)
+    _FORK_STATE.update(work=work, curve=curve, peak=peak, engine=engine, startup=startup, s=s, bc=bc,
+                       initial=initial)
+    out: dict[str, PolicyResult] = {}
+    try:
+        ctx = mp.get_context("fork")
+        with ctx.Pool(min(bc.jobs, len(order))) as pool:
+            for res in pool.imap_unordered(_simulate_one, order, chunksize=1):
+                out[res.name] = res
+                report(res)
+    finally:
+        _FORK_STATE.clear()
+    return out
