@@ -112,6 +112,7 @@ def test_warmscale_runs_the_production_policy(tmp_path: Path, monkeypatch) -> No
 
     monkeypatch.setattr("scaler.tracker.decide", counting)
     trace = _requests_csv(tmp_path / "t.csv")
-    doc = _run(tmp_path, trace, "w", "--policies", "warmscale,oracle,oracle-instant")
+    # --jobs 1: the policies in this process, where the counter is (with --jobs 2 they run in forked children)
+    doc = _run(tmp_path, trace, "w", "--policies", "warmscale,oracle,oracle-instant", "--jobs", "1")
     assert calls["n"] > 100
     assert set(doc["policies"]) == {"warmscale", "oracle", "oracle-instant"}
