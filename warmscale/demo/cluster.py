@@ -118,22 +118,24 @@ async def _demo(run: Any, args: argparse.Namespace) -> dict[str, Any]:
     series: dict[str, list[tuple[float, int, int]]] = {"cold": [], "warm": []}
     stop = asyncio.Event()
 
+    def sample() -> None:
+        t = time.monotonic() - go_at[0]
+        row = []
+        for label in ("cold", "warm"):
+            a = acts.get(label)
+            spec, ready = (a.timeline.spec or 0, a.timeline.ready or 0) if a else (0, 0)
+            if label in finished:  # the case has ended: all its replicas were Ready
+                spec = ready = case_args.to_replicas
+            series[label].append((t, spec, ready))
+            row.append(f"{ready}/{spec}")
+        if not args.quiet:
+            print(f"{t:6.0f}  {row[0]:>28}  {row[1]:>28}", flush=True)
+
     async def table() -> None:
         while not stop.is_set():
             await asyncio.sleep(2.0)
-            if not go_at:
-                continue
-            t = time.monotonic() - go_at[0]
-            row = []
-            for label in ("cold", "warm"):
-                a = acts.get(label)
-                spec, ready = (a.timeline.spec or 0, a.timeline.ready or 0) if a else (0, 0)
-                if label in finished:  # the case has ended: all its replicas were Ready
-                    spec = ready = case_args.to_replicas
-                series[label].append((t, spec, ready))
-                row.append(f"{ready}/{spec}")
-            if not args.quiet:
-                print(f"{t:6.0f}  {row[0]:>28}  {row[1]:>28}", flush=True)
+            if go_at:
+                sample()
 
     finished: set[str] = set()
 
@@ -150,6 +152,7 @@ async def _demo(run: Any, args: argparse.Namespace) -> dict[str, Any]:
         printer.cancel()
         await asyncio.gather(printer, return_exceptions=True)
         await api.close()
+    sample()  # the end: the last case's replicas all Ready (the 2 s table would miss it)
     summary = {"profile": prof.name, "time_factor": factor, "cold": _brief(cold), "warm": _brief(warm)}
     print("\n| case | time-to-Ready p50 (model s) | max | load onset -> replicas changed (wall s) |")
     print("|---|---:|---:|---:|")
