@@ -487,7 +487,9 @@ class Engine:
             k = 1
         # A queue head left waiting with budget and slots to spare did not fit the KV cache: that stays
         # so until a finish frees blocks (the KV only grows meanwhile), so the segment may go on.
-        if k > 1:
+        # (Skipped when even the most blocks the next k steps could take, k*tokens/bs + 2 per member,
+        # fit in the free ones: the usual case, and the check's outcome then.)
+        if k > 1 and k * new_tok / bs + 2 * nseq > self.free_blocks:
             extra = 0
             for r, t, _ in comp:
                 kvt = r.kv + k * t
