@@ -47,6 +47,7 @@ class ScalerConfig:
     target_utilization: float = 0.7
     kv_bound_target: float = 0.5
     burst_window_seconds: float = 10.0
+    burst_confirm_seconds: float = 30.0
     model_profile: str | None = None
     gpu_product: str | None = None
     target_waiting_per_replica: float = 4.0
@@ -307,6 +308,10 @@ KEYS: tuple[Key, ...] = (
         "bursts of 30k-85k-token prompts queue, docs/benchmarks.md)."),
     Key("burstWindowSeconds", "burst_window_seconds", _parse_float, Range(1, 3600),
         "Window of the arriving prompt tokens/s the prefill-bound need is sized from."),
+    Key("burstConfirmSeconds", "burst_confirm_seconds", _parse_float, Range(0, 3600),
+        "How long a need beyond what the warm pool starts quickly must last (or have come before within "
+        "the burst hold) before replicas slower than twice this are started cold; 0 starts them at once "
+        "(docs/policy.md, \"Burst confirmation\")."),
     Key("modelProfile", "model_profile", _parse_profile, None,
         "Prior of the per-replica capacity before anything is measured (scaler/capacity.py PRIORS, "
         "e.g. 8b-h100, 70b-h100-tp4); unset: the engine's generic prior."),

@@ -12,6 +12,10 @@ from __future__ import annotations
 Ladder = tuple[tuple[str, int, float], ...]
 
 PLACEHOLDER = "placeholder+staged"
+# Placeholders ready whose time-to-ready is not measured yet: warm (they start quickly) but timed,
+# and released, like the next colder step until a measurement exists.
+PLACEHOLDER_UNMEASURED = "placeholder+staged (unmeasured)"
+COLD = "cold"
 
 
 def single(seconds: float) -> Ladder:
@@ -32,6 +36,12 @@ def step_of(ladder: Ladder, k: int) -> tuple[str, float]:
             return state, seconds
     state, _, seconds = ladder[-1]
     return state, seconds
+
+
+def warm_steps(ladder: Ladder) -> int:
+    """How many additional replicas the warm pool starts without a cold start (the counted steps
+    that are not cold)."""
+    return sum(count for state, count, _ in ladder if state != COLD and count > 0)
 
 
 def time_to_ready(ladder: Ladder, k: int) -> float:

@@ -76,6 +76,11 @@ class Observation:
     # no replica reports one. pd_transfer_s: what the other role of the pdGroup published.
     kv_transfer_s: float | None = None
     pd_transfer_s: float | None = None
+    # First tokens of the newer part of the TTFT window (the last burstWindowSeconds); None when the
+    # window is pre-aggregated by the source (no per-scrape deltas to split).
+    ttft_recent: Histogram | None = None
+    # Mean running requests per known engine at the previous scrape (None: no earlier reading).
+    running_before: float | None = None
 
     @property
     def uncertain(self) -> bool:
@@ -188,10 +193,13 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     itl_now: list[tuple[Histogram, float]] = []  # this decision's per-replica ITL deltas and batches
     itl_lost = False
 
+    held_before: list[float] = []  # running requests per engine at the previous scrape
     for reading in known:
         sig = reading.signal
         assert sig is not None
         prev = memory.get(reading.replica)
+        if prev is not None and prev.running is not None:
+            held_before.append(prev.running)
         if prev is not None:
             if sig.ttft is not None and prev.ttft is not None:
                 d = sig.ttft.delta(prev.ttft)
@@ -263,10 +271,14 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     ttft_since = now - cfg.ttft_window_seconds
     ttft_kept = _prune(tuple(ttft_deltas), ttft_since)
     window = merge(h for _, h in ttft_kept)
+    recent_since = now - cfg.burst_window_seconds
+    recent: Histogram | None = merge(h for t, h in ttft_kept if t > recent_since)
     if snapshot.ttft_window is not None:
+        recent = None  # set to the window below: a pre-aggregated window cannot be split
         # A pre-windowed distribution replaces the sum of pre-windowed samples (no double counting).
         ttft_kept = ((now, snapshot.ttft_window),)
         window = snapshot.ttft_window
+        recent = window
 
     itl_window, itl_kept, itl_factor = _itl_view(snapshot, state, cfg, itl_now, itl_est, itl_prior)
     itl_base, itl_slope = cap.itl_line(itl_est, itl_prior)
@@ -372,6 +384,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         itl_unknown=itl_unknown,
         kv_transfer_s=kv_transfer_s,
         pd_transfer_s=snapshot.pd_transfer_s,
+        ttft_recent=recent,
+        running_before=sum(held_before) / len(held_before) if held_before else None,
         warm_floor=snapshot.warm_floor,
         pd_floor=snapshot.pd_floor,
         zero_allowed=snapshot.zero_allowed,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from scaler.config import ScalerConfig
 from scaler.gateway import saturation_rule
 from scaler.hpa import metric_value_for
-from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready
+from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready, warm_steps
 from scaler.observation import Observation
 from scaler.roles import select_rules, ttft_budget
 from scaler.slo import itl_count, slo_count
@@ -153,8 +153,12 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
             # A backlog already shrinking faster than that needs nothing more (excess <= 0).
             excess = obs.waiting_slope + backlog / max(ttr, cfg.trend_window_seconds)
             extra = excess / per_replica_rate
-        else:  # nothing finished yet: size by the concurrency a ready replica sustains
-            extra = backlog / max(1.0, running_total / ready)
+        else:
+            # Nothing finished yet: size by what one engine held at the scrape before (else the
+            # in-flight target). Not by what they run now: more running requests would then ask
+            # for fewer replicas (more demand, fewer replicas; tests/scaler/test_policy_v2.py).
+            engine_held = obs.running_before if obs.running_before is not None else per_replica
+            extra = backlog / max(1.0, engine_held)
         if extra > 0:
             # Capped before rounding: a vanishing completion rate makes ``extra`` infinite.
             rules["queue"] = _ceil(min(ready + extra, max(provisioned, 1) * cfg.scale_up_max_step))
@@ -200,6 +204,12 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
         budget = ttft_budget(cfg.ttft_slo_seconds, cfg.role, obs.kv_transfer_s, obs.pd_transfer_s)
         if obs.ttft_window.count >= MIN_TTFT_SAMPLES:
             q = obs.ttft_window.quantile(cfg.ttft_quantile)
+            # Only slowness that persists counts: the quantile over the window and over its newer
+            # burstWindowSeconds, the smaller of the two; no first token in the newer part, nothing.
+            # A burst that is over (its first tokens fast again) leaves no TTFT need behind.
+            rec = obs.ttft_recent
+            q_recent = rec.quantile(cfg.ttft_quantile) if rec is not None and rec.count > 0 else None
+            q = None if q is None or q_recent is None else min(q, q_recent)
             if q is not None and q > budget and budget <= 0:
                 rules["ttft"] = provisioned  # the handoff alone exceeds the SLO: no prefill replica helps
             elif q is not None and q > budget:
@@ -222,6 +232,7 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
 
     reason = max(rules, key=lambda k: rules[k])
     desired = rules[reason]
+    desired, reason, state = _confirm_cold(desired, reason, state, ladder, cfg, now, ready, provisioned)
 
     # Partial data: unknown replicas block any scale-down.
     if obs.uncertain and last is not None and desired < last:
@@ -279,6 +290,41 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
             state = replace(state, state_lost_at=None)
     return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr, may_zero,
                    horizon=horizon)
+
+
+def _confirm_cold(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: ScalerConfig, now: float,
+                  ready: int, provisioned: int) -> tuple[int, str, ScalerState]:
+    """Cold capacity only for a need that lasts or recurs (docs/policy.md, "Burst confirmation").
+
+    A replica that takes long to become ready serves only demand still there when it is ready; a
+    burst of seconds asks for it in vain (it comes after the burst and is then held for its break-even
+    time). So the rules' need beyond what starts quickly (ready + starting + the ladder's warm steps)
+    is granted, when the cold step takes longer than ``W = 2 x burstConfirmSeconds``, only up to the
+    larger of the need's median over ``W`` (it lasted ``burstConfirmSeconds``) and its largest value in
+    an earlier episode (ended more than ``trendWindowSeconds`` ago) within the longest burst hold (a
+    burst of this size came before). Warm steps serve any burst; scale from zero is never held back."""
+    span = 2.0 * cfg.burst_confirm_seconds
+    if span <= 0:
+        return desired, reason, state
+    needs = (*(x for x in state.needs if x[0] > now - span), (now, desired))
+    width = cfg.burst_window_seconds
+    bucket = math.floor(now / width) * width
+    memory = longest_hold(ladder, cfg.node_idle_seconds, cfg.scale_down_stabilization_seconds)
+    peaks = [x for x in state.need_peaks if x[0] >= now - memory]
+    recurrent = max((v for t, v in peaks if t + width <= now - cfg.trend_window_seconds), default=0)
+    if peaks and peaks[-1][0] == bucket:
+        peaks[-1] = (bucket, max(peaks[-1][1], desired))
+    else:
+        peaks.append((bucket, desired))
+    state = replace(state, needs=needs, need_peaks=tuple(peaks))
+    quick = provisioned + warm_steps(ladder)
+    if ready == 0 or desired <= quick or ladder[-1][2] <= span:
+        return desired, reason, state
+    values = sorted(v for _, v in needs)
+    confirmed = max(values[(len(values) - 1) // 2], recurrent)
+    if confirmed >= desired:
+        return desired, reason, state
+    return max(quick, confirmed), "burst-unconfirmed", state
 
 
 def _finish(

@@ -74,6 +74,10 @@ class ScalerState:
     completions: tuple[tuple[float, float], ...] = ()
     preemption_events: tuple[tuple[float, float], ...] = ()
     recommendations: tuple[tuple[float, int], ...] = ()
+    # (time, the rules' need before bounds and holds) over 2 x burstConfirmSeconds (scaler.policy._confirm_cold)
+    needs: tuple[tuple[float, int], ...] = ()
+    # (bucket start, the largest need in it), buckets of burstWindowSeconds over the longest hold
+    need_peaks: tuple[tuple[float, int], ...] = ()
     # (time, prompt tokens prefilled, requests finished) per decision, over trendWindowSeconds
     prompt_samples: tuple[tuple[float, float, float], ...] = ()
     # (time, KV-transfer seconds, transfers) per decision over trendWindowSeconds (P/D connectors)
@@ -105,6 +109,8 @@ class ScalerState:
             "waiting_samples": [list(s) for s in self.waiting_samples],
             "preemption_events": [list(s) for s in self.preemption_events],
             "recommendations": [list(s) for s in self.recommendations],
+            "needs": [list(s) for s in self.needs],
+            "need_peaks": [list(s) for s in self.need_peaks],
             "prompt_samples": [list(s) for s in self.prompt_samples],
             "transfer_samples": [list(s) for s in self.transfer_samples],
             "capacity": {k: v.to_dict() for k, v in self.capacity.items()},
@@ -129,6 +135,8 @@ class ScalerState:
             waiting_samples=tuple((float(t), float(v)) for t, v in d.get("waiting_samples", [])),
             preemption_events=tuple((float(t), float(v)) for t, v in d.get("preemption_events", [])),
             recommendations=tuple((float(t), int(v)) for t, v in d.get("recommendations", [])),
+            needs=tuple((float(t), int(v)) for t, v in d.get("needs", [])),
+            need_peaks=tuple((float(t), int(v)) for t, v in d.get("need_peaks", [])),
             prompt_samples=tuple((float(t), float(p), float(r)) for t, p, r in d.get("prompt_samples", [])),
             transfer_samples=tuple((float(t), float(x), float(n)) for t, x, n in d.get("transfer_samples", [])),
             capacity={str(k): Estimate.from_dict(v) for k, v in d.get("capacity", {}).items()},

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from scaler.ladder import time_to_ready
+from scaler.ladder import PLACEHOLDER_UNMEASURED, time_to_ready
 from scaler.schedule import Bounds, bounds_at
 
 WARM_STATES = ("placeholder+staged", "staged", "cold")
@@ -67,12 +67,16 @@ class WarmStatus:
 
     def ladder(self, fallback: float) -> tuple[tuple[str, int, float], ...]:
         """The warm ladder (:mod:`scaler.ladder`): the first ``placeholders_ready`` additional replicas
-        start on a placeholder, the next ones on staged nodes without one, the rest cold. A state
-        without a measurement is skipped (its replicas count as the next colder state's)."""
+        start on a placeholder, the next ones on staged nodes without one, the rest cold. Placeholders
+        without a measurement are a warm step timed like the cold one (:data:`PLACEHOLDER_UNMEASURED`);
+        staged nodes without one are skipped (their replicas count as cold)."""
         ttr = self.time_to_ready_s
         steps: list[tuple[str, int, float]] = []
         if self.placeholders_ready > 0 and "placeholder+staged" in ttr:
             steps.append(("placeholder+staged", self.placeholders_ready, ttr["placeholder+staged"]))
+        elif self.placeholders_ready > 0:
+            # Not measured yet: warm, but timed (and released by the burst hold) like the next colder step.
+            steps.append((PLACEHOLDER_UNMEASURED, self.placeholders_ready, ttr.get("cold", fallback)))
         staged_free = self.staged_nodes - (self.placeholders_ready if steps else 0)
         if staged_free > 0 and "staged" in ttr:
             steps.append(("staged", staged_free, ttr["staged"]))

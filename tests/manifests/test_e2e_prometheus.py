@@ -290,7 +290,8 @@ async def test_dashboards_and_alerts_against_real_prometheus(
         keda = Keda(f"127.0.0.1:{grpc_port}", ns, "llama", {
             "endpoints": ",".join([*engines.urls, dead]), "engine": "vllm", "maxReplicas": "8", "ttftSloSeconds": "0.2",
             "ttftWindowSeconds": "10", "scrapeIntervalSeconds": "0.5", "trendWindowSeconds": "10",
-            "scaleDownStabilizationSeconds": "5", "nodeIdleSeconds": "0", "hpaTolerance": "0"})
+            "scaleDownStabilizationSeconds": "5", "nodeIdleSeconds": "0", "hpaTolerance": "0",
+            "burstConfirmSeconds": "0"})
         # The quiet count is scraped before the load ramps up: a scale event the dashboards show.
         quiet = f'warmscale_desired_replicas{{namespace="{ns}",scaledobject="llama"}}'
 

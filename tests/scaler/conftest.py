@@ -27,10 +27,12 @@ from tests.scaler.keda_v2_20_2 import externalscaler_pb2 as pb_v2
 from tests.scaler.keda_v2_20_2 import externalscaler_pb2_grpc as grpc_v2
 
 # Fast trackers: a decision every 0.1 s. 32 in-flight requests per replica (the targetInflightPerReplica
-# override; these tests are about the tracker, not the capacity model).
+# override; these tests are about the tracker, not the capacity model), cold starts not held back
+# (burstConfirmSeconds 0: tests/scaler/test_policy_v2.py covers the burst confirmation).
 META: dict[str, str] = {
     "endpoints": "http://engine.test:8000/metrics",
     "targetInflightPerReplica": "32",
+    "burstConfirmSeconds": "0",
     "minReplicas": "1",
     "maxReplicas": "20",
     "scrapeIntervalSeconds": "0.1",

@@ -78,8 +78,10 @@ SINGLE_STEP = [
      [replica("a", running=20), unknown("b")], 4, "demand"),
     ("all unknown holds, never zero", {"scaleToZero": "true", "minReplicas": "0"},
      [unknown("a"), unknown("b")], 1, "signals-unknown"),
+    # No earlier scrape says what one engine holds: the backlog (36) is sized by the target (64) -> +1.
+    # With one, by what an engine held then (tests/scaler/test_policy_v2.py: 20 each -> 4).
     ("queue with full engines below the target", {"targetInflightPerReplica": "64", "targetWaitingPerReplica": "2"},
-     [replica("a", running=20, waiting=20), replica("b", running=20, waiting=20)], 4, "queue"),
+     [replica("a", running=20, waiting=20), replica("b", running=20, waiting=20)], 3, "queue"),
     ("KV pressure sizes mean usage to the target", {"targetInflightPerReplica": "1000"},
      [replica("a", running=10, kv=0.95), replica("b", running=10, kv=0.93)], 3, "kv"),
     ("KV below the high mark does nothing", {"targetInflightPerReplica": "1000"},
@@ -98,7 +100,7 @@ def test_single_decision(name: str, meta: dict[str, str], replicas: list[Replica
 
 
 def test_ttft_slo_scales_ready_replicas_proportionally() -> None:
-    run = Run(cfg(ttftSloSeconds="0.5", targetInflightPerReplica="1000"))
+    run = Run(cfg(ttftSloSeconds="0.5", targetInflightPerReplica="1000", burstConfirmSeconds="0"))
     a = [replica("a", running=5, hist=ttft({})), replica("b", running=5, hist=ttft({}))]
     run.step(a)
     # 20 new first tokens per replica, most of them at 1 s: p95 ~ 1 s, twice the SLO.

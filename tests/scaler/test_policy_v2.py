@@ -6,8 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.ladder import break_even, held_count, longest_hold, time_to_ready
+from scaler.ladder import PLACEHOLDER_UNMEASURED, break_even, held_count, longest_hold, time_to_ready, warm_steps
+from scaler.policy import Decision
 from scaler.warm_status import WarmStatus
+from signals.model import QueueReading
 from tests.scaler.test_policy import Run, cfg, replica, unknown
 
 TTR = {"placeholder+staged": 90.0, "staged": 200.0, "cold": 510.0}
@@ -34,9 +36,16 @@ def test_kth_replica_time_to_ready(placeholders: int, staged: int, k: int, secon
 
 
 def test_ladder_without_measurements_falls_back() -> None:
+    """Unmeasured placeholders stay a warm step (two replicas start without a cold start) timed like
+    the cold step, and are released like it (no shortcut in the break-even time before a measurement)."""
     ws = WarmStatus("ns", "w", 0.0, placeholders_ready=2)
-    assert ws.ladder(120.0) == (("cold", 0, 120.0),)
+    assert ws.ladder(120.0) == ((PLACEHOLDER_UNMEASURED, 2, 120.0), ("cold", 0, 120.0))
     assert ws.expected_time_to_ready(120.0) == 120.0
+    assert warm_steps(ws.ladder(120.0)) == 2
+    assert break_even(ws.ladder(120.0), 1, 600.0, 60.0) == 720.0
+    measured_cold = WarmStatus("ns", "w", 0.0, placeholders_ready=2, time_to_ready_s={"cold": 510.0})
+    assert measured_cold.ladder(120.0)[0][2] == 510.0
+    assert warm_steps(WarmStatus("ns", "w", 0.0).ladder(120.0)) == 0
 
 
 # (ladder, j, node idle, min hold) -> break-even seconds
@@ -87,18 +96,16 @@ META = {"maxReplicas": "200", "targetInflightPerReplica": "16", "ttftSloSeconds"
        extra_waiting=st.integers(0, 300))
 def test_more_demand_never_yields_fewer_replicas(history: list[list[tuple[int, int, float]]], extra_running: int,
                                                  extra_waiting: int) -> None:
-    """More waiting requests never yield fewer replicas; more running ones neither, while nothing waits
-    beyond ordinary queueing. (With a backlog, the running count is also evidence of how much one
-    engine holds: more running per replica means each new replica absorbs more of the backlog.)"""
+    """More waiting requests never yield fewer replicas; more running ones neither, with or without a
+    backlog (the backlog is sized by what an engine held at the scrape before, not by today's count)."""
     more = [list(step) for step in history]
     r, w, kv = more[-1][0]
     more[-1][0] = (r, w + extra_waiting, kv)
     assert _desired(META, more) >= _desired(META, history)
-    calm = [[(r, min(w, 4), kv) for r, w, kv in step] for step in history]
-    busier = [list(step) for step in calm]
+    busier = [list(step) for step in history]
     r, w, kv = busier[-1][0]
     busier[-1][0] = (r + extra_running, w, kv)
-    assert _desired(META, busier) >= _desired(META, calm)
+    assert _desired(META, busier) >= _desired(META, history)
 
 
 @settings(max_examples=60, deadline=None)
@@ -243,3 +250,116 @@ def test_a_hold_while_scaling_up_names_the_rule_not_the_stabilisation() -> None:
     ready = [replica(n, running=6) for n in "abcde"]
     d = run.step(ready, dt=5, ready_replicas=5, starting_replicas=0)
     assert (d.desired, d.reason) == (5, "scale-down-stabilization")
+
+
+# ---- the backlog rule is monotone in demand ----------------------------------------------------
+
+# (running per engine at the decision) -> queue need. Two engines held 20 each at the scrape before and
+# now hold 40 (target 64, 2 tolerated per replica): 20 + 20 waiting on each is a backlog of 36 beyond the 4
+# tolerated, sized by what one engine held before (20): 2 + 36/20 -> 4, whatever they run now. Sizing by the
+# engines' running count *now* would ask for fewer replicas as more requests run (4 at 20, 3 at 40).
+@pytest.mark.parametrize("running_now", [20, 30, 40, 64])
+def test_more_running_under_backlog_never_asks_for_fewer(running_now: int) -> None:
+    run = Run(cfg(targetInflightPerReplica="64", targetWaitingPerReplica="2", maxReplicas="50"))
+    run.step([replica("a", running=20), replica("b", running=20)], ready_replicas=2, starting_replicas=0)
+    d = run.step([replica("a", running=running_now, waiting=20), replica("b", running=running_now, waiting=20)],
+                 ready_replicas=2, starting_replicas=0)
+    assert d.rules["queue"] == 4
+
+
+def test_backlog_before_any_earlier_reading_is_sized_by_the_target() -> None:
+    """No earlier scrape says what one engine holds: the backlog is sized by the in-flight target
+    (36 beyond ordinary queueing / 64 -> one more replica), the same for any running count."""
+    for running_now in (2, 20, 40):
+        d = Run(cfg(targetInflightPerReplica="64", targetWaitingPerReplica="2")).step(
+            [replica("a", running=running_now, waiting=20), replica("b", running=running_now, waiting=20)])
+        assert d.rules["queue"] == 3
+
+
+# ---- TTFT: only slowness that persists ---------------------------------------------------------
+
+from tests.scaler.test_policy import ttft  # noqa: E402
+
+
+def test_ttft_rule_ends_with_the_burst_that_caused_it() -> None:
+    """20 slow first tokens (1 s against an SLO of 0.5 s) ask for more; 15 s later the window (60 s)
+    still holds them (p95 slow), but the first tokens of the last burstWindowSeconds (10 s) are fast:
+    the slowness is over, the rule asks nothing (a past burst is the burst hold's business)."""
+    run = Run(cfg(ttftSloSeconds="0.5", targetInflightPerReplica="1000"))
+    run.step([replica("a", running=5, hist=ttft({}))])
+    assert run.step([replica("a", running=5, hist=ttft({1.0: 20}))]).rules.get("ttft") == 2
+    d = run.step([replica("a", running=5, hist=ttft({1.0: 20, 0.1: 5}))], dt=15)
+    assert d.rules.get("ttft") is None
+    # Slow again in the newer part: the rule is back, sized by the smaller quantile.
+    d = run.step([replica("a", running=5, hist=ttft({1.0: 30, 0.1: 5}))], dt=1)
+    assert d.rules.get("ttft") == 2
+
+
+def test_ttft_rule_without_recent_first_tokens_asks_nothing() -> None:
+    run = Run(cfg(ttftSloSeconds="0.5", targetInflightPerReplica="1000"))
+    run.step([replica("a", running=5, hist=ttft({}))])
+    assert run.step([replica("a", running=5, hist=ttft({1.0: 20}))]).rules.get("ttft") == 2
+    d = run.step([replica("a", running=5, hist=ttft({1.0: 20}))], dt=11)  # no first token since
+    assert d.rules.get("ttft") is None
+
+
+# ---- burst confirmation: cold capacity for needs that last or recur -----------------------------
+
+COLD_ONLY = (("cold", 0, 510.0),)
+ONE_PLACEHOLDER = (("placeholder+staged", 1, 90.0), ("cold", 0, 510.0))
+BURSTY = {"targetInflightPerReplica": "10", "maxReplicas": "50", "scaleUpMaxStep": "4"}
+
+
+def _calm(run: Run, seconds: int, ladder: tuple[tuple[str, int, float], ...]) -> None:
+    for _ in range(seconds):
+        run.step([replica("a", running=10), replica("b", running=10)], ttr_ladder=ladder,
+                 ready_replicas=2, starting_replicas=0)
+
+
+def _burst(run: Run, ladder: tuple[tuple[str, int, float], ...], dt: float = 1.0) -> Decision:
+    return run.step([replica("a", running=30), replica("b", running=30)], dt=dt, ttr_ladder=ladder,
+                    ready_replicas=2, starting_replicas=0)
+
+
+# (ladder, expected desired at the burst's first second): 60 running ask for 6; 2 are ready
+CONFIRM = [
+    (COLD_ONLY, 2),  # nothing warm: a burst of seconds starts no cold replica
+    (ONE_PLACEHOLDER, 3),  # the warm pool's placeholder serves it
+    ((("cold", 0, 60.0),), 6),  # starts within the trend window: nothing to confirm
+]
+
+
+@pytest.mark.parametrize(("ladder", "desired"), CONFIRM)
+def test_a_new_burst_takes_the_warm_path_only(ladder: tuple[tuple[str, int, float], ...], desired: int) -> None:
+    run = Run(cfg(**BURSTY))
+    _calm(run, 30, ladder)
+    d = _burst(run, ladder)
+    assert d.rules["demand"] == 6
+    assert d.desired == desired
+    assert d.reason == ("burst-unconfirmed" if desired < 6 else "demand")
+
+
+def test_a_need_that_lasts_half_the_trend_window_is_confirmed() -> None:
+    run = Run(cfg(**BURSTY))
+    _calm(run, 30, COLD_ONLY)
+    seen = [_burst(run, COLD_ONLY).desired for _ in range(40)]
+    assert seen[0] == 2 and seen[-1] == 6
+    assert seen.index(6) <= 31  # the median of the trend window (60 s) turns after half of it
+
+
+def test_a_burst_that_recurs_within_the_hold_is_confirmed_at_once() -> None:
+    """The first burst (5 s) starts nothing cold; one of the same size 200 s later (another episode,
+    within the longest hold of 1,110 s) gets its cold replicas at once."""
+    run = Run(cfg(**BURSTY))
+    _calm(run, 30, COLD_ONLY)
+    assert [_burst(run, COLD_ONLY).desired for _ in range(5)] == [2] * 5
+    _calm(run, 200, COLD_ONLY)
+    d = _burst(run, COLD_ONLY)
+    assert (d.desired, d.reason) == (6, "demand")
+
+
+def test_scale_from_zero_is_not_held_back() -> None:
+    run = Run(cfg(targetInflightPerReplica="10", maxReplicas="50", minReplicas="0", scaleToZero="true"))
+    d = run.step([], ttr_ladder=COLD_ONLY, ready_replicas=0, starting_replicas=0,
+                 queues=(QueueReading("q", 0.0, length=50),))
+    assert d.desired == 5
