@@ -29,7 +29,7 @@ RUNS: tuple[tuple[str, str, float], ...] = (
     ("mooncake_fast25_conversation.csv", "8b-h100", 10.0),
     ("mooncake_fast25_conversation.csv", "70b-h100-tp4", 20.0),
     ("servegen_reason_deepseek-r1_rate_600s.csv", "70b-h100-tp4", 2.0),
-    ("azure_llm_2024_conv_rate_10s.csv", "8b-h100", 2.0),  # a week: about 5 minutes
+    ("azure_llm_2024_conv_rate_10s.csv", "8b-h100", 2.0),  # a week: the longest run (docs/benchmarks.md)
 )
 WEEK = "azure_llm_2024_conv_rate_10s.csv"
 
