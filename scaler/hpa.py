@@ -46,3 +46,9 @@ def metric_value_for(desired: int, current: int | None, target: float, tolerance
     if hi > lo + _EPS:
         return (lo + hi) / 2.0
     return float(current * target)
+
+
+def unsized_message(ref: object) -> str:
+    """GetMetrics' UNAVAILABLE text while a ScaledObject's count has no basis yet."""
+    where = f"{getattr(ref, 'namespace', '')}/{getattr(ref, 'name', '')}"
+    return f"{where}: no signals yet and the target's replicas unknown; holding (the HPA keeps the current count)"

@@ -44,6 +44,10 @@ class Decision:
     horizon_s: float = 0.0  # the demand rule's look-ahead: time-to-ready of the last replica it asks for
     itl_base_s: float = 0.0  # learned ITL line of one replica: base + per_seq x running sequences
     itl_per_seq_s: float = 0.0
+    # False where the count has no basis (no decision yet, nothing known, the scale target's replicas
+    # unknown): GetMetrics then answers UNAVAILABLE, so the HPA keeps whatever runs (it does not act
+    # on a failed metric, whatever its stabilisation), instead of being told a floor that may be lower.
+    sized: bool = True
 
 
 def _ceil(x: float) -> int:
@@ -93,9 +97,16 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     floor = 0 if may_zero else max(1, min_replicas)
 
     if obs.all_unknown:
-        desired = max(last if last is not None else floor, 1 if may_zero else floor)
+        if last is not None:
+            desired = max(last, 1 if may_zero else floor)
+        else:
+            # No decision yet and nothing known: never lower what runs. Where the scale target's
+            # replicas are known the count holds them; where not, the count is unsized (see Decision).
+            seen = max(obs.current_replicas or 0, provisioned)
+            desired = max(seen, 1 if may_zero else floor)
         desired = min(desired, cfg.max_replicas)
-        return _finish(desired, True, "signals-unknown", rules, obs, state, cfg, now, ready, starting, ttr, may_zero)
+        return _finish(desired, True, "signals-unknown", rules, obs, state, cfg, now, ready, starting, ttr, may_zero,
+                       sized=last is not None or obs.current_replicas is not None)
 
     # Known replicas stand for all ready ones (unknown replicas count as loaded as known ones).
     per_known = ready / obs.known_replicas if obs.known_replicas and ready > 0 else 1.0
@@ -342,6 +353,7 @@ def _finish(
     may_zero: bool,
     *,
     horizon: float = 0.0,
+    sized: bool = True,
 ) -> tuple[Decision, ScalerState]:
     current = obs.current_replicas if obs.current_replicas is not None else state.last_desired
     target = 1.0
@@ -351,7 +363,7 @@ def _finish(
     increased = state.last_desired is not None and desired > state.last_desired
     new_state = replace(
         state,
-        last_desired=desired,
+        last_desired=desired if sized else state.last_desired,  # an unsized count is no basis to hold
         last_decision_at=now,
         last_increase_at=now if increased else state.last_increase_at,
     )
@@ -370,5 +382,6 @@ def _finish(
         horizon_s=horizon,
         itl_base_s=obs.itl_base_s,
         itl_per_seq_s=obs.itl_per_seq_s,
+        sized=sized,
     )
     return decision, new_state

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 import orjson
 
+from scaler.hpa import unsized_message
 from scaler.inflight import UnaryInflight
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ async def _read(reader: asyncio.StreamReader) -> dict[str, Any]:
 
 
 def _answer(tracker: Tracker, d: Any) -> list[Any]:
-    return [bool(d.active), float(d.metric_value), float(d.metric_target), int(d.desired), tracker.cfg.metric_name]
+    return [bool(d.active), float(d.metric_value), float(d.metric_target), int(d.desired), tracker.cfg.metric_name,
+            bool(d.sized)]
 
 
 # ------------------------------------------------------------------------------------- scaler side
@@ -403,6 +405,8 @@ class FrontService:
     async def GetMetrics(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         async def body() -> Any:
             e = await self._entry(request.scaledObjectRef, context)
+            if not e.answer[5]:
+                await self._abort(context, grpc.StatusCode.UNAVAILABLE, unsized_message(request.scaledObjectRef))
             value = e.answer[1]
             return self.pb.GetMetricsResponse(metricValues=[self.pb.MetricValue(
                 metricName=e.answer[4], metricValue=math.ceil(value - 1e-9), metricValueFloat=value)])

@@ -7,7 +7,9 @@ RPCs answer from the trackers' latest decisions (see :mod:`scaler.tracker`):
 - ``GetMetricSpec`` / ``StreamMetricSpec``: one spec, ``metricName`` = the ``metricName`` key,
   ``targetSizeFloat`` = ``decision.metric_target`` (1.0) and ``targetSize`` its ceiling.
 - ``GetMetrics``: ``metricValueFloat`` = ``decision.metric_value`` (chosen so that the HPA's
-  ``ceil(value / target)`` lands on the decided count), ``metricValue`` = its ceiling.
+  ``ceil(value / target)`` lands on the decided count), ``metricValue`` = its ceiling; ``UNAVAILABLE``
+  while the count has no basis yet (``Decision.sized``: no decision and nothing known), so the HPA
+  keeps what runs.
 
 Invalid metadata -> ``INVALID_ARGUMENT`` naming the key. The standard health service reports
 SERVING until shutdown begins.
@@ -32,6 +34,7 @@ from proto import externalscaler_pb2 as pb
 from proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError
 from scaler.decision_log import DecisionLog
+from scaler.hpa import unsized_message
 from scaler.inflight import UnaryInflight
 from scaler.metrics import ScalerMetrics, start_http
 from scaler.policy import Decision
@@ -118,6 +121,8 @@ class ExternalScalerService:
         async def body() -> pb.GetMetricsResponse:
             tracker = await self._tracker(request.scaledObjectRef, context)
             d = await tracker.current()
+            if not d.sized:
+                await self._abort(context, grpc.StatusCode.UNAVAILABLE, unsized_message(request.scaledObjectRef))
             value = d.metric_value
             return pb.GetMetricsResponse(metricValues=[
                 pb.MetricValue(metricName=tracker.cfg.metric_name, metricValue=math.ceil(value - 1e-9),

@@ -94,11 +94,12 @@ def decision_from_dict(d: Mapping[str, Any]) -> Decision:
 
 
 def hold_decision(cfg: ScalerConfig, last_desired: int | None = None) -> Decision:
-    """The answer when no decision exists yet: active, never 0 (see docs/scaler.md, "Hold")."""
+    """The answer when no decision exists yet: active, never 0, and unsized unless a stored count
+    exists, so GetMetrics answers UNAVAILABLE and the HPA keeps what runs (docs/scaler.md, "Hold")."""
     desired = last_desired if last_desired else max(1, cfg.min_replicas)
     desired = max(1, min(desired, cfg.max_replicas))
     return Decision(desired=desired, active=True, reason="hold-no-decision", metric_value=float(desired),
-                    metric_target=1.0)
+                    metric_target=1.0, sized=bool(last_desired))
 
 
 def source_phase(cfg: ScalerConfig) -> float:

@@ -126,12 +126,19 @@ class ScalerCLI:
             await asyncio.sleep(0.1)
         raise TimeoutError("scaler not serving")
 
-    async def poll(self, name: str, meta: Mapping[str, str]) -> tuple[float, bool]:
-        """KEDA's poll: GetMetrics then IsActive -> (metricValueFloat, active)."""
+    async def poll(self, name: str, meta: Mapping[str, str]) -> tuple[float | None, bool]:
+        """KEDA's poll: GetMetrics then IsActive -> (metricValueFloat, active); the value is None where
+        GetMetrics answers UNAVAILABLE (a hold with no count: the HPA keeps what runs)."""
         ref = pb.ScaledObjectRef(name=name, namespace="faults", scalerMetadata=dict(meta))
-        m = await self.stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="x"), timeout=5)
+        value: float | None = None
+        try:
+            m = await self.stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=ref, metricName="x"), timeout=5)
+            value = m.metricValues[0].metricValueFloat
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
         a = await self.stub.IsActive(ref, timeout=5)
-        return m.metricValues[0].metricValueFloat, a.result
+        return value, a.result
 
     async def metrics(self) -> str:
         async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{self.metrics_port}/metrics") as r:

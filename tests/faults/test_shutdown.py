@@ -51,7 +51,9 @@ async def test_sigterm_completes_every_received_rpc_and_exits_within_1s_of_the_l
                 await call  # type: ignore[misc]
                 code = grpc.StatusCode.OK
             except grpc.aio.AioRpcError as exc:
-                code = exc.code()
+                # A GetMetrics on the hung endpoint completes as the hold's UNAVAILABLE (nothing known,
+                # no count); anything else (a dropped or cancelled RPC) keeps its code.
+                code = grpc.StatusCode.OK if "holding" in (exc.details() or "") else exc.code()
             done_at.append(time.monotonic())
             return code
 

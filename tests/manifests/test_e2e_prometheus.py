@@ -194,7 +194,8 @@ class Keda:
                 self.stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=self.ref, metricName=metric), timeout=5)
                 self.stub.IsActive(self.ref, timeout=5)
             except grpc.RpcError as exc:
-                self.errors.append(str(exc.code()))
+                if "holding" not in (exc.details() or ""):  # UNAVAILABLE before anything is known: a hold
+                    self.errors.append(str(exc.code()))
             with contextlib.suppress(grpc.RpcError):
                 self.stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=self.bad, metricName=metric), timeout=5)
             self._stop.wait(0.5)

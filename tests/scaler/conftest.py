@@ -84,9 +84,15 @@ class Client:
         meta = META if metadata is None else metadata
         return self.pb.ScaledObjectRef(name=name, namespace=namespace, scalerMetadata=meta)
 
-    async def poll(self, ref: Any, metric: str = "warmscale-desired-replicas") -> tuple[float, int, bool]:
-        """KEDA's poll: GetMetrics then IsActive."""
-        m = await self.stub.GetMetrics(self.pb.GetMetricsRequest(scaledObjectRef=ref, metricName=metric))
+    async def poll(self, ref: Any, metric: str = "warmscale-desired-replicas") -> tuple[Any, Any, bool]:
+        """KEDA's poll: GetMetrics then IsActive -> (value, integer value, active); both values None
+        where GetMetrics answers UNAVAILABLE (a hold with no count: the HPA keeps what runs)."""
+        try:
+            m = await self.stub.GetMetrics(self.pb.GetMetricsRequest(scaledObjectRef=ref, metricName=metric))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            return None, None, (await self.stub.IsActive(ref)).result
         a = await self.stub.IsActive(ref)
         v = m.metricValues[0]
         return v.metricValueFloat, v.metricValue, a.result

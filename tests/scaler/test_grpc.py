@@ -187,9 +187,13 @@ async def test_first_rpc_holds_when_signals_fail(make_server: Any, clients: Any)
     server = await make_server(reader)
     c = clients(server.grpc_port)
     t0 = time.monotonic()
-    value, ivalue, active = await c.poll(c.ref(metadata={**META_ZERO, "minReplicas": "2"}))
+    ref = c.ref(metadata={**META_ZERO, "minReplicas": "2"})
+    assert (await c.stub.IsActive(ref)).result is True  # hold: never 0
     assert time.monotonic() - t0 < 2.0  # bounded by the scrape timeout
-    assert active is True and value == 2.0 and ivalue == 2  # hold: never 0
+    # ... and no count the HPA could act on: a floor below what runs would scale it down.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await c.stub.GetMetrics(c.pb.GetMetricsRequest(scaledObjectRef=ref, metricName="warmscale-desired-replicas"))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert server.manager.trackers()[0].decision is None
 
     reader.fail = None  # signals come back: real decisions replace the hold
@@ -208,7 +212,7 @@ async def test_first_rpc_bounded_by_scrape_timeout_when_reader_hangs(make_server
     t0 = time.monotonic()
     _, ivalue, active = await c.poll(c.ref(metadata={**META, "scrapeTimeoutSeconds": "0.5"}))
     assert time.monotonic() - t0 < 2.5
-    assert active and ivalue >= 1
+    assert active and ivalue is None  # a hold: active, and no count the HPA could lower the target to
 
 
 async def test_health_service(make_server: Any, clients: Any) -> None:

@@ -76,8 +76,8 @@ SINGLE_STEP = [
     ("minReplicas floor", {"minReplicas": "4"}, [replica("a", running=1)], 4, "min-replicas"),
     ("unknown replica counts as loaded as known ones", {"targetInflightPerReplica": "10"},
      [replica("a", running=20), unknown("b")], 4, "demand"),
-    ("all unknown holds, never zero", {"scaleToZero": "true", "minReplicas": "0"},
-     [unknown("a"), unknown("b")], 1, "signals-unknown"),
+    ("all unknown holds what it sees, never zero", {"scaleToZero": "true", "minReplicas": "0"},
+     [unknown("a"), unknown("b")], 2, "signals-unknown"),
     # No earlier scrape says what one engine holds: the backlog (36) is sized by the target (64) -> +1.
     # With one, by what an engine held then (tests/scaler/test_policy_v2.py: 20 each -> 4).
     ("queue with full engines below the target", {"targetInflightPerReplica": "64", "targetWaitingPerReplica": "2"},

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from signals.model import ReplicaReading
 from tests.scaler.test_policy import Run, cfg, replica, unknown
 
 ZERO = {"scaleToZero": "true", "minReplicas": "0", "idleWindowSeconds": "5", "scaleDownStabilizationSeconds": "0",
@@ -74,3 +77,30 @@ def test_idle_window_counts_from_when_the_data_was_read_not_when_the_read_began(
             assert d.active, run.clock.now - t0
         d = run.step([replica("a", requests=1)])  # t0 + 7: 5 s of idle data
         assert not d.active
+
+
+# A fresh tracker (no decision yet) that knows nothing never answers a count below what runs: with the
+# scale target's replicas known it holds them; without, the count is unsized (GetMetrics UNAVAILABLE,
+# tests/scaler/test_grpc.py) and not remembered as a count to hold.
+FRESH = [
+    # (name, metadata, replicas seen, snapshot fields, desired, sized)
+    ("target at 10, one unknown endpoint", {}, [unknown("a")], {"current_replicas": 10}, 10, True),
+    ("target at 10, nothing seen", {}, [], {"current_replicas": 10, "absent": ("pods",)}, 10, True),
+    ("API counts 7 ready, target unknown", {}, [unknown("a")], {"ready_replicas": 7, "starting_replicas": 0},
+     7, False),
+    ("nothing known at all", {"minReplicas": "2"}, [], {"absent": ("prometheus",)}, 2, False),
+    ("target at 0 with zero allowed: wakes to 1", ZERO, [], {"current_replicas": 0, "absent": ("pods",)}, 1, True),
+]
+
+
+@pytest.mark.parametrize(("name", "meta", "replicas", "snap", "desired", "sized"), FRESH, ids=[r[0] for r in FRESH])
+def test_a_fresh_tracker_that_knows_nothing_never_answers_below_what_runs(
+        name: str, meta: dict[str, str], replicas: list[ReplicaReading], snap: dict[str, object], desired: int,
+        sized: bool) -> None:
+    run = Run(cfg(**meta))
+    d = run.step(replicas, **snap)
+    assert (d.desired, d.sized, d.active, d.reason) == (desired, sized, True, "signals-unknown")
+    assert (run.state.last_desired is None) == (not sized)
+    # The first known signals size it: from then on every decision is sized.
+    d = run.step([replica("a", running=1)], current_replicas=snap.get("current_replicas"))
+    assert d.sized

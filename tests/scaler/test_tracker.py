@@ -150,10 +150,15 @@ async def test_cli_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             return r.status == health_pb2.HealthCheckResponse.SERVING
 
         await eventually(serving, within=20, every=0.2)
-        # Real signal sources: the endpoint refuses, so the scaler holds (never 0, active).
+        # Real signal sources: the endpoint refuses, so the scaler holds: active (never 0), and with
+        # nothing known and no count to hold, GetMetrics is UNAVAILABLE (the HPA keeps what runs).
         dead = f"http://127.0.0.1:{free_port()}/metrics"
-        _, ivalue, active = await client.poll(client.ref(metadata={**META, "endpoints": dead}))
-        assert active and ivalue >= 1
+        ref = client.ref(metadata={**META, "endpoints": dead})
+        assert (await client.stub.IsActive(ref)).result
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client.stub.GetMetrics(client.pb.GetMetricsRequest(scaledObjectRef=ref,
+                                                                     metricName="warmscale-desired-replicas"))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE and "holding" in (err.value.details() or "")
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.stub.IsActive(client.ref(metadata={"nope": "1"}))
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
