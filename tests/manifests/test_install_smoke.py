@@ -202,6 +202,16 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                     pods = await core.list_namespaced_pod(EXAMPLE_NS, label_selector=f"{P}role=placeholder")
                     return [p for p in pods.items if p.status.phase == "Running"]
 
+                # The example's standby is "auto": with no burst statistics yet it holds none; a fixed
+                # count (what an operator writes to always keep one) holds that many.
+                async def auto_status() -> dict[str, Any] | None:
+                    d = await apps.read_namespaced_deployment("vllm-llama", EXAMPLE_NS)
+                    st = json.loads((d.metadata.annotations or {}).get(f"{P}status") or "{}")
+                    return st if st.get("standby") == "auto" else None
+
+                assert (await wait_for(auto_status, within=60, what="standby auto status"))["placeholders"] == "0/0"
+                await apps.patch_namespaced_deployment("vllm-llama", EXAMPLE_NS,
+                                                       {"metadata": {"annotations": {f"{P}standby": "1"}}})
                 await wait_for(placeholders, within=60, what="placeholder running")
                 await show("kubectl -n llm get deploy vllm-llama "
                            "-o jsonpath='{.metadata.annotations.warmscale\\.io/status}{\"\\n\"}'")
