@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import ipaddress
+import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from proto import externalscaler_pb2 as pb_main
 from proto import externalscaler_pb2_grpc as grpc_main
 from scaler.config import ScalerConfig
 from scaler.server import ScalerServer, ServerOptions
-from scaler.store import Store
+from scaler.store import MemoryStore, RedisStore, Store
 from signals.model import ReplicaReading, ReplicaSignal, Snapshot
 from tests.scaler.keda_v2_20_2 import externalscaler_pb2 as pb_v2
 from tests.scaler.keda_v2_20_2 import externalscaler_pb2_grpc as grpc_v2
@@ -253,3 +254,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         rogue_cert=_write(d / "rogue.pem", cert=rogue),
         rogue_key=_write(d / "rogue-key.pem", key=r_key),
     )
+
+
+@pytest.fixture(params=["memory", "redis"])  # the memory and the real-Redis store
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    redis_server = request.getfixturevalue("redis_server")
+    s = RedisStore(redis_server.url, prefix=f"t{uuid.uuid4().hex[:8]}")
+    yield s
+    await s.close()

@@ -4,26 +4,14 @@ version-3 fields, and readers of older (and newer) shapes."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import orjson
 import pytest
 
 from scaler.bursts import BurstMemory, BurstStats, burst_stats, record
 from scaler.state import ScalerState
-from scaler.store import MemoryStore, RedisStore, Store, StoreError
+from scaler.store import RedisStore, Store, StoreError
 from scaler.warm_status import WarmStatus
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    redis_server = request.getfixturevalue("redis_server")
-    s = RedisStore(redis_server.url, prefix=f"t{uuid.uuid4().hex[:8]}")
-    yield s
-    await s.close()
 
 
 def _memory() -> BurstMemory:

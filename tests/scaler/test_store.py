@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from scaler.state import ScalerState
-from scaler.store import MemoryStore, RedisStore, Store, StoreError, TrackerRecord
+from scaler.store import RedisStore, Store, StoreError, TrackerRecord
 from scaler.warm_status import WarmStatus
 from tests.scaler.conftest import META, ScriptedReader, eventually
 
 
 def _prefix() -> str:
     return f"t{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    redis_server = request.getfixturevalue("redis_server")
-    s = RedisStore(redis_server.url, prefix=_prefix())
-    yield s
-    await s.close()
 
 
 async def test_lease_state_and_decision(store: Store) -> None:
