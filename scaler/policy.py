@@ -328,7 +328,10 @@ def _confirm_cold(desired: int, reason: str, state: ScalerState, ladder: Ladder,
     else:
         peaks.append((bucket, desired))
     state = replace(state, needs=needs, need_peaks=tuple(peaks))
-    quick = provisioned + warm_steps(ladder)
+    # Without a warm step one replica may still start at once: the warm path's stand-in, so a new
+    # burst is never left to the ready fleet alone (standby: auto holds no placeholder where bursts
+    # are shorter than a warm start; docs/benchmarks.md).
+    quick = provisioned + max(1, warm_steps(ladder))
     if ready == 0 or desired <= quick or ladder[-1][2] <= span:
         return desired, reason, state
     values = sorted(v for _, v in needs)

@@ -323,7 +323,7 @@ def _burst(run: Run, ladder: tuple[tuple[str, int, float], ...], dt: float = 1.0
 
 # (ladder, expected desired at the burst's first second): 60 running ask for 6; 2 are ready
 CONFIRM = [
-    (COLD_ONLY, 2),  # nothing warm: a burst of seconds starts no cold replica
+    (COLD_ONLY, 3),  # nothing warm: one replica starts at once (the warm path's stand-in), no more
     (ONE_PLACEHOLDER, 3),  # the warm pool's placeholder serves it
     ((("cold", 0, 60.0),), 6),  # starts within the trend window: nothing to confirm
 ]
@@ -343,7 +343,7 @@ def test_a_need_that_lasts_half_the_trend_window_is_confirmed() -> None:
     run = Run(cfg(**BURSTY))
     _calm(run, 30, COLD_ONLY)
     seen = [_burst(run, COLD_ONLY).desired for _ in range(40)]
-    assert seen[0] == 2 and seen[-1] == 6
+    assert seen[0] == 3 and seen[-1] == 6
     assert seen.index(6) <= 31  # the median of the trend window (60 s) turns after half of it
 
 
@@ -352,7 +352,7 @@ def test_a_burst_that_recurs_within_the_hold_is_confirmed_at_once() -> None:
     within the longest hold of 1,110 s) gets its cold replicas at once."""
     run = Run(cfg(**BURSTY))
     _calm(run, 30, COLD_ONLY)
-    assert [_burst(run, COLD_ONLY).desired for _ in range(5)] == [2] * 5
+    assert [_burst(run, COLD_ONLY).desired for _ in range(5)] == [3] * 5
     _calm(run, 200, COLD_ONLY)
     d = _burst(run, COLD_ONLY)
     assert (d.desired, d.reason) == (6, "demand")
