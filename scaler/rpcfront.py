@@ -222,8 +222,14 @@ class FrontLink:
 
     def _stats(self, msg: dict[str, Any]) -> None:
         m = self.server.metrics
+        # ~2,000 observations a second at 1,000 ScaledObjects: one labels() lookup per (method, code),
+        # not per observation (3.5 -> 1.1 us each, on the scaler process's event loop).
+        children: dict[tuple[str, str], Any] = {}
         for method, code, seconds in msg.get("rpc") or []:
-            m.rpc_seconds.labels(method, code).observe(seconds)
+            child = children.get((method, code))
+            if child is None:
+                child = children[(method, code)] = m.rpc_seconds.labels(method, code)
+            child.observe(seconds)
         for method, n in (msg.get("streams") or {}).items():
             m.streams.labels(method).set(n)
 
@@ -517,7 +523,7 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
 
     from scaler import gctune
 
-    gctune.tune()
+    gctune.tune(gctune.FRONT_YOUNG_THRESHOLD)
     tasks = [asyncio.create_task(pump()), asyncio.create_task(reports())]
     grace = await stop
     service.shutting_down = True
