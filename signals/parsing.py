@@ -147,8 +147,15 @@ _FAST_SAMPLE = re.compile(
     r"(?:[ \t]+-?[0-9]+)?"
 )
 _FAST_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\\n]*)"')
-_FAST_NAME = re.compile(_NAME)
-_FAST_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped", "unknown"})
+# A comment line (stripped) in one match: "#" alone or followed by blanks, then "HELP name [text]",
+# "TYPE name type" or any other printable-ASCII text whose first word is not HELP or TYPE. Anything
+# else -- a non-ASCII or control character, "#TYPE", a quoted (UTF-8) or invalid name, an unknown
+# type, words after the type, separators other than space and tab -- is left to the full parser.
+_FAST_COMMENT = re.compile(
+    rf"#(?:[ \t]++(?:HELP[ \t]++({_NAME})(?:[ \t][\x20-\x7e\t]*+)?"
+    rf"|TYPE[ \t]++({_NAME})[ \t]++(counter|gauge|histogram|summary|untyped|unknown)"
+    r"|(?!(?:HELP|TYPE)(?:[ \t]|$))[\x20-\x7e\t]*+))?"
+)
 
 
 def _fast_parse(
@@ -167,20 +174,11 @@ def _fast_parse(
         if not line:
             continue
         if line[0] == "#":
-            if not line.isascii():
-                return None  # the full parser splits on ASCII whitespace only
-            parts = line.split(None, 3)
-            if parts[0] != "#":
-                return None  # "#TYPE ...": read differently by the lax type scan and the parser
-            if len(parts) >= 2 and parts[1] in ("HELP", "TYPE"):
-                if any('"' in p or "\\" in p for p in parts[:3]):
-                    return None  # quoted (UTF-8) names: the full parser
-                if len(parts) < 3 or not _FAST_NAME.fullmatch(parts[2]):
-                    return None
-                if parts[1] == "TYPE":
-                    if len(parts) < 4 or parts[3] not in _FAST_TYPES:
-                        return None
-                    declared[parts[2]] = parts[3]
+            c = _FAST_COMMENT.fullmatch(line)
+            if c is None:
+                return None
+            if c.group(2) is not None:
+                declared[c.group(2)] = c.group(3)
             continue
         if keep_buckets is not None:
             name = _sample_name(line)

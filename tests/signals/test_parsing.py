@@ -6,6 +6,8 @@ import math
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from signals.engines import parse_payload
 from signals.parsing import PayloadError, label_is, parse_text
@@ -146,3 +148,70 @@ def test_unknown_payload_and_unknown_engine() -> None:
         parse_payload("# TYPE up gauge\nup 1\n")
     with pytest.raises(ValueError, match="unknown engine"):
         parse_payload(V1, "llamacpp")
+
+
+# --- the fast path's comment lines (one regular expression) against prometheus_client's parser
+
+_COMMENT_WORDS = st.sampled_from([
+    "HELP", "TYPE", "HELPX", "TYPEx", "EOF", "help", "counter", "gauge", "histogram", "summary", "untyped", "unknown",
+    "COUNTER", "x", "vllm:num_requests_running", "x_total", "9bad", 'a"b', "a\\b", "\\n", "é", "", "two words",
+])  # fmt: skip
+_SEPARATORS = st.sampled_from([" ", "  ", "\t", " \t", "\x0b", "\x0c", "\u00a0", "\x1c", "\r", ""])
+_VALID_SAMPLES = (
+    'vllm:num_requests_running{engine="0"} 3\n'
+    "x_total 4\n"
+    "x 5\n"
+)
+
+
+@st.composite
+def _comment_line(draw: st.DrawFn) -> str:
+    out = draw(st.sampled_from(["#", "#", " #", "\t#", "\u00a0#"]))
+    for word in draw(st.lists(st.one_of(_COMMENT_WORDS, st.text(max_size=4)), max_size=4)):
+        out += draw(_SEPARATORS) + word
+    return out + draw(st.sampled_from(["", " ", "\t"]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_comment_line(), min_size=1, max_size=6))
+def test_fast_path_comments_read_as_the_full_parser_reads_them(comments: list[str]) -> None:
+    """Differential: whenever the fast path accepts a payload with these comment lines, prometheus_client's
+    parser gives the same samples and the lax type scan the same declared types."""
+    from signals.parsing import _declared_types, _fast_parse, _full_samples
+
+    text = "".join(c + "\n" for c in comments) + _VALID_SAMPLES
+    fast = _fast_parse(text, None)
+    if fast is None:
+        return
+    declared = _declared_types(text)
+    assert declared == fast[1]
+    full = _full_samples(text, declared)
+    assert [(n, lbl, repr(v)) for n, lbl, v in full] == [(n, lbl, repr(v)) for n, lbl, v in fast[0]]
+
+
+@pytest.mark.parametrize("comment, declared", [
+    ("#", {}),
+    ("# EOF", {}),
+    ("# a comment with \"quotes\" and \\ backslashes", {}),
+    ("# HELP x", {}),
+    ("# HELP x Help text, \"quoted\" and \\n escaped.", {}),
+    ("#\tHELP  x\ttext", {}),
+    ("# TYPE x counter", {"x": "counter"}),
+    ("#  TYPE\tvllm:num_requests_running   gauge", {"vllm:num_requests_running": "gauge"}),
+    ("# HELPX anything", {}),
+])  # fmt: skip
+def test_fast_path_reads_the_comments_every_exporter_writes(comment: str, declared: dict[str, str]) -> None:
+    from signals.parsing import _fast_parse
+
+    fast = _fast_parse(comment + "\n" + _VALID_SAMPLES, None)
+    assert fast is not None and fast[1] == declared
+
+
+@pytest.mark.parametrize("comment", [
+    "#TYPE x counter", "# TYPE x", "# TYPE x counter extra", "# TYPE x COUNTER", "# TYPE", "# HELP", "# HELP 9bad x",
+    '# HELP "x" quoted', "# HELP x\x0btext", "# TYPE x\x0bcounter", "# café", "# ctrl \x01", "#\x0bTYPE x counter",
+])  # fmt: skip
+def test_fast_path_leaves_unusual_comments_to_the_full_parser(comment: str) -> None:
+    from signals.parsing import _fast_parse
+
+    assert _fast_parse(comment + "\n" + _VALID_SAMPLES, None) is None
