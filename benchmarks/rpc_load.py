@@ -2,7 +2,7 @@
 
     python -m benchmarks.rpc_load [--configs shared,distinct] [--scaled-objects 1000] [--duration 30]
                                   [--warmup 10] [--prometheus] [--client python|ghz|go] [--repeat N]
-                                  [--tick-nice N]
+                                  [--tick-nice N] [--loop-probe DIR]
 
 For N ScaledObjects polled at 1 Hz each (random phases), every poll is what KEDA does: ``GetMetrics``
 then ``IsActive`` (two unary RPCs on one channel). Latency is measured at the client, per RPC; CPU is
@@ -157,18 +157,21 @@ def summarize(lat_s: list[float], errors: int, cpu: float, window: float) -> dic
 
 
 class ScalerProcess:
-    def __init__(self, argv: list[str], port: int) -> None:
+    def __init__(self, argv: list[str], port: int, probe: Path | None = None) -> None:
         self.port = port
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if probe is not None:  # benchmarks/loopprobe: times every callback and collection of both processes
+            env |= {"PYTHONPATH": f"{LOOP_PROBE}{os.pathsep}{ROOT}", "WARMSCALE_LOOP_PROBE": str(probe)}
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     @classmethod
-    def cli(cls, metrics_port: int, *extra: str) -> ScalerProcess:
+    def cli(cls, metrics_port: int, *extra: str, probe: Path | None = None) -> ScalerProcess:
         """The real ``warmscale scaler`` (no Kubernetes, memory store, every default)."""
         port = free_port()
         return cls([sys.executable, "-m", "warmscale.cli", "--log-level", "warning", "scaler", "--host",
                     "127.0.0.1", "--grpc-port", str(port), "--metrics-port", str(metrics_port), "--no-kubernetes",
-                    *extra], port)
+                    *extra], port, probe)
+
 
     async def ready(self, within: float = 20.0) -> None:
         import grpc
@@ -195,6 +198,29 @@ class ScalerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+LOOP_PROBE = ROOT / "benchmarks" / "loopprobe"
+
+
+def loop_probe_summary(probe: Path, window: tuple[float, float]) -> dict[str, Any]:
+    """Per process (``main``, ``front``): the garbage collections in the measured window (count, CPU
+    and wall milliseconds by generation) and the callbacks of the whole run that took over 2 ms of CPU."""
+    out: dict[str, Any] = {}
+    for f in sorted(probe.glob("loop-*.json")):
+        doc = json.loads(f.read_text())
+        gcs: dict[str, Any] = {}
+        for gen in (0, 1, 2):
+            xs = [c for c in doc["collections"] if c[1] == gen and window[0] <= c[0] <= window[1]]
+            if xs:
+                cpu = [c[3] for c in xs]
+                gcs[f"gen{gen}"] = {"n": len(xs), "cpu_ms_mean": round(statistics.fmean(cpu), 2),
+                                    "cpu_ms_max": round(max(cpu), 2), "cpu_s_sum": round(sum(cpu) / 1e3, 3),
+                                    "wall_ms_max": round(max(c[2] for c in xs), 2),
+                                    "freed_mean": round(statistics.fmean(c[4] for c in xs))}
+        out[doc["role"]] = {"collections_in_window": gcs, "callbacks": doc["counts"],
+                            "slow_callbacks_whole_run": doc["slow_callbacks"][:8]}
+    return out
 
 
 # ------------------------------------------------------------------------------------------ load
@@ -545,10 +571,15 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
         extra = ["--rpc-process" if args.rpc_process else "--no-rpc-process"]
         if args.tick_nice is not None:
             extra += ["--tick-nice", str(args.tick_nice)]
-        scaler = ScalerProcess.cli(metrics_port, *extra)
+        probe = None
+        if args.loop_probe is not None:
+            probe = args.loop_probe / f"{config}-{time.strftime('%H%M%S')}"
+            probe.mkdir(parents=True, exist_ok=True)
+        scaler = ScalerProcess.cli(metrics_port, *extra, probe=probe)
         try:
             await scaler.ready()
             farm0 = proc_cpu_seconds(farm.proc.pid)
+            t_load = time.time()  # the measured window starts ~warmup later (kedaload and the Python client)
             if args.client == "ghz":
                 await keda_load(scaler.port, metas, 0.0, 3.0, scaler.proc.pid)  # creates the trackers
                 r = await ghz_load(args.ghz, scaler.port, metas, args.warmup, args.duration, scaler.proc.pid)
@@ -562,6 +593,11 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
             r["engine_farm_cpu_cores"] = round((proc_cpu_seconds(farm.proc.pid) - farm0)
                                                / (args.warmup + args.duration), 3)
             r["scaler_view"] = await scaler_view(metrics_port)
+            if probe is not None:
+                await asyncio.sleep(2.5)  # the probe writes every 2 s
+                start = t_load + 0.5 + args.warmup
+                r["loop_probe"] = loop_probe_summary(probe, (start, start + args.duration))
+                print(f"  loop probe ({probe}): {json.dumps(r['loop_probe'])[:1500]}", file=sys.stderr)
             path = (f"warmscale{' --rpc-process' if args.rpc_process else ''}, {config}"
                     f"{'' if args.client == 'python' else ', ' + args.client}")
             rows.append({"path": path, "config": config, "rpc_process": args.rpc_process, "tick_nice": args.tick_nice,
@@ -647,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="run every configuration this many times (min/median)")
     ap.add_argument("--tick-nice", type=int, default=None,
                     help="passed to the scaler (default: the scaler's default, 10; 0 = no priority split)")
+    ap.add_argument("--loop-probe", type=Path, default=None, metavar="DIR",
+                    help="time every event-loop callback and garbage collection of the scaler's two processes "
+                         "in thread CPU time (benchmarks/loopprobe); files in DIR, a summary per run in the JSON")
     ap.add_argument("--output", type=Path, default=RESULTS / "rpc_load.json")
     args = ap.parse_args(argv)
     if args.ghz and not os.access(args.ghz, os.X_OK):
