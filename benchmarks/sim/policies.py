@@ -38,7 +38,7 @@ from signals.model import Snapshot
 from signals.sources.collector import SnapshotCollector
 from warmpool import objects as ob
 from warmpool.planning import Plan, StandbyEvidence, plan, standby_time_to_ready
-from warmpool.startup_model import StartupProfile
+from warmpool.startup_model import COLD, PROFILES, StartupProfile, time_to_ready
 
 NAMESPACE, WORKLOAD = "bench", "llm"
 PLAN_EVERY_S = 30.0  # the warm-pool controller's resync period (Options.resync_s)
@@ -82,7 +82,10 @@ class Policy:
 
 # ---- warmscale ---------------------------------------------------------------------------------
 
-def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, str] | None = None) -> dict[str, str]:
+def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, str] | None = None,
+                       time_to_ready_s: float | None = None) -> dict[str, str]:
+    """The trigger metadata a user writes for the benchmark's warmscale; ``time_to_ready_s`` is the
+    ``timeToReadySeconds`` they write (:func:`cold_start_for`), else the key's default (120 s)."""
     md = {
         "endpoints": "http://simulated-engine:8000/metrics",  # the simulator's SimScrapeSource serves it
         "engine": "vllm",
@@ -96,6 +99,8 @@ def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, 
         "targetWaitingPerReplica": "4",
         "scaleDownStabilizationSeconds": "600",
     }
+    if time_to_ready_s is not None:
+        md["timeToReadySeconds"] = f"{time_to_ready_s:g}"
     md.update(overrides or {})
     return md
 
@@ -435,3 +440,12 @@ MAX_REPLICAS: dict[str, int] = {"8b-h100": 32, "70b-h100-tp4": 32, "70b-h100-tp8
 
 def max_replicas_for(profile: str) -> int:
     return MAX_REPLICAS.get(profile, 32)
+
+
+def cold_start_for(profile: str) -> float | None:
+    """``timeToReadySeconds`` as the operator of this profile writes it: the cold start of one replica
+    they know from starting the model once (the startup model's cold total: 510 s for 8B, 905 s for
+    70B-TP4), like ``maxReplicas`` a fixed per-profile user value. Only warmscale has such a knob; it
+    applies until the warm-pool controller has measured a cold start (docs/benchmarks.md, "A user's
+    configuration"). None for a profile the startup model does not know (the key's default then)."""
+    return time_to_ready(PROFILES[profile], COLD) if profile in PROFILES else None
