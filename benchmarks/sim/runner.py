@@ -13,7 +13,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -336,7 +336,7 @@ class BenchConfig:
     start_replicas: int | None = None  # default: start_replicas_from_need (first 5 minutes)
     max_replicas: int | None = None  # default: MAX_REPLICAS[profile]
     start_window_s: float = 300.0
-    jobs: int = 1  # policies simulated in parallel processes (fork), after the oracle's sizing
+    jobs: int = 1  # the oracle's sizing passes and the policies as tasks on this many forked processes
 
 
 def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
@@ -390,9 +390,7 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     grid = max(10.0, s.dt)
     curve = need_curve(work, engine, s.slo_ttft, grid)
-    curve, _ = refine_need(work, curve, engine, startup, s, bc.oracle_iterations, say)
-    peak = int(curve.need.max())
-    initial = bc.start_replicas if bc.start_replicas is not None else start_replicas_from_need(curve, bc.start_window_s)
+    s_oracle = replace(s)  # the sizing passes see the settings as given (before the warm-up default)
     if s.warmup_s <= 0:
         s.warmup_s = time_to_ready(startup, COLD)
     results: dict[str, PolicyResult] = {}
@@ -402,9 +400,13 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
             f"p99 {res.ttft_p99_s:7.2f}s  max {res.max_replicas:3d}  ({res.wall_s:.1f}s)")
 
     if bc.jobs > 1 and len(bc.policies) > 1:
-        done = _simulate_in_processes(work, curve, peak, engine, startup, s, bc, initial, report)
+        curve, initial, done = _simulate_in_processes(work, curve, engine, startup, s_oracle, s, bc, say, report)
+        peak = int(curve.need.max())
         results = {name: done[name] for name in bc.policies}
     else:
+        curve, _ = refine_need(work, curve, engine, startup, s_oracle, bc.oracle_iterations, say)
+        peak = int(curve.need.max())
+        initial = _initial(curve, bc)
         for pol in build_policies(bc.policies, curve, peak, engine, startup, s, bc, initial):
             res = simulate(work, pol, engine, startup, initial, s)
             results[pol.name] = res
@@ -417,37 +419,103 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
     return results, meta
 
 
+def _initial(curve: NeedCurve, bc: BenchConfig) -> int:
+    return bc.start_replicas if bc.start_replicas is not None else start_replicas_from_need(curve, bc.start_window_s)
+
+
 # ---- policies in parallel processes -----------------------------------------------------------------
 
 # What a forked worker needs, set by the parent just before it forks (read-only in the workers).
 _FORK_STATE: dict[str, Any] = {}
 
+# Scheduling order in the process pool, longest first as measured on the week-long rate curve
+# (docs/benchmarks.md, "The week"): the oracle's sizing passes (they gate the clairvoyant rows), then
+# the reactive policies that can scale to ``maxReplicas``, then the rest. Only the order changes
+# with it, never a result.
+_COST_RANK = ("keda-prometheus-queue", "warmscale", "hpa-gpu-util", "keda-prometheus-kv", "kpa-concurrency",
+              "llm-d-queue-guard", "wva-saturation", "static-peak-clairvoyant", "oracle", "oracle-instant")
+_SIZING = "(oracle sizing)"
 
-def _simulate_one(name: str) -> PolicyResult:
+
+def _job(name: str, initial: int, need: np.ndarray | None) -> tuple[str, int, Any]:
+    """One task in a worker: the oracle's sizing passes (``name == _SIZING``: returns the refined need
+    and the passes' log lines), or one policy's simulation from ``initial`` replicas (``need``: the
+    refined need, for the clairvoyant policies; the reactive ones do not read it)."""
     st = _FORK_STATE
-    (pol,) = build_policies((name,), st["curve"], st["peak"], st["engine"], st["startup"], st["s"], st["bc"],
-                            st["initial"])
-    return simulate(st["work"], pol, st["engine"], st["startup"], st["initial"], st["s"])
+    if name == _SIZING:
+        lines: list[str] = []
+        curve, _ = refine_need(st["work"], st["curve"], st["engine"], st["startup"], st["s_oracle"],
+                               st["bc"].oracle_iterations, lines.append)
+        return name, initial, (curve.need, lines)
+    curve = st["curve"] if need is None else NeedCurve(grid_s=st["curve"].grid_s, need=need)
+    peak = int(curve.need.max())
+    (pol,) = build_policies((name,), curve, peak, st["engine"], st["startup"], st["s"], st["bc"], initial)
+    return name, initial, simulate(st["work"], pol, st["engine"], st["startup"], initial, st["s"])
 
 
-def _simulate_in_processes(work: Workload, curve: NeedCurve, peak: int, engine: EngineProfile,
-                           startup: StartupProfile, s: SimSettings, bc: BenchConfig, initial: int,
-                           report: Callable[[PolicyResult], None]) -> dict[str, PolicyResult]:
-    """Each policy in its own task on ``bc.jobs`` forked processes; the same inputs, so the same results
-    as one after the other (each simulation is deterministic and shares nothing with the others).
-    The reactive policies go first: they are the slow ones (they can scale to ``maxReplicas``)."""
+def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfile, startup: StartupProfile,
+                           s_oracle: SimSettings, s: SimSettings, bc: BenchConfig, say: Callable[[str], None],
+                           report: Callable[[PolicyResult], None]
+                           ) -> tuple[NeedCurve, int, dict[str, PolicyResult]]:
+    """The oracle's sizing passes and every policy as tasks on ``bc.jobs`` forked processes, longest
+    first; the same inputs, so the same results as one after the other (each simulation is
+    deterministic and shares nothing with the others).
+
+    Only the clairvoyant policies read the refined need; the reactive ones read only the start fleet,
+    which the refined need decides too (its first ``start_window_s``). They start at once from the
+    fleet the unrefined need gives (the sizing passes only ever add replicas, mostly where the
+    instant oracle missed, rarely in the first minutes) and are simulated again from the refined
+    one in the rare case it differs; a result from another start is never used.
+    Returns the refined need curve, the start fleet and the results."""
     import multiprocessing as mp
+    import queue
 
-    order = sorted(bc.policies, key=lambda n: n in CLAIRVOYANT)
-    _FORK_STATE.update(work=work, curve=curve, peak=peak, engine=engine, startup=startup, s=s, bc=bc,
-                       initial=initial)
+    guess = _initial(curve, bc)
+    rank = {n: i for i, n in enumerate(_COST_RANK)}
+    order = sorted(bc.policies, key=lambda n: rank.get(n, -1))  # an unranked name: first (unknown cost)
+    todo: list[tuple[str, int, np.ndarray | None]] = [(_SIZING, guess, None)]
+    todo += [(n, guess, None) for n in order if n not in CLAIRVOYANT]
+    later = [n for n in order if n in CLAIRVOYANT]  # after the sizing passes
+    _FORK_STATE.update(work=work, curve=curve, engine=engine, startup=startup, s=s, s_oracle=s_oracle, bc=bc)
     out: dict[str, PolicyResult] = {}
+    refined: NeedCurve | None = None
+    initial = guess
+    inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
     try:
         ctx = mp.get_context("fork")
-        with ctx.Pool(min(bc.jobs, len(order))) as pool:
-            for res in pool.imap_unordered(_simulate_one, order, chunksize=1):
-                out[res.name] = res
-                report(res)
+        with ctx.Pool(max(1, min(bc.jobs, len(bc.policies) + 1))) as pool:
+            in_flight = 0
+
+            def submit() -> None:
+                nonlocal in_flight
+                while todo and in_flight < bc.jobs:
+                    args = todo.pop(0)
+                    pool.apply_async(_job, args, callback=inbox.put, error_callback=inbox.put)
+                    in_flight += 1
+
+            submit()
+            while in_flight:
+                got = inbox.get()
+                in_flight -= 1
+                if isinstance(got, BaseException):
+                    raise got
+                name, start, value = got
+                if name == _SIZING:
+                    need, lines = value
+                    for line in lines:
+                        say(line)
+                    refined = NeedCurve(grid_s=curve.grid_s, need=need)
+                    initial = _initial(refined, bc)
+                    if initial != guess:  # the reactive policies again, from the refined start
+                        say(f"start fleet {guess} -> {initial} after the oracle's sizing: reactive policies re-run")
+                        out.clear()  # only reactive results so far, all from the guess
+                        todo[:] = [(n, initial, None) for n in order if n not in CLAIRVOYANT]
+                    todo[:] = sorted(todo + [(n, initial, need) for n in later], key=lambda a: rank.get(a[0], -1))
+                elif start == initial:  # else simulated from a start the sizing passes overruled
+                    out[name] = value
+                    report(value)
+                submit()
     finally:
         _FORK_STATE.clear()
-    return out
+    assert refined is not None
+    return refined, initial, out
