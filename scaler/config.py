@@ -335,8 +335,10 @@ KEYS: tuple[Key, ...] = (
         "policy asks for the replicas whose running sequences each decode within it (docs/policy.md, "
         "\"ITL model\"); unset disables the ITL rule."),
     Key("timeToReadySeconds", "time_to_ready_seconds", _parse_float, Range(0, _SECONDS_DAY),
-        "Expected time-to-ready of a new replica (look-ahead); the warm-pool controller's measured value "
-        "replaces it when present."),
+        "Expected time-to-ready of a new replica (look-ahead, and the cold step of the burst hold's "
+        "break-even time); the warm-pool controller's measured value replaces it when present. Set it to "
+        "the cold start you know for your model (e.g. ~510 s for an 8B, ~905 s for a 70B on a new node): "
+        "until a cold start is measured, a low value releases held capacity early."),
     Key("trendWindowSeconds", "trend_window_seconds", _parse_float, Range(0.1, _SECONDS_DAY),
         "Window over which the demand trend (slope) is fitted for the look-ahead."),
     Key("scaleDownStabilizationSeconds", "scale_down_stabilization_seconds", _parse_float, Range(0, _SECONDS_DAY),
