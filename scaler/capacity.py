@@ -2,12 +2,15 @@
 
 The estimate starts from a documented prior per engine and ``modelProfile`` (:data:`PRIORS`; the
 ``generic`` prior when neither says more) and is kept per ScaledObject and GPU product in the
-scaler's state. Each scrape interval over which a replica had requests waiting both at its start
-and at its end (prefill was the bottleneck: the engine took prompts as fast as it could) gives one
-sample of its prefill throughput, ``delta(prompt_tokens_total) / delta(t)``; the estimate is a
-running mean of those samples in which the prior counts as :data:`PRIOR_WEIGHT` samples and old
-samples fade after :data:`MAX_WEIGHT`. A replica seen serving more prompt tokens per second than the
-estimate, saturated or not, raises it to that: capacity is at least what was served.
+scaler's state. Samples run from one step of a replica's prompt-token counter to a later one (the
+counter moves when a prefill completes, in lumps). A sample of at least
+:data:`SATURATED_MIN_SECONDS` over which requests waited at every scrape (prefill was the
+bottleneck) gives ``delta(prompt_tokens_total) / delta(t)``; the estimate is a running mean of
+those, each weighing its length in seconds, in which the prior counts as :data:`PRIOR_WEIGHT`
+seconds and old ones fade after :data:`MAX_WEIGHT`. Two lower bounds raise it, saturated or not:
+what a replica served over at least :data:`SERVED_MIN_SECONDS` (capacity is at least what was
+served), and the prompt tokens it computed over their summed prefill time (:func:`prefill_floor`,
+vLLM V1; needs no queue).
 Math and sources: docs/policy.md ("Capacity in tokens").
 """
 
@@ -21,6 +24,16 @@ PRIOR_WEIGHT = 3.0
 MAX_WEIGHT = 30.0
 # Shortest interval a throughput sample may span (shorter ones are mostly scrape jitter).
 MIN_SAMPLE_SECONDS = 0.5
+# Samples run from one step of the prompt-token counter to a later one (engines count a prompt when
+# its prefill completes, so the counter moves in lumps): a saturated sample spans at least
+# SATURATED_MIN_SECONDS, an unsaturated ("served") one and the prefill-time floor at least
+# SERVED_MIN_SECONDS, so that one lump more or less moves them little.
+SATURATED_MIN_SECONDS = 2.0
+SERVED_MIN_SECONDS = 10.0
+# A saturated sample weighs one per this many seconds it spans.
+SAMPLE_UNIT_SECONDS = 1.0
+# Fewest prefills the prefill-time floor is taken from.
+FLOOR_MIN_PREFILLS = 4.0
 
 
 @dataclass(frozen=True)
@@ -83,11 +96,32 @@ def learn(est: Estimate, tokens: float, seconds: float, saturated: bool) -> Esti
         return est
     tps = tokens / seconds
     if saturated and tokens > 0:
-        w = min(est.weight, MAX_WEIGHT)
-        return Estimate((est.prefill_tps * w + tps) / (w + 1.0), w + 1.0, est.samples + 1)
+        # Weighted by its length (one weight per second): the mean is total tokens over total time,
+        # not a mean of ratios, which would favour the short samples that happen to end on a lump.
+        w, add = min(est.weight, MAX_WEIGHT), seconds / SAMPLE_UNIT_SECONDS
+        return Estimate((est.prefill_tps * w + tps * add) / (w + add), w + add, est.samples + 1)
+    return raise_to(est, tps)
+
+
+def raise_to(est: Estimate, tps: float) -> Estimate:
+    """Capacity is at least ``tps`` (a lower bound on what one replica prefills per second)."""
     if tps > est.prefill_tps:
         return Estimate(tps, est.weight, est.samples)
     return est
+
+
+def prefill_floor(prompt_tokens: float, cached_tokens: float, prefill_seconds: float,
+                  prefills: float) -> float | None:
+    """A lower bound on one replica's prefill rate that needs no queue: the prompt tokens it computed
+    (prompt tokens less prefix-cache hits) over the summed per-request prefill time of the same
+    requests (vLLM V1 ``request_prefill_time_seconds``, first scheduled to first token). Requests
+    prefilling at once each count the shared time, and decode steps interleaved with chunked prefill
+    count too, so the sum is at least the time the engine spent prefilling them: the ratio never
+    exceeds the engine's rate (docs/policy.md, "Capacity in tokens"). ``None`` without enough data."""
+    computed = prompt_tokens - cached_tokens
+    if prefills < FLOOR_MIN_PREFILLS or not prefill_seconds > 0 or not computed > 0:
+        return None
+    return computed / prefill_seconds
 
 
 # --------------------------------------------------------------------------------------------- ITL

@@ -16,7 +16,7 @@ from scaler.config import ScalerConfig
 from scaler.gateway import gateway_view
 from scaler.state import ReplicaMemory, ScalerState
 from signals.histogram import Histogram, merge
-from signals.model import Snapshot
+from signals.model import ReplicaSignal, Snapshot
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,44 @@ class Observation:
 
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _SampleStart:
+    """Where a replica's current capacity sample starts (kept in its ReplicaMemory)."""
+
+    at: float
+    prompt: float | None
+    saturated: bool
+    aligned: bool  # started at a scrape where the prompt counter moved
+    lead: float | None  # the scrape gap before ``at``: the start's lump completed within it
+    prefill_s: float | None
+    prefills: float | None
+    hits: float | None
+
+
+def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, span_s: float,
+                  saturated: bool) -> cap.Estimate:
+    """Fold one counter-step-to-counter-step sample into the estimate (scaler.capacity)."""
+    assert sig.prompt_tokens_total is not None and prev.sample_prompt is not None
+    tokens = sig.prompt_tokens_total - prev.sample_prompt
+    if saturated:
+        est = cap.learn(est, tokens, span_s, True)
+    elif span_s >= cap.SERVED_MIN_SECONDS:
+        # What was served: the first counted prompt may have started right after the lump that
+        # opened the sample, up to ``lead`` before its scrape; over the longest span it may have taken.
+        est = cap.learn(est, tokens, span_s + (prev.sample_lead or 0.0), False)
+    if span_s < cap.SERVED_MIN_SECONDS:
+        return est
+    vals = (sig.prefill_seconds_total, prev.sample_prefill_s, sig.prefills_total, prev.sample_prefills,
+            sig.prefix_cache_hits_total, prev.sample_hits)
+    if any(v is None for v in vals):
+        return est  # the engine exports no prefill time or no prefix-cache hits: no floor
+    ps1, ps0, n1, n0, h1, h0 = (float(v) for v in vals if v is not None)
+    if ps1 < ps0 or n1 < n0 or h1 < h0:
+        return est  # a counter reset
+    floor = cap.prefill_floor(tokens, h1 - h0, ps1 - ps0, n1 - n0)
+    return cap.raise_to(est, floor) if floor is not None else est
 
 
 def _prune(samples: tuple[tuple[float, T], ...], since: float) -> tuple[tuple[float, T], ...]:
@@ -235,22 +273,36 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
                 sig.generation_tokens_total, prev.generation_tokens_total
             ):
                 activity = True
-        # Capacity sample: from the sample's start to now once it spans MIN_SAMPLE_SECONDS; requests
-        # must have waited at every scrape of it (prefill was the bottleneck throughout).
-        sample_at, sample_prompt, sample_sat = reading.observed_at, sig.prompt_tokens_total, sig.waiting > 0
+        # Capacity sample (scaler.capacity): from one step of the prompt counter to a later one, at
+        # least SATURATED_MIN_SECONDS when requests waited at every scrape of it, else
+        # SERVED_MIN_SECONDS; one that did not start at a step (the first, after a reset) is skipped.
+        seen_at, p_now = reading.observed_at, sig.prompt_tokens_total
+        stepped = prev is not None and p_now is not None and prev.prompt_tokens_total is not None \
+            and p_now > prev.prompt_tokens_total
+        start = _SampleStart(seen_at, p_now, sig.waiting > 0, stepped,
+                             seen_at - prev.observed_at if prev is not None else None,
+                             sig.prefill_seconds_total, sig.prefills_total, sig.prefix_cache_hits_total)
         if prev is not None and prev.sample_at is not None and prev.sample_prompt is not None \
-                and sig.prompt_tokens_total is not None and sig.prompt_tokens_total >= prev.sample_prompt:
-            span_s = reading.observed_at - prev.sample_at
+                and p_now is not None and p_now >= prev.sample_prompt:
+            span_s = seen_at - prev.sample_at
             saturated = prev.sample_saturated and sig.waiting > 0
-            if span_s >= cap.MIN_SAMPLE_SECONDS:
-                estimate = cap.learn(estimate, sig.prompt_tokens_total - prev.sample_prompt, span_s, saturated)
+            if stepped and span_s >= (cap.SATURATED_MIN_SECONDS if saturated else cap.SERVED_MIN_SECONDS):
+                if prev.sample_aligned:
+                    estimate = _learn_sample(estimate, prev, sig, span_s, saturated)
             else:
-                sample_at, sample_prompt, sample_sat = prev.sample_at, prev.sample_prompt, saturated
+                start = _SampleStart(prev.sample_at, prev.sample_prompt, saturated, prev.sample_aligned,
+                                     prev.sample_lead, prev.sample_prefill_s, prev.sample_prefills,
+                                     prev.sample_hits)
         memory[reading.replica] = ReplicaMemory(
             observed_at=reading.observed_at,
-            sample_at=sample_at,
-            sample_prompt=sample_prompt,
-            sample_saturated=sample_sat,
+            sample_at=start.at,
+            sample_prompt=start.prompt,
+            sample_saturated=start.saturated,
+            sample_aligned=start.aligned,
+            sample_lead=start.lead,
+            sample_prefill_s=start.prefill_s,
+            sample_prefills=start.prefills,
+            sample_hits=start.hits,
             ttft=sig.ttft,
             requests_total=sig.requests_total,
             generation_tokens_total=sig.generation_tokens_total,

@@ -49,6 +49,13 @@ class ReplicaSignal:
     # The engine's latest mean KV-transfer latency in seconds, where it exports a gauge instead of
     # counters (SGLang PD: ``sglang:kv_transfer_latency_ms``, on the sending prefill server).
     kv_transfer_latency_s: float | None = None
+    # Queue-free prefill-rate signal (vLLM V1, scaler/capacity.py): the ``_sum``/``_count`` of
+    # ``vllm:request_prefill_time_seconds`` (seconds each request spent from first scheduled to first
+    # token) and the prompt tokens served from the prefix cache (``vllm:prefix_cache_hits_total``),
+    # which ``prompt_tokens_total`` counts but the engine did not compute.
+    prefill_seconds_total: float | None = None
+    prefills_total: float | None = None
+    prefix_cache_hits_total: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in _SCALAR_FIELDS}
@@ -78,6 +85,9 @@ _SCALAR_FIELDS = (
     "kv_transfer_seconds_total",
     "kv_transfers_total",
     "kv_transfer_latency_s",
+    "prefill_seconds_total",
+    "prefills_total",
+    "prefix_cache_hits_total",
 )
 
 

@@ -67,6 +67,9 @@ def render_vllm(e: Engine) -> str:
     _one(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
          e.preemptions_total)
     _one(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total)
+    # No prefix caching in the simulator: V1 exports the counter at 0 (the capacity floor needs it).
+    _one(out, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+         0.0)
     _one(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
          e.generation_tokens_total)
     _one(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.",
@@ -108,6 +111,9 @@ def engine_signal(e: Engine) -> ReplicaSignal:
         max_running=None,
         kv_transfer_seconds_total=e.h_xfer.sum if getattr(e, "h_xfer", None) is not None else None,
         kv_transfers_total=e.h_xfer.count if getattr(e, "h_xfer", None) is not None else None,
+        prefill_seconds_total=e.h_prefill.sum,
+        prefills_total=float(e.h_prefill.count),
+        prefix_cache_hits_total=0.0,
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
 from benchmarks.sim.cluster import Cluster
 from benchmarks.sim.exposition import PromScrape, SimScrapeSource
+from scaler.capacity import MODEL_PROFILES
 from scaler.config import ScalerConfig, parse_metadata
 from scaler.decision_log import DecisionLog
 from scaler.metrics import ScalerMetrics
@@ -83,9 +84,10 @@ class Policy:
 # ---- warmscale ---------------------------------------------------------------------------------
 
 def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, str] | None = None,
-                       time_to_ready_s: float | None = None) -> dict[str, str]:
+                       time_to_ready_s: float | None = None, model_profile: str | None = None) -> dict[str, str]:
     """The trigger metadata a user writes for the benchmark's warmscale; ``time_to_ready_s`` is the
-    ``timeToReadySeconds`` they write (:func:`cold_start_for`), else the key's default (120 s)."""
+    ``timeToReadySeconds`` they write (:func:`cold_start_for`), else the key's default (120 s);
+    ``model_profile`` the ``modelProfile`` they write (:func:`model_profile_for`), else none."""
     md = {
         "endpoints": "http://simulated-engine:8000/metrics",  # the simulator's SimScrapeSource serves it
         "engine": "vllm",
@@ -95,12 +97,15 @@ def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, 
         "ttftQuantile": "0.95",
         "ttftWindowSeconds": "60",
         # No targetInflightPerReplica: the per-replica capacity is learned from the engines' token
-        # counters (scaler/capacity.py, issue 12), starting from the engine's generic prior.
+        # counters (scaler/capacity.py, issue 12), starting from the modelProfile's prior when the
+        # operator names one (model_profile_for), else the engine's generic prior.
         "targetWaitingPerReplica": "4",
         "scaleDownStabilizationSeconds": "600",
     }
     if time_to_ready_s is not None:
         md["timeToReadySeconds"] = f"{time_to_ready_s:g}"
+    if model_profile is not None:
+        md["modelProfile"] = model_profile
     md.update(overrides or {})
     return md
 
@@ -440,6 +445,13 @@ MAX_REPLICAS: dict[str, int] = {"8b-h100": 32, "70b-h100-tp4": 32, "70b-h100-tp8
 
 def max_replicas_for(profile: str) -> int:
     return MAX_REPLICAS.get(profile, 32)
+
+
+def model_profile_for(profile: str) -> str | None:
+    """``modelProfile`` as the operator of this profile writes it: the model and GPU they deploy, when
+    the scaler documents a prior for it (scaler/capacity.py PRIORS: 8b-h100 16k tok/s, 70b-h100-tp4
+    7k; the simulated engines prefill 24k and 10.5k), like ``maxReplicas`` a fixed per-profile value."""
+    return profile if profile in MODEL_PROFILES else None
 
 
 def cold_start_for(profile: str) -> float | None:

@@ -32,6 +32,7 @@ from benchmarks.sim.policies import (
     WvaSaturationPolicy,
     cold_start_for,
     max_replicas_for,
+    model_profile_for,
     warmscale_metadata,
 )
 from warmpool.startup_model import COLD, StartupProfile, time_to_ready
@@ -354,7 +355,8 @@ def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: 
     out: list[Policy] = []
     for name in names:
         if name == "warmscale":
-            md = warmscale_metadata(max_r, s.slo_ttft, bc.warmscale_overrides, cold_start_for(bc.profile))
+            md = warmscale_metadata(max_r, s.slo_ttft, bc.warmscale_overrides, cold_start_for(bc.profile),
+                                    model_profile_for(bc.profile))
             beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
             out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r),
                                        fast_signals=fast, initial_replicas=initial))

@@ -45,6 +45,12 @@ def read(idx: MetricIndex, prefix: str = PREFIX, engine: str = "vllm") -> Replic
         kv_transfers_total=counter_sum(idx, p + "nixl_xfer_time_seconds_count"),
         # ITL: the 0.11+ name, else the one it renamed (0.11 emits both: never merge them).
         itl=first_histogram(idx, p + "inter_token_latency_seconds", p + "time_per_output_token_seconds"),
+        # V1's per-request prefill time and prefix-cache hits (in tokens; 0.9.2-0.10 also emit the
+        # legacy ``gpu_`` name: read once), for the queue-free capacity floor (scaler/capacity.py).
+        prefill_seconds_total=counter_sum(idx, p + "request_prefill_time_seconds_sum"),
+        prefills_total=counter_sum(idx, p + "request_prefill_time_seconds_count"),
+        prefix_cache_hits_total=counter_sum(idx, p + "prefix_cache_hits_total", p + "prefix_cache_hits",
+                                            p + "gpu_prefix_cache_hits_total", p + "gpu_prefix_cache_hits"),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -147,7 +149,7 @@ def test_capacity_estimate_converges_on_a_saturated_engines_counters(true_tps: f
         total += true_tps * 1.0
         d = run.step([engine("a", total, waiting=10, running=8)], dt=1)
     assert run.state.capacity[""].prefill_tps == pytest.approx(true_tps, rel=0.02)
-    assert run.state.capacity[""].samples == 200
+    assert run.state.capacity[""].samples == 99  # one per 2 s; the first (not started at a counter step) skipped
     assert d.rules["prefill"] >= 2  # prefill-bound: the waiting prompts are more than one replica takes
 
 
@@ -162,6 +164,56 @@ def test_capacity_is_kept_per_gpu_product_and_survives_json() -> None:
     assert again.capacity == run.state.capacity
 
 
+# Lumpy counters: an engine prefilling ``rate`` tok/s counts a prompt's tokens when its prefill completes,
+# every ``step_s`` (0.8-s steps of a 70B) or once per long prompt; scrapes every second.
+def _lumpy_run(rate: float, step_s: float, seconds: int, waiting: float, floor: bool = False,
+               scrape_s: float = 1.0) -> Estimate:
+    run = Run(cfg(maxReplicas="50", modelProfile="70b-h100-tp4"))
+    t = 0.0
+    for _ in range(int(seconds / scrape_s)):
+        done = math.floor(t / step_s)  # steps completed by t
+        prompt = done * step_s * rate
+        sig = ReplicaSignal(engine="vllm", waiting=waiting, running=4, kv_usage=0.1, prompt_tokens_total=prompt,
+                            requests_total=float(done), generation_tokens_total=float(done) * 10,
+                            prefill_seconds_total=done * step_s * 2.0 if floor else None,  # 2 prefills share a step
+                            prefills_total=float(done * 2) if floor else None,
+                            prefix_cache_hits_total=0.0 if floor else None)
+        run.step([ReplicaReading(replica="a", observed_at=0.0, signal=sig)], dt=scrape_s)
+        t += scrape_s
+    return run.state.capacity[""]
+
+
+@pytest.mark.parametrize("step_s", [0.8, 1.7, 3.3, 0.37])
+@pytest.mark.parametrize("waiting", [10.0, 0.0])
+def test_lumpy_counters_converge_to_the_engines_rate_not_above(step_s: float, waiting: float) -> None:
+    """A 12k tok/s engine (above the 7k prior) whose counter moves in lumps: saturated, the estimate
+    converges on 12k; unsaturated ("served"), it is raised to at most 12k (the lead gap makes it a
+    lower bound). Per-scrape samples took the busiest interval (two lumps in one second: 19.2k at 0.8 s)."""
+    est = _lumpy_run(12_000.0, step_s, 600, waiting)
+    assert est.prefill_tps <= 12_000.0 * 1.02
+    assert est.prefill_tps >= 12_000.0 * (0.97 if waiting else 0.85)
+
+
+def test_the_prefill_time_floor_needs_no_queue() -> None:
+    """No request ever waits: the prefill-time floor (two prefills sharing each step: half the rate)
+    lifts the prior; it never exceeds the engine's rate. Absent histograms: today's behaviour."""
+    with_floor = _lumpy_run(30_000.0, 0.8, 120, 0.0, floor=True)
+    assert 14_000.0 <= with_floor.prefill_tps <= 30_000.0
+    # without the floor the served samples raise it too (they are lower bounds as well)
+    without = _lumpy_run(30_000.0, 0.8, 120, 0.0)
+    assert without.prefill_tps <= 30_000.0
+
+
+def test_prefill_floor_table() -> None:
+    from scaler.capacity import prefill_floor
+
+    assert prefill_floor(20_000.0, 0.0, 2.0, 10.0) == 10_000.0
+    assert prefill_floor(20_000.0, 15_000.0, 2.0, 10.0) == 2_500.0  # prefix-cache hits were not computed
+    assert prefill_floor(20_000.0, 0.0, 2.0, 3.0) is None  # too few prefills
+    assert prefill_floor(20_000.0, 0.0, 0.0, 10.0) is None
+    assert prefill_floor(1_000.0, 2_000.0, 2.0, 10.0) is None
+
+
 def test_learn_table() -> None:
     e = Estimate(10_000.0)
     assert learn(e, 500.0, 0.1, True) == e  # too short an interval
@@ -173,16 +225,17 @@ def test_learn_table() -> None:
     assert prior_for("ray", None) == PRIORS["generic"]
 
 
-@pytest.mark.parametrize(("prompt_tps", "expected"), [(1_000.0, 1), (20_000.0, 2), (40_000.0, 4), (1_000_000.0, 6)])
+@pytest.mark.parametrize(("prompt_tps", "expected"), [(1_000.0, 1), (20_000.0, 2), (40_000.0, 4), (1_000_000.0, 7)])
 def test_the_same_queue_with_more_prompt_tokens_asks_for_more_replicas(prompt_tps: float, expected: int) -> None:
     """Four replicas, the same requests in flight, 1k to 1M prompt tokens/s: different decisions (issue 12).
     Capacity: the 8b-h100 prior, 16k tok/s at 70% -> 11.2k tok/s per replica; a replica seen serving
-    more (250k tok/s each at 1M) raises its estimate to that: 1M / (0.7 x 250k) -> 6."""
+    more (250k tok/s each at 1M) over a 10-s sample raises its estimate to that, conservatively timed
+    (the sample's 10 s plus the 1-s scrape gap before it: 227k): 1M / (0.7 x 227k) -> 7."""
     run = Run(cfg(modelProfile="8b-h100", maxReplicas="90", burstWindowSeconds="10", nodeIdleSeconds="0",
                   timeToReadySeconds="0", scaleDownStabilizationSeconds="0"))
     total = 0.0
     d = None
-    for _ in range(12):
+    for _ in range(22):
         d = run.step([engine(f"r{i}", total / 4, running=20) for i in range(4)], dt=1, ready_replicas=4,
                      starting_replicas=0, current_replicas=4)
         total += prompt_tps
@@ -231,7 +284,7 @@ def test_capacity_samples_span_short_scrape_intervals() -> None:
         run.step([engine("a", total, waiting=10, running=8)], dt=0.125)
         total += 30_000.0 * 0.125
     est = run.state.capacity[""]
-    assert est.prefill_tps == pytest.approx(30_000.0, rel=0.02) and est.samples >= 150
+    assert est.prefill_tps == pytest.approx(30_000.0, rel=0.02) and est.samples >= 45
 
 
 def test_a_hold_while_scaling_up_names_the_rule_not_the_stabilisation() -> None:
