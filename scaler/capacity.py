@@ -33,7 +33,7 @@ SERVED_MIN_SECONDS = 10.0
 # A saturated sample weighs one per this many seconds it spans.
 SAMPLE_UNIT_SECONDS = 1.0
 # Fewest prefills the prefill-time floor is taken from.
-FLOOR_MIN_PREFILLS = 4.0
+FLOOR_MIN_PREFILLS = 8.0
 
 
 @dataclass(frozen=True)
@@ -112,12 +112,14 @@ def raise_to(est: Estimate, tps: float) -> Estimate:
 
 def prefill_floor(prompt_tokens: float, cached_tokens: float, prefill_seconds: float,
                   prefills: float) -> float | None:
-    """A lower bound on one replica's prefill rate that needs no queue: the prompt tokens it computed
-    (prompt tokens less prefix-cache hits) over the summed per-request prefill time of the same
-    requests (vLLM V1 ``request_prefill_time_seconds``, first scheduled to first token). Requests
-    prefilling at once each count the shared time, and decode steps interleaved with chunked prefill
-    count too, so the sum is at least the time the engine spent prefilling them: the ratio never
-    exceeds the engine's rate (docs/policy.md, "Capacity in tokens"). ``None`` without enough data."""
+    """A lower bound on one replica's prefill rate that needs no queue, from lifetime totals: the
+    prompt tokens of the finished requests (vLLM V1 ``request_prompt_tokens_sum``) less every
+    prefix-cache hit (``prefix_cache_hits_total``: counted when a request is scheduled, so it covers
+    the finished ones' hits and more) over the same requests' summed prefill time
+    (``request_prefill_time_seconds_sum``, first scheduled to first token). Requests prefilling at
+    once each count the shared time, and decode work interleaved with chunked prefill counts too, so
+    the sum is at least the time the engine spent prefilling them: the ratio never exceeds the
+    engine's rate (docs/policy.md, "Capacity in tokens"). ``None`` without enough data."""
     computed = prompt_tokens - cached_tokens
     if prefills < FLOOR_MIN_PREFILLS or not prefill_seconds > 0 or not computed > 0:
         return None

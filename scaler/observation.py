@@ -108,9 +108,6 @@ class _SampleStart:
     saturated: bool
     aligned: bool  # started at a scrape where the prompt counter moved
     lead: float | None  # the scrape gap before ``at``: the start's lump completed within it
-    prefill_s: float | None
-    prefills: float | None
-    hits: float | None
 
 
 def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, span_s: float,
@@ -124,17 +121,16 @@ def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, sp
         # What was served: the first counted prompt may have started right after the lump that
         # opened the sample, up to ``lead`` before its scrape; over the longest span it may have taken.
         est = cap.learn(est, tokens, span_s + (prev.sample_lead or 0.0), False)
-    if span_s < cap.SERVED_MIN_SECONDS:
-        return est
-    vals = (sig.prefill_seconds_total, prev.sample_prefill_s, sig.prefills_total, prev.sample_prefills,
-            sig.prefix_cache_hits_total, prev.sample_hits)
-    if any(v is None for v in vals):
-        return est  # the engine exports no prefill time or no prefix-cache hits: no floor
-    ps1, ps0, n1, n0, h1, h0 = (float(v) for v in vals if v is not None)
-    if ps1 < ps0 or n1 < n0 or h1 < h0:
-        return est  # a counter reset
-    floor = cap.prefill_floor(tokens, h1 - h0, ps1 - ps0, n1 - n0)
-    return cap.raise_to(est, floor) if floor is not None else est
+    return est
+
+
+def _prefill_floor(sig: ReplicaSignal) -> float | None:
+    """The replica's lifetime prefill-time floor (scaler.capacity.prefill_floor), else None."""
+    vals = (sig.prefill_prompt_tokens_total, sig.prefix_cache_hits_total, sig.prefill_seconds_total,
+            sig.prefills_total)
+    if vals[0] is None or vals[1] is None or vals[2] is None or vals[3] is None:
+        return None  # no prefill time, per-request prompt tokens or prefix-cache hits: no floor
+    return cap.prefill_floor(vals[0], vals[1], vals[2], vals[3])
 
 
 def _prune(samples: tuple[tuple[float, T], ...], since: float) -> tuple[tuple[float, T], ...]:
@@ -280,8 +276,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         stepped = prev is not None and p_now is not None and prev.prompt_tokens_total is not None \
             and p_now > prev.prompt_tokens_total
         start = _SampleStart(seen_at, p_now, sig.waiting > 0, stepped,
-                             seen_at - prev.observed_at if prev is not None else None,
-                             sig.prefill_seconds_total, sig.prefills_total, sig.prefix_cache_hits_total)
+                             seen_at - prev.observed_at if prev is not None else None)
         if prev is not None and prev.sample_at is not None and prev.sample_prompt is not None \
                 and p_now is not None and p_now >= prev.sample_prompt:
             span_s = seen_at - prev.sample_at
@@ -291,8 +286,10 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
                     estimate = _learn_sample(estimate, prev, sig, span_s, saturated)
             else:
                 start = _SampleStart(prev.sample_at, prev.sample_prompt, saturated, prev.sample_aligned,
-                                     prev.sample_lead, prev.sample_prefill_s, prev.sample_prefills,
-                                     prev.sample_hits)
+                                     prev.sample_lead)
+        floor = _prefill_floor(sig)
+        if floor is not None:
+            estimate = cap.raise_to(estimate, floor)
         memory[reading.replica] = ReplicaMemory(
             observed_at=reading.observed_at,
             sample_at=start.at,
@@ -300,9 +297,6 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
             sample_saturated=start.saturated,
             sample_aligned=start.aligned,
             sample_lead=start.lead,
-            sample_prefill_s=start.prefill_s,
-            sample_prefills=start.prefills,
-            sample_hits=start.hits,
             ttft=sig.ttft,
             requests_total=sig.requests_total,
             generation_tokens_total=sig.generation_tokens_total,

@@ -31,13 +31,9 @@ class ReplicaMemory:
     sample_prompt: float | None = None
     sample_saturated: bool = False
     # Whether the sample started at a scrape where the prompt counter moved (it then spans counter step
-    # to counter step), the scrape gap before that start, and the prefill-time histogram's sum and
-    # count and the prefix-cache hits then (the queue-free floor, scaler.capacity.prefill_floor).
+    # to counter step), and the scrape gap before that start.
     sample_aligned: bool = False
     sample_lead: float | None = None
-    sample_prefill_s: float | None = None
-    sample_prefills: float | None = None
-    sample_hits: float | None = None
     itl: Histogram | None = None  # cumulative inter-token latency histogram
     running: float | None = None  # running sequences at the last scrape (the ITL sample's batch)
     # KV-connector transfer counters (P/D): seconds and transfers, lifetime totals.
@@ -66,9 +62,6 @@ class ReplicaMemory:
             sample_saturated=bool(d.get("sample_saturated", False)),
             sample_aligned=bool(d.get("sample_aligned", False)),
             sample_lead=d.get("sample_lead"),
-            sample_prefill_s=d.get("sample_prefill_s"),
-            sample_prefills=d.get("sample_prefills"),
-            sample_hits=d.get("sample_hits"),
             itl=Histogram.from_dict(itl) if itl else None,
             running=d.get("running"),
             kv_transfer_seconds_total=d.get("kv_transfer_seconds_total"),

@@ -51,10 +51,12 @@ class ReplicaSignal:
     kv_transfer_latency_s: float | None = None
     # Queue-free prefill-rate signal (vLLM V1, scaler/capacity.py): the ``_sum``/``_count`` of
     # ``vllm:request_prefill_time_seconds`` (seconds each request spent from first scheduled to first
-    # token) and the prompt tokens served from the prefix cache (``vllm:prefix_cache_hits_total``),
-    # which ``prompt_tokens_total`` counts but the engine did not compute.
+    # token), the ``_sum`` of ``vllm:request_prompt_tokens`` (both recorded when a request finishes:
+    # the same requests), and the prompt tokens served from the prefix cache
+    # (``vllm:prefix_cache_hits_total``, counted when scheduled), which the engine did not compute.
     prefill_seconds_total: float | None = None
     prefills_total: float | None = None
+    prefill_prompt_tokens_total: float | None = None
     prefix_cache_hits_total: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -87,6 +89,7 @@ _SCALAR_FIELDS = (
     "kv_transfer_latency_s",
     "prefill_seconds_total",
     "prefills_total",
+    "prefill_prompt_tokens_total",
     "prefix_cache_hits_total",
 )
 

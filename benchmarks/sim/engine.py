@@ -48,6 +48,8 @@ VLLM_REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
     960.0, 1920.0, 7680.0,
 )
+# vllm:request_prompt_tokens: build_1_2_5_buckets(max_model_len), here up to 1M tokens.
+VLLM_PROMPT_TOKENS_BUCKETS: tuple[float, ...] = (*(float(m * 10**e) for e in range(6) for m in (1, 2, 5)), 1e6)
 VLLM_ITERATION_TOKENS_BUCKETS: tuple[float, ...] = (
     1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
 )
@@ -261,6 +263,7 @@ class Engine:
         self.h_e2e = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
         self.h_queue = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
         self.h_prefill = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
+        self.h_prompt = Hist(VLLM_PROMPT_TOKENS_BUCKETS)  # per request, with its prefill time
         self.h_decode = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
         self.h_iter = Hist(VLLM_ITERATION_TOKENS_BUCKETS)
 
@@ -542,6 +545,7 @@ class Engine:
                         ttft = first - r.t_arr
                         self.h_ttft.observe(ttft, r.n)
                         self.h_prefill.observe(first - t0, r.n)
+                        self.h_prompt.observe(r.inp, r.n)
                         self.prompt_tokens_total += r.inp * r.n
                         if self.sink is not None:
                             self.sink.append((r.t_arr, ttft, r.n))

@@ -81,6 +81,7 @@ def render_vllm(e: Engine) -> str:
                 "Histogram of time spent in WAITING phase for request.", e.h_queue)
     _hist_lines(out, "vllm:request_prefill_time_seconds",
                 "Histogram of time spent in PREFILL phase for request.", e.h_prefill)
+    _hist_lines(out, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", e.h_prompt)
     _hist_lines(out, "vllm:request_decode_time_seconds",
                 "Histogram of time spent in DECODE phase for request.", e.h_decode)
     _hist_lines(out, "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", e.h_iter)
@@ -113,6 +114,7 @@ def engine_signal(e: Engine) -> ReplicaSignal:
         kv_transfers_total=e.h_xfer.count if getattr(e, "h_xfer", None) is not None else None,
         prefill_seconds_total=e.h_prefill.sum,
         prefills_total=float(e.h_prefill.count),
+        prefill_prompt_tokens_total=e.h_prompt.sum,
         prefix_cache_hits_total=0.0,
     )
 

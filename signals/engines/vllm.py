@@ -49,6 +49,7 @@ def read(idx: MetricIndex, prefix: str = PREFIX, engine: str = "vllm") -> Replic
         # legacy ``gpu_`` name: read once), for the queue-free capacity floor (scaler/capacity.py).
         prefill_seconds_total=counter_sum(idx, p + "request_prefill_time_seconds_sum"),
         prefills_total=counter_sum(idx, p + "request_prefill_time_seconds_count"),
+        prefill_prompt_tokens_total=counter_sum(idx, p + "request_prompt_tokens_sum"),
         prefix_cache_hits_total=counter_sum(idx, p + "prefix_cache_hits_total", p + "prefix_cache_hits",
                                             p + "gpu_prefix_cache_hits_total", p + "gpu_prefix_cache_hits"),
     )

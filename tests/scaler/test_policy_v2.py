@@ -177,6 +177,7 @@ def _lumpy_run(rate: float, step_s: float, seconds: int, waiting: float, floor: 
                             requests_total=float(done), generation_tokens_total=float(done) * 10,
                             prefill_seconds_total=done * step_s * 2.0 if floor else None,  # 2 prefills share a step
                             prefills_total=float(done * 2) if floor else None,
+                            prefill_prompt_tokens_total=prompt if floor else None,
                             prefix_cache_hits_total=0.0 if floor else None)
         run.step([ReplicaReading(replica="a", observed_at=0.0, signal=sig)], dt=scrape_s)
         t += scrape_s
@@ -202,6 +203,14 @@ def test_the_prefill_time_floor_needs_no_queue() -> None:
     # without the floor the served samples raise it too (they are lower bounds as well)
     without = _lumpy_run(30_000.0, 0.8, 120, 0.0)
     assert without.prefill_tps <= 30_000.0
+    # cached prompt tokens were not computed: the floor subtracts every prefix-cache hit
+    from scaler.observation import _prefill_floor
+
+    sig = ReplicaSignal(engine="vllm", waiting=0, running=1, prefill_prompt_tokens_total=100_000.0,
+                        prefix_cache_hits_total=60_000.0, prefill_seconds_total=4.0, prefills_total=50.0)
+    assert _prefill_floor(sig) == 10_000.0
+    assert _prefill_floor(ReplicaSignal(engine="vllm", waiting=0, running=1, prefill_prompt_tokens_total=1e5,
+                                        prefill_seconds_total=4.0, prefills_total=50.0)) is None  # hits unknown
 
 
 def test_prefill_floor_table() -> None:
