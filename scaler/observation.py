@@ -108,6 +108,7 @@ class _SampleStart:
     saturated: bool
     aligned: bool  # started at a scrape where the prompt counter moved
     lead: float | None  # the scrape gap before ``at``: the start's lump completed within it
+    prefill: tuple[float, float, float] | None  # prefill seconds, prefills, their prompt tokens at ``at``
 
 
 def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, span_s: float,
@@ -121,7 +122,21 @@ def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, sp
         # What was served: the first counted prompt may have started right after the lump that
         # opened the sample, up to ``lead`` before its scrape; over the longest span it may have taken.
         est = cap.learn(est, tokens, span_s + (prev.sample_lead or 0.0), False)
+    # The prefill-time floor over this sample's finished requests, while the engine has never counted a
+    # prefix-cache hit (their prompts were computed whole); with hits only the lifetime floor applies.
+    now_t, then_t = _prefill_totals(sig), prev.sample_prefill
+    if now_t is not None and then_t is not None and sig.prefix_cache_hits_total == 0.0 \
+            and all(a >= b for a, b in zip(now_t, then_t, strict=True)):
+        floor = cap.prefill_floor(now_t[2] - then_t[2], 0.0, now_t[0] - then_t[0], now_t[1] - then_t[1])
+        if floor is not None:
+            est = cap.raise_to(est, floor)
     return est
+
+
+def _prefill_totals(sig: ReplicaSignal) -> tuple[float, float, float] | None:
+    if sig.prefill_seconds_total is None or sig.prefills_total is None or sig.prefill_prompt_tokens_total is None:
+        return None
+    return sig.prefill_seconds_total, sig.prefills_total, sig.prefill_prompt_tokens_total
 
 
 def _prefill_floor(sig: ReplicaSignal) -> float | None:
@@ -276,7 +291,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         stepped = prev is not None and p_now is not None and prev.prompt_tokens_total is not None \
             and p_now > prev.prompt_tokens_total
         start = _SampleStart(seen_at, p_now, sig.waiting > 0, stepped,
-                             seen_at - prev.observed_at if prev is not None else None)
+                             seen_at - prev.observed_at if prev is not None else None, _prefill_totals(sig))
         if prev is not None and prev.sample_at is not None and prev.sample_prompt is not None \
                 and p_now is not None and p_now >= prev.sample_prompt:
             span_s = seen_at - prev.sample_at
@@ -286,7 +301,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
                     estimate = _learn_sample(estimate, prev, sig, span_s, saturated)
             else:
                 start = _SampleStart(prev.sample_at, prev.sample_prompt, saturated, prev.sample_aligned,
-                                     prev.sample_lead)
+                                     prev.sample_lead, prev.sample_prefill)
         floor = _prefill_floor(sig)
         if floor is not None:
             estimate = cap.raise_to(estimate, floor)
@@ -297,6 +312,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
             sample_saturated=start.saturated,
             sample_aligned=start.aligned,
             sample_lead=start.lead,
+            sample_prefill=start.prefill,
             ttft=sig.ttft,
             requests_total=sig.requests_total,
             generation_tokens_total=sig.generation_tokens_total,

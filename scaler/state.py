@@ -31,9 +31,11 @@ class ReplicaMemory:
     sample_prompt: float | None = None
     sample_saturated: bool = False
     # Whether the sample started at a scrape where the prompt counter moved (it then spans counter step
-    # to counter step), and the scrape gap before that start.
+    # to counter step), the scrape gap before that start, and the prefill-time sum and count and the
+    # finished requests' prompt tokens then (the windowed prefill-time floor, scaler.capacity).
     sample_aligned: bool = False
     sample_lead: float | None = None
+    sample_prefill: tuple[float, float, float] | None = None
     itl: Histogram | None = None  # cumulative inter-token latency histogram
     running: float | None = None  # running sequences at the last scrape (the ITL sample's batch)
     # KV-connector transfer counters (P/D): seconds and transfers, lifetime totals.
@@ -62,11 +64,16 @@ class ReplicaMemory:
             sample_saturated=bool(d.get("sample_saturated", False)),
             sample_aligned=bool(d.get("sample_aligned", False)),
             sample_lead=d.get("sample_lead"),
+            sample_prefill=_triple(d.get("sample_prefill")),
             itl=Histogram.from_dict(itl) if itl else None,
             running=d.get("running"),
             kv_transfer_seconds_total=d.get("kv_transfer_seconds_total"),
             kv_transfers_total=d.get("kv_transfers_total"),
         )
+
+
+def _triple(v: Any) -> tuple[float, float, float] | None:
+    return (float(v[0]), float(v[1]), float(v[2])) if v else None
 
 
 @dataclass(frozen=True)
