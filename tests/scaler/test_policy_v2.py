@@ -213,6 +213,27 @@ def test_the_prefill_time_floor_needs_no_queue() -> None:
                                         prefill_seconds_total=4.0, prefills_total=50.0)) is None  # hits unknown
 
 
+@pytest.mark.parametrize(("hits", "expected"), [(0.0, 20_000.0), (1.0, 4e6 / 500)])
+def test_the_windowed_prefill_floor_needs_an_engine_without_prefix_hits(hits: float, expected: float) -> None:
+    """First 100 s: prefills overlap (4 share each second: 5k tok/s by the floor); then alone (20k).
+    Each sample's own window bounds the rate (20k) while no prefix-cache hit was ever counted; with
+    hits only the lifetime ratio may be used (it subtracts every hit, here 1 token: 4M / 500 s = 8k at
+    the end, below what the served samples show)."""
+    run = Run(cfg(maxReplicas="50", modelProfile="70b-h100-tp4"))
+    prompt = secs = n = 0.0
+    for i in range(200):
+        heavy = i < 100
+        prompt += 20_000.0  # 20k prompt tokens prefilled per second, counted at once
+        secs += 4.0 if heavy else 1.0
+        n += 4.0 if heavy else 1.0
+        sig = ReplicaSignal(engine="vllm", waiting=0, running=4, kv_usage=0.1, prompt_tokens_total=prompt,
+                            requests_total=n, generation_tokens_total=n * 10, prefill_seconds_total=secs,
+                            prefills_total=n, prefill_prompt_tokens_total=prompt, prefix_cache_hits_total=hits)
+        run.step([ReplicaReading(replica="a", observed_at=0.0, signal=sig)], dt=1)
+    # the served samples (prompt over 10 s + the 1-s gap) reach 18.2k; the floor is what lifts it further
+    assert run.state.capacity[""].prefill_tps == pytest.approx(max(expected, 20_000.0 * 10 / 11), rel=0.01)
+
+
 def test_prefill_floor_table() -> None:
     from scaler.capacity import prefill_floor
 
