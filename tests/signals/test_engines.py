@@ -225,3 +225,17 @@ def test_pruned_parse_equals_full_parse(exp: Expected) -> None:
     from signals.engines import parse_index
 
     assert parse_payload(exp.text()) == parse_index(parse_text(exp.text()))
+
+
+def test_vllm_prefill_time_and_prefix_hits_are_read_for_the_capacity_floor() -> None:
+    """vLLM V1 (DP=2): the prefill-time histogram's sum/count, the per-request prompt tokens' sum and
+    the prefix-cache hits (tokens), summed over engines; the legacy ``gpu_`` hits name is read once."""
+    sig = parse_payload(_v1())
+    assert sig.prefill_seconds_total == pytest.approx(516.1316517673565 + 523.1865704911377)
+    assert sig.prefills_total == 6842 + 6719
+    assert sig.prefix_cache_hits_total == 3755184 + 3806224
+    assert sig.prefill_prompt_tokens_total == 10102300 + 10245485
+    legacy = next(e for e in ENGINE_SAMPLES if e.file == "vllm-legacy-load.prom").text()
+    assert parse_payload(legacy).prefix_cache_hits_total == 5695424
+    text = re.sub(r"^vllm:(gpu_)?prefix_cache_hits.*\n", "", _v1(), flags=re.M)
+    assert parse_payload(text).prefix_cache_hits_total is None  # absent: unknown (no floor), never 0
