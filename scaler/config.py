@@ -44,7 +44,7 @@ class ScalerConfig:
     max_replicas: int = 10
     scale_to_zero: bool = False
     target_inflight_per_replica: float | None = None
-    target_utilization: float = 0.7
+    target_utilization: float = 0.8
     kv_bound_target: float = 0.5
     burst_window_seconds: float = 10.0
     burst_confirm_seconds: float = 30.0
@@ -301,7 +301,9 @@ KEYS: tuple[Key, ...] = (
         "sequence-, KV- and prefill-bound needs from the learned per-replica capacity size the "
         "workload (docs/policy.md, \"Capacity in tokens\")."),
     Key("targetUtilization", "target_utilization", _parse_float, Range(0.05, 1),
-        "Share of one replica's learned capacity (prefill tokens/s, sequences) to size for."),
+        "Share of one replica's learned capacity (prefill tokens/s, sequences) to size for. The "
+        "learned prefill rate is a lower bound (0.83-0.95 of the simulated engines' rate in the trace "
+        "benchmark), so 0.8 of it leaves about the headroom 0.7 of the true rate would (docs/policy.md)."),
     Key("kvBoundTarget", "kv_bound_target", _parse_float, Range(0, 1, lo_open=True),
         "Mean KV-cache usage the KV-bound need sizes for when no targetInflightPerReplica is set: room "
         "left to admit long prompts and their decode growth (0.5 measured on Mooncake; 0.56-0.8 let "

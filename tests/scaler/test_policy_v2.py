@@ -255,12 +255,12 @@ def test_learn_table() -> None:
     assert prior_for("ray", None) == PRIORS["generic"]
 
 
-@pytest.mark.parametrize(("prompt_tps", "expected"), [(1_000.0, 1), (20_000.0, 2), (40_000.0, 4), (1_000_000.0, 7)])
+@pytest.mark.parametrize(("prompt_tps", "expected"), [(1_000.0, 1), (20_000.0, 2), (40_000.0, 4), (1_000_000.0, 6)])
 def test_the_same_queue_with_more_prompt_tokens_asks_for_more_replicas(prompt_tps: float, expected: int) -> None:
     """Four replicas, the same requests in flight, 1k to 1M prompt tokens/s: different decisions (issue 12).
-    Capacity: the 8b-h100 prior, 16k tok/s at 70% -> 11.2k tok/s per replica; a replica seen serving
+    Capacity: the 8b-h100 prior, 16k tok/s at 80% (targetUtilization) -> 12.8k tok/s per replica; a replica seen serving
     more (250k tok/s each at 1M) over a 10-s sample raises its estimate to that, conservatively timed
-    (the sample's 10 s plus the 1-s scrape gap before it: 227k): 1M / (0.7 x 227k) -> 7."""
+    (the sample's 10 s plus the 1-s scrape gap before it: 227k): 1M / (0.8 x 227k) -> 6."""
     run = Run(cfg(modelProfile="8b-h100", maxReplicas="90", burstWindowSeconds="10", nodeIdleSeconds="0",
                   timeToReadySeconds="0", scaleDownStabilizationSeconds="0"))
     total = 0.0

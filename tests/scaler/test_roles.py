@@ -102,7 +102,7 @@ def run(role: str, n: int, steps: int = 40, meta: dict[str, str] | None = None, 
 
 
 # (case, role, replicas, step arguments, metadata, expected desired, expected reason)
-# vLLM's prior prefill capacity is 8,000 tok/s per replica, at targetUtilization 0.7 = 5,600 tok/s.
+# vLLM's prior prefill capacity is 8,000 tok/s per replica, at targetUtilization 0.8 = 6,400 tok/s.
 TABLE = [
     ("prefill: arriving prompt tokens/s", "prefill", 2, {"tps": 8_000.0}, {}, 3, "prefill"),
     ("decode: prompt tokens/s do not size decode", "decode", 2, {"tps": 8_000.0}, {}, 2, "scale-down-stabilization"),
@@ -131,7 +131,8 @@ def test_prefill_backlog_joins_the_arriving_tokens_at_the_learned_capacity() -> 
     d = run("prefill", 2, meta={"burstWindowSeconds": "10", "burstConfirmSeconds": "0"}, tps=2_000.0, waiting=40,
             running=4)
     assert d.capacity_samples > 0 and d.prefill_tps < 3_000.0
-    assert d.reason == "prefill" and d.desired == -(-(4_000.0 + 80_000.0 / 10) // (0.7 * d.prefill_tps))
+    u = ScalerConfig().target_utilization
+    assert d.reason == "prefill" and d.desired == -(-(4_000.0 + 80_000.0 / 10) // (u * d.prefill_tps))
     assert "prefill" not in run("decode", 2, meta={"burstWindowSeconds": "10"}, tps=2_000.0, waiting=40,
                                 running=4).rules
 
