@@ -49,8 +49,14 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     docs: list[tuple[dict, float]] = []
+    def keep(stem: str) -> None:  # a run not re-run this time: its last result stays in the summary
+        if (out / f"{stem}.json").exists():
+            doc = json.loads((out / f"{stem}.json").read_text())
+            docs.append((doc, float(doc.get("details", {}).get("wall_s", 0.0))))
+
     for trace, profile, slo in RUNS:
         if args.skip_week and trace == WEEK:
+            keep(f"{Path(trace).stem}__{profile}")
             continue
         try:
             path = resolve(trace, args.traces)
@@ -59,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         stem = f"{Path(trace).stem}__{profile}"
         if args.only and Path(trace).stem not in args.only.split(",") and stem not in args.only.split(","):
-            if (out / f"{stem}.json").exists():
-                doc = json.loads((out / f"{stem}.json").read_text())
-                docs.append((doc, float(doc.get("details", {}).get("wall_s", 0.0))))
+            keep(stem)
             continue
         t0 = time.perf_counter()
         rate = "_rate_" in trace
