@@ -111,9 +111,10 @@ class _SampleStart:
     prefill: tuple[float, float, float] | None  # prefill seconds, prefills, their prompt tokens at ``at``
 
 
-def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, span_s: float,
-                  saturated: bool) -> cap.Estimate:
-    """Fold one counter-step-to-counter-step sample into the estimate (scaler.capacity)."""
+def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, now_t: tuple[float, float, float] | None,
+                  span_s: float, saturated: bool) -> cap.Estimate:
+    """Fold one counter-step-to-counter-step sample into the estimate (scaler.capacity); ``now_t`` is
+    the replica's :func:`_prefill_totals`."""
     assert sig.prompt_tokens_total is not None and prev.sample_prompt is not None
     tokens = sig.prompt_tokens_total - prev.sample_prompt
     if saturated:
@@ -124,7 +125,7 @@ def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, sp
         est = cap.learn(est, tokens, span_s + (prev.sample_lead or 0.0), False)
     # The prefill-time floor over this sample's finished requests, while the engine has never counted a
     # prefix-cache hit (their prompts were computed whole); with hits only the lifetime floor applies.
-    now_t, then_t = _prefill_totals(sig), prev.sample_prefill
+    then_t = prev.sample_prefill
     if now_t is not None and then_t is not None and sig.prefix_cache_hits_total == 0.0 \
             and all(a >= b for a, b in zip(now_t, then_t, strict=True)):
         floor = cap.prefill_floor(now_t[2] - then_t[2], 0.0, now_t[0] - then_t[0], now_t[1] - then_t[1])
@@ -141,11 +142,10 @@ def _prefill_totals(sig: ReplicaSignal) -> tuple[float, float, float] | None:
 
 def _prefill_floor(sig: ReplicaSignal) -> float | None:
     """The replica's lifetime prefill-time floor (scaler.capacity.prefill_floor), else None."""
-    vals = (sig.prefill_prompt_tokens_total, sig.prefix_cache_hits_total, sig.prefill_seconds_total,
-            sig.prefills_total)
-    if vals[0] is None or vals[1] is None or vals[2] is None or vals[3] is None:
+    totals = _prefill_totals(sig)
+    if totals is None or sig.prefix_cache_hits_total is None:
         return None  # no prefill time, per-request prompt tokens or prefix-cache hits: no floor
-    return cap.prefill_floor(vals[0], vals[1], vals[2], vals[3])
+    return cap.prefill_floor(totals[2], sig.prefix_cache_hits_total, totals[0], totals[1])
 
 
 def _prune(samples: tuple[tuple[float, T], ...], since: float) -> tuple[tuple[float, T], ...]:
@@ -290,15 +290,16 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         seen_at, p_now = reading.observed_at, sig.prompt_tokens_total
         stepped = prev is not None and p_now is not None and prev.prompt_tokens_total is not None \
             and p_now > prev.prompt_tokens_total
+        totals = _prefill_totals(sig)
         start = _SampleStart(seen_at, p_now, sig.waiting > 0, stepped,
-                             seen_at - prev.observed_at if prev is not None else None, _prefill_totals(sig))
+                             seen_at - prev.observed_at if prev is not None else None, totals)
         if prev is not None and prev.sample_at is not None and prev.sample_prompt is not None \
                 and p_now is not None and p_now >= prev.sample_prompt:
             span_s = seen_at - prev.sample_at
             saturated = prev.sample_saturated and sig.waiting > 0
             if stepped and span_s >= (cap.SATURATED_MIN_SECONDS if saturated else cap.SERVED_MIN_SECONDS):
                 if prev.sample_aligned:
-                    estimate = _learn_sample(estimate, prev, sig, span_s, saturated)
+                    estimate = _learn_sample(estimate, prev, sig, totals, span_s, saturated)
             else:
                 start = _SampleStart(prev.sample_at, prev.sample_prompt, saturated, prev.sample_aligned,
                                      prev.sample_lead, prev.sample_prefill)
