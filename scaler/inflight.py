@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,8 +21,6 @@ class UnaryInflight:
         self.last_started = 0.0  # monotonic time the latest unary RPC reached its handler
         self._record = record
         self._codes = codes  # exception types answered with a known status before the handler's abort
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     async def run(self, method: str, context: grpc.aio.ServicerContext[Any, Any],
                   body: Callable[[], Awaitable[Any]]) -> Any:
@@ -31,7 +28,6 @@ class UnaryInflight:
         code = "OK"
         self.count += 1
         self.last_started = time.monotonic()
-        self._idle.clear()
         try:
             return await body()
         except asyncio.CancelledError:
@@ -44,8 +40,6 @@ class UnaryInflight:
             raise
         finally:
             self.count -= 1
-            if self.count == 0:
-                self._idle.set()
             self._record(method, code, time.perf_counter() - t0)
 
     async def wait_drained(self, quiet: float, within: float) -> bool:
@@ -58,10 +52,4 @@ class UnaryInflight:
             if self.count == 0 and time.monotonic() - self.last_started >= quiet:
                 return True
             await asyncio.sleep(min(0.01, quiet / 4))
-        return self.count == 0
-
-    async def wait_unary_done(self, within: float) -> bool:
-        """Wait until no unary RPC is in flight (or ``within`` seconds); True if none is left."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout=within)
         return self.count == 0

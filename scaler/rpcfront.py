@@ -456,22 +456,19 @@ class FrontService:
     async def wait_drained(self, quiet: float, within: float) -> None:
         await self.rpcs.wait_drained(quiet, within)
 
-    async def wait_unary_done(self, within: float) -> None:
-        await self.rpcs.wait_unary_done(within)
-
 
 async def front_main(fd: int, options: dict[str, Any]) -> int:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
-    from grpc_health.v1._async import HealthServicer
 
     from proto import externalscaler_pb2_grpc as pb_grpc
     from scaler.server import SERVICE_NAME
+    from scaler.shutdown import Health, stop_grpc_server
 
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_connection(sock=sock)
     service = FrontService(writer, float(options.get("idle_seconds") or 600.0),
                            stream_metric_spec=bool(options.get("stream_metric_spec", True)))
-    health = HealthServicer()
+    health = Health()
     server = grpc.aio.server(options=[
         ("grpc.so_reuseport", 0),
         ("grpc.keepalive_permit_without_calls", 1),
@@ -529,16 +526,7 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
     service.shutting_down = True
     await health.enter_graceful_shutdown()
     service.wake_all()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace
-    await service.wait_drained(DRAIN_QUIET_SECONDS, grace)
-    left = max(0.0, deadline - loop.time())
-    stopping = asyncio.create_task(server.stop(left))
-    await service.wait_unary_done(left)
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(server.stop(0), timeout=5.0)
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(stopping, timeout=5.0)
+    await stop_grpc_server(server, service, grace, drain_quiet=DRAIN_QUIET_SECONDS, bound=5.0)
     service.report()
     writer.write(_frame({"t": "stopped"}))
     with contextlib.suppress(Exception):

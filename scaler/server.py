@@ -28,7 +28,6 @@ from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
 
 from proto import externalscaler_pb2 as pb
 from proto import externalscaler_pb2_grpc as pb_grpc
@@ -38,6 +37,7 @@ from scaler.hpa import unsized_message
 from scaler.inflight import UnaryInflight
 from scaler.metrics import ScalerMetrics, start_http
 from scaler.policy import Decision
+from scaler.shutdown import Health, stop_grpc_server
 from scaler.store import MemoryStore, Store, open_store
 from scaler.target_guard import TargetGuard
 from scaler.targets import invalid_ref
@@ -72,9 +72,6 @@ class ExternalScalerService:
 
     async def wait_drained(self, quiet: float, within: float) -> bool:
         return await self.rpcs.wait_drained(quiet, within)
-
-    async def wait_unary_done(self, within: float) -> bool:
-        return await self.rpcs.wait_unary_done(within)
 
     async def _tracker(self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> Tracker:
         bad = invalid_ref(ref.namespace, ref.name)
@@ -216,7 +213,7 @@ class ScalerServer:
         )
         self.service = ExternalScalerService(self.manager, self.metrics,
                                              stream_metric_spec=options.stream_metric_spec)
-        self.health = HealthServicer()
+        self.health = Health()
         self._server: grpc.aio.Server | None = None
         self._http: Any = None
         self.grpc_port = 0
@@ -295,20 +292,8 @@ class ScalerServer:
         if self._front is not None:
             await self._front.stop(grace)
         if self._server is not None:
-            # gRPC core kills the calls it has received but not yet dispatched when the server stops:
-            # keep dispatching until the queue is quiet and nothing is in flight (within the grace
-            # period), so every RPC received before SIGTERM is answered. Then stop(grace) refuses new
-            # RPCs; once the unary RPCs in flight are done (or the grace period is over), stop(0)
-            # cancels what is left (health Watch streams).
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + grace
-            await self.service.wait_drained(DRAIN_QUIET_SECONDS, grace)
-            server = self._server
-            left = max(0.0, deadline - loop.time())
-            stopping = asyncio.create_task(server.stop(left))
-            await self.service.wait_unary_done(left)
-            await self._bounded("grpc server stop", server.stop(0))
-            await self._bounded("grpc server stop (grace)", stopping)
+            await stop_grpc_server(self._server, self.service, grace, drain_quiet=DRAIN_QUIET_SECONDS,
+                                   bound=SHUTDOWN_STEP_SECONDS)
         await self._bounded("trackers", self.manager.stop())
         if self._http is not None:
             await self._bounded("metrics http", self._http.cleanup())

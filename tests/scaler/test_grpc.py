@@ -244,7 +244,11 @@ async def test_graceful_shutdown(make_server: Any, clients: Any) -> None:
     t0 = time.monotonic()
     stopping = asyncio.ensure_future(server.stop())
     assert (await asyncio.wait_for(watch.read(), 2)).status == health_pb2.HealthCheckResponse.NOT_SERVING
-    # Streams end cleanly (status OK: KEDA resets its reconnect back-off) ...
+    # The health watch ends once it has said NOT_SERVING (an open watcher would otherwise hold the
+    # server's single graceful stop for the whole grace period) ...
+    assert await asyncio.wait_for(watch.read(), 2) == grpc.aio.EOF
+    assert await watch.code() == grpc.StatusCode.OK
+    # ... streams end cleanly (status OK: KEDA resets its reconnect back-off) ...
     assert await asyncio.wait_for(stream.read(), 2) == grpc.aio.EOF
     assert await stream.code() == grpc.StatusCode.OK
     # ... the in-flight RPC completes ...
@@ -255,7 +259,31 @@ async def test_graceful_shutdown(make_server: Any, clients: Any) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await c.stub.IsActive(c.ref(), timeout=1)
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    watch.cancel()
+
+
+@pytest.mark.parametrize("grace", [0.0, 0.5])
+async def test_grpc_server_is_stopped_with_one_call(make_server: Any, clients: Any, monkeypatch: Any,
+                                                    grace: float) -> None:
+    """Two overlapping ``grpc.aio.Server.stop`` calls race inside grpc (the later one's grace timeout
+    cancels calls on the core server the other has destroyed: a segmentation fault, seen in CI): the
+    scaler stops its server with exactly one, even with a health watch and a push stream open."""
+    server = await make_server(ScriptedReader(load=10.0))
+    c = clients(server.grpc_port)
+    watch = health_pb2_grpc.HealthStub(c.channel).Watch(health_pb2.HealthCheckRequest(service=""))
+    assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+    stream = c.stub.StreamIsActive(c.ref())
+    assert (await stream.read()).result is True
+    calls: list[float | None] = []
+    inner = server._server
+    original = inner.stop
+
+    async def counted(g: float | None) -> None:
+        calls.append(g)
+        await original(g)
+
+    monkeypatch.setattr(inner, "stop", counted)
+    await asyncio.wait_for(server.stop(grace), 10)
+    assert len(calls) == 1, calls
 
 
 async def test_idle_trackers_are_dropped_but_not_while_streaming(make_server: Any, clients: Any) -> None:
