@@ -1,9 +1,15 @@
 """`warmscale bench calibrate`: the engine model against published vLLM measurements on H100.
 
-Each case replays the published benchmark's requests (``vllm bench serve`` / ``benchmark_serving.py``
-with ``--request-rate inf``: every request sent at t = 0) through one simulated 8b-h100 engine and
+Each case replays the published benchmark's requests through one simulated 8b-h100 engine and
 compares mean TTFT and output-token throughput with the published numbers. Prints a table and the
 relative errors; writes JSON with ``--json``.
+
+The client is replayed as ``vllm bench serve`` / ``benchmark_serving.py`` drives a server
+(:func:`replay`): requests are scheduled at ``--request-rate`` (``inf``: all at t = 0; a finite
+rate: Poisson arrivals, exponential gaps, seeded) and, with ``--max-concurrency N``, a request
+scheduled while N are in flight is sent when one of them finishes (closed loop). TTFT is counted
+from the send, as the client's timer starts after it acquires its concurrency slot; throughput is
+output tokens / the time the last request finishes.
 
 Cases (sources cited in docs/benchmarks.md, "Engine calibration"):
 
@@ -24,6 +30,7 @@ import argparse
 import json
 import math
 import random
+from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,6 +48,9 @@ class Case:
     output_tps: float
     note: str = ""
     max_num_seqs: int | None = None  # the published run's limit when it differs from the profile
+    request_rate: float = math.inf  # requests/s scheduled by the client (inf: all at t = 0)
+    max_concurrency: int | None = None  # the client's in-flight limit (None: unlimited)
+    seed: int = 0  # the Poisson schedule's seed (finite request_rate only)
 
 
 def _lognormal(n: int, mean: float, sigma: float, rng: random.Random) -> tuple[int, ...]:
@@ -75,19 +85,53 @@ def cases() -> list[Case]:
     ]
 
 
+def schedule(case: Case) -> list[float]:
+    """The client's scheduled send times: all 0 at rate inf, else Poisson (exponential gaps)."""
+    n = len(case.inputs)
+    if math.isinf(case.request_rate):
+        return [0.0] * n
+    rng = random.Random(case.seed)
+    out = []
+    t = 0.0
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(case.request_rate)
+    return out
+
+
 def replay(case: Case, profile: EngineProfile) -> dict[str, float]:
+    """Drive one engine as the published client drove the server (module docstring)."""
     if case.max_num_seqs is not None:
         profile = replace(profile, max_num_seqs=case.max_num_seqs)
     sink: list[tuple[float, float, int]] = []
     e = Engine(profile, sink)
-    for inp, out in zip(case.inputs, case.outputs, strict=True):
-        e.enqueue(Request(0.0, inp, out), 0.0)
-    t = 0.0
-    while not e.idle:
-        t = e.seg_end
-        e.advance_to(t)
+    pending = deque(zip(schedule(case), case.inputs, case.outputs, strict=True))
+    limit = case.max_concurrency if case.max_concurrency is not None else len(pending)
+    in_flight = 0
+    finished = 0
+    peak = 0
+    now = 0.0
+    while pending or not e.idle:
+        # The next send: the head's scheduled time, or now if it waited for a slot.
+        t_send = max(pending[0][0], now) if pending and in_flight < limit else math.inf
+        if math.isinf(t_send) and math.isinf(e.seg_end):
+            raise RuntimeError(f"{case.name}: the client waits for a slot the engine never frees")
+        if t_send <= e.seg_end:
+            now = t_send
+            _, inp, out = pending.popleft()
+            e.enqueue(Request(now, inp, out), now)
+            in_flight += 1
+            peak = max(peak, in_flight)
+        else:
+            now = e.seg_end
+            e.advance_to(now)  # every request finishing in it finishes at its end, ``now``
+        # Finished (or rejected as too long for the cache: the client gets its error at once).
+        done = int(e.requests_total + e.rejected_total) - finished
+        finished += done
+        in_flight -= done
     ttft = sum(x[1] for x in sink) / len(sink)
-    return {"ttft_mean_s": ttft, "output_tps": sum(case.outputs) / t, "duration_s": t}
+    return {"ttft_mean_s": ttft, "output_tps": sum(case.outputs) / now, "duration_s": now,
+            "peak_in_flight": float(peak)}
 
 
 def run_cases(profile: EngineProfile) -> list[dict[str, Any]]:

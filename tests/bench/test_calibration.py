@@ -1,14 +1,64 @@
-"""The 8b-h100 engine profile against the published H100 measurements (docs/benchmarks.md)."""
+"""The 8b-h100 engine profile against the published H100 measurements (docs/benchmarks.md), and the
+calibration's client replay (rate inf, Poisson rate, closed loop at a concurrency limit)."""
 
 from __future__ import annotations
 
-from benchmarks.calibrate import run_cases
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.calibrate import Case, replay, run_cases, schedule
 from benchmarks.sim.engine import ENGINE_PROFILES
+
+P = ENGINE_PROFILES["8b-h100"]
 
 
 def test_within_15_percent_of_each_published_measurement() -> None:
-    rows = run_cases(ENGINE_PROFILES["8b-h100"])
+    rows = run_cases(P)
     assert len(rows) >= 2
     for r in rows:
         for key, err in r["error"].items():
             assert abs(err) <= 0.15, (r["case"], key, err)
+
+
+def _case(n: int, inp: int = 500, out: int = 100, **kw: object) -> Case:
+    return Case(name="t", source="test", inputs=(inp,) * n, outputs=(out,) * n, ttft_mean_s=1.0,
+                output_tps=1.0, **kw)  # type: ignore[arg-type]
+
+
+def test_a_concurrency_limit_above_the_request_count_is_the_burst() -> None:
+    burst = replay(_case(20), P)
+    limited = replay(_case(20, max_concurrency=20), P)
+    assert limited == burst
+    assert burst["peak_in_flight"] == 20
+
+
+def test_closed_loop_at_one_serves_requests_one_after_another() -> None:
+    one = replay(_case(1), P)
+    three = replay(_case(3, max_concurrency=1), P)
+    assert three["peak_in_flight"] == 1
+    assert three["ttft_mean_s"] == pytest.approx(one["ttft_mean_s"], rel=1e-9)
+    assert three["duration_s"] == pytest.approx(3 * one["duration_s"], rel=1e-9)
+
+
+def test_closed_loop_holds_the_limit_and_sends_on_each_finish() -> None:
+    got = replay(_case(40, max_concurrency=4), P)
+    assert got["peak_in_flight"] == 4
+    # Four at a time, ten rounds: slower than the burst of 40, faster than one at a time.
+    assert replay(_case(40), P)["duration_s"] < got["duration_s"] < replay(_case(40, max_concurrency=1), P)[
+        "duration_s"]
+
+
+def test_poisson_schedule_is_seeded_and_at_the_rate() -> None:
+    c = _case(2000, request_rate=5.0, seed=7)
+    t = schedule(c)
+    assert t == schedule(c) and t != schedule(replace(c, seed=8))
+    assert t[0] == 0.0 and t == sorted(t)
+    assert (len(t) - 1) / t[-1] == pytest.approx(5.0, rel=0.06)
+
+
+def test_a_slow_poisson_client_sees_the_unloaded_ttft() -> None:
+    one = replay(_case(1), P)
+    slow = replay(_case(5, request_rate=0.01, seed=1), P)  # ~100 s apart, each done in ~1 s
+    assert slow["peak_in_flight"] == 1
+    assert slow["ttft_mean_s"] == pytest.approx(one["ttft_mean_s"], rel=1e-9)
