@@ -20,8 +20,9 @@ Cases (sources cited in docs/benchmarks.md, "Engine calibration"):
 - ``vllm-pr18566-llama31-8b-1000``: vllm-project/vllm PR #18566 (2025-05-22, V1 engine): 1000
   ShareGPT prompts against ``vllm serve meta-llama/Llama-3.1-8B-Instruct`` with default settings.
   Only totals are published (229,711 input / 203,068 output tokens); lengths are drawn from a
-  lognormal with those means (seeded). The GPU is not named in the excerpt we could read, and the
-  run evidently had 256 sequences in flight (replayed with ``max_num_seqs`` 256).
+  lognormal with those means (seeded). The GPU is not named, and the run evidently had 256
+  sequences in flight (replayed with ``max_num_seqs`` 256), which vLLM of that date set on GPUs
+  smaller than an 80 GB H100.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def cases() -> list[Case]:
             output_tps=6582.87,
             note="GPU not named in the published excerpt; lengths synthetic with the published totals; "
                  "replayed with max_num_seqs 256: the run's in-flight count (mean ITL 38.1 ms x 6,583 tok/s "
-                 "= ~250 sequences) shows the 256 limit (the default before/outside the H100 branch)",
+                 "= ~250 sequences) shows the 256 limit, although vLLM main of that date already gave an 80 GB "
+                 "H100 1024 (PRs #12369, #16158, #17073): most likely not an H100 (docs/benchmarks.md)",
             max_num_seqs=256,
         ),
     ]
