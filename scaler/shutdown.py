@@ -49,15 +49,24 @@ class Health(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     async def Watch(self, request: health_pb2.HealthCheckRequest,
                     context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[health_pb2.HealthCheckResponse]:
         sent: ServingStatus | None = None
-        async with self._changed:
-            while True:
-                status = self._status.get(request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
-                if status != sent:
-                    yield health_pb2.HealthCheckResponse(status=status)
-                    sent = status
-                if self._shutting_down:
-                    return
-                await self._changed.wait()
+        while True:
+            # The lock is never held while a response is written: a watcher that does not read must
+            # not block set() or enter_graceful_shutdown().
+            async with self._changed:
+                status = self._current(request.service)
+                while status == sent and not self._shutting_down:
+                    await self._changed.wait()
+                    status = self._current(request.service)
+                last = self._shutting_down
+            if status != sent:
+                yield health_pb2.HealthCheckResponse(status=status)
+                sent = status
+            if last:
+                return
+
+    def _current(self, service: str) -> ServingStatus:
+        unknown: ServingStatus = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        return self._status.get(service, unknown)
 
     async def set(self, service: str, status: ServingStatus) -> None:
         """Set one service's status (ignored once shutting down)."""
