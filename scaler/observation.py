@@ -200,6 +200,15 @@ def sustained_slope(samples: tuple[tuple[float, float], ...]) -> float:
     return min(whole, recent, key=abs)
 
 
+def established_slope(samples: tuple[tuple[float, float], ...], window: float) -> float:
+    """:func:`sustained_slope`, once the samples span at least half of ``window`` (else 0): a trend
+    seen for a few seconds (a tracker that just started, traffic that just began) is no evidence of
+    one that lasts, and the look-ahead extrapolates it over a time-to-ready of minutes."""
+    if not samples or samples[-1][0] - samples[0][0] < 0.5 * window:
+        return 0.0
+    return sustained_slope(samples)
+
+
 def _growth_or_recent_decline(samples: tuple[tuple[float, float], ...]) -> float:
     """Sustained growth if there is any, else how fast the newer half declines (0 if it does not)."""
     growth = sustained_slope(samples)
@@ -423,7 +432,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         preemption_rate=sum(v for _, v in preemption_kept) / span,
         ttft_window=window,
         load=load,
-        running_slope=sustained_slope(running_samples),
+        running_slope=established_slope(running_samples, cfg.trend_window_seconds),
         waiting_slope=_growth_or_recent_decline(waiting_samples),
         completion_rate=completion_rate,
         idle_for=max(0.0, now - last_activity) if not reset_idle and last_activity is not None else 0.0,

@@ -17,7 +17,7 @@ from scaler.hpa import metric_value_for
 from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready, warm_steps
 from scaler.observation import Observation
 from scaler.roles import select_rules, ttft_budget
-from scaler.slo import itl_count, slo_count
+from scaler.slo import itl_count, prefill_slo_count, slo_count
 from scaler.state import ScalerState
 
 # Fewer TTFT observations than this in the window say nothing about a quantile.
@@ -180,6 +180,12 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     if obs.prompt_rate is not None:
         arriving = obs.prompt_rate + (obs.waiting_prompt_tokens or 0.0) / cfg.burst_window_seconds
         rules["prefill"] = _ceil(arriving / (cfg.target_utilization * obs.prefill_tps))
+        # SLO slack: with a TTFT SLO that the replicas meet now, fewer replicas than the utilisation
+        # target asks for suffice when the SLO model predicts they still meet it (short prompts against
+        # a loose SLO run a replica hotter). Unknown TTFT, or TTFT over the SLO: the target stands.
+        slack = _prefill_slo_slack(obs, cfg, rules["prefill"], arriving)
+        if slack is not None:
+            rules["prefill"] = slack
 
     # 1c. ITL SLO (decode-bound need): the smallest count at which each replica's share of the demand's
     #     sequences (look-ahead included) decodes within itlSloSeconds, by the learned ITL line of one
@@ -301,6 +307,28 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
             state = replace(state, state_lost_at=None)
     return _finish(desired, active, reason, rules, obs, state, cfg, now, ready, starting, ttr, may_zero,
                    horizon=horizon)
+
+
+def _prefill_slo_slack(obs: Observation, cfg: ScalerConfig, n_util: int, arriving: float) -> int | None:
+    """The prefill-bound need lowered to the SLO model's count (docs/policy.md, rule 0 "SLO slack"),
+    or ``None`` where it stands: no TTFT SLO, no prompt size, too few first tokens in the window, or
+    the observed quantile (window and its newer part, the larger) already over the budget."""
+    if cfg.ttft_slo_seconds is None or n_util <= 1 or not obs.prompt_per_request:
+        return None
+    window = obs.ttft_window
+    if window is None or window.count < MIN_TTFT_SAMPLES:
+        return None
+    budget = ttft_budget(cfg.ttft_slo_seconds, cfg.role, obs.kv_transfer_s, obs.pd_transfer_s)
+    observed = window.quantile(cfg.ttft_quantile)
+    rec = obs.ttft_recent
+    if rec is not None and rec.count > 0:
+        recent = rec.quantile(cfg.ttft_quantile)
+        observed = None if observed is None or recent is None else max(observed, recent)
+    if observed is None or observed > budget:
+        return None
+    n_slo = prefill_slo_count(arriving, obs.prefill_tps, obs.prompt_per_request, budget, cfg.ttft_quantile,
+                              n_util)
+    return None if n_slo is None else min(n_util, n_slo)
 
 
 def _confirm_cold(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: ScalerConfig, now: float,

@@ -53,6 +53,32 @@ def slo_count(observed_q: float, slo: float, q: float, ready: int, prompt_tps: f
     return max(ready, most)
 
 
+# The prefill-bound need relaxed by the SLO model never runs a replica above this share of its learned
+# prefill capacity (docs/policy.md, rule 0 "SLO slack"): the M/M/1 wait is steep near saturation and
+# the prompt rate is a 10-s mean, so some margin stays even where the model sees none needed.
+PREFILL_MAX_UTILIZATION = 0.95
+
+
+def prefill_slo_count(prompt_tps: float, capacity_tps: float, per_request: float, slo: float, q: float,
+                      most: int) -> int | None:
+    """Smallest count in ``[1, most]`` at which the prompt tokens arriving per second keep each replica
+    at most :data:`PREFILL_MAX_UTILIZATION` busy and the modelled TTFT quantile (the prompt's own
+    prefill plus the M/M/1 wait of :func:`wait_quantile`) meets ``slo``; ``None`` when the model
+    cannot say (no capacity or prompt size known, a prompt's own prefill takes the whole SLO) or no
+    count up to ``most`` meets it. Non-decreasing in ``prompt_tps`` (the wait grows with the arrival
+    rate at every count)."""
+    if most < 1 or per_request <= 0 or capacity_tps <= 0 or not prompt_tps >= 0:
+        return None
+    base = per_request / capacity_tps
+    if base >= slo:
+        return None
+    lo = max(1, math.ceil(prompt_tps / (PREFILL_MAX_UTILIZATION * capacity_tps) - 1e-9))
+    for n in range(lo, most + 1):
+        if base + wait_quantile(n, prompt_tps, capacity_tps, per_request, q) <= slo:
+            return n
+    return None
+
+
 # A quantile more than this many times the line's mean ITL is not the batch's doing: prefill chunks or
 # preemptions stall whole steps, and more replicas only dilute that (docs/policy.md, rule 4b).
 ITL_TAIL_MAX = 3.0

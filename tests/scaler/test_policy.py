@@ -131,7 +131,9 @@ def test_counter_reset_is_not_a_negative_window() -> None:
 
 
 def test_look_ahead_adds_growth_over_time_to_ready() -> None:
-    run = Run(cfg(targetInflightPerReplica="10", timeToReadySeconds="60", trendWindowSeconds="60"))
+    # A ramp over 9 s, seen over a trend window of 10 s (a trend counts once its samples span half the
+    # window: test_a_ramp_seen_for_less_than_half_the_trend_window_is_not_extrapolated).
+    run = Run(cfg(targetInflightPerReplica="10", timeToReadySeconds="60", trendWindowSeconds="10"))
     d = None
     for load in range(0, 50, 5):  # +5 requests per second
         d = run.step([replica("a", running=load)])
@@ -140,6 +142,25 @@ def test_look_ahead_adds_growth_over_time_to_ready() -> None:
     # (scaleUpMaxStep - 1) x today's load: 90 -> 9 replicas
     assert d.rules["demand"] == 9
     assert d.desired == 9
+
+
+@pytest.mark.parametrize(("seconds", "window", "expected"), [
+    (9, 60.0, 5),  # 9 s of a 60-s window: today's 45 only
+    (29, 60.0, 15),  # 29 s: today's 145 only
+    (30, 60.0, 30),  # 30 s: the trend counts, 150 + min(5/s x 60 s, 150: one decision's step bound) = 300
+])
+def test_a_ramp_seen_for_less_than_half_the_trend_window_is_not_extrapolated(seconds: int, window: float,
+                                                                             expected: int) -> None:
+    """A trend seen for a few seconds (a tracker that just started, traffic that just began from
+    nothing) is not extrapolated over a time-to-ready of minutes: it counts once its samples span
+    half of trendWindowSeconds. Load at the last step: 5 x seconds requests."""
+    run = Run(cfg(targetInflightPerReplica="10", timeToReadySeconds="60", trendWindowSeconds=f"{window:g}",
+                  maxReplicas="100"))
+    d = None
+    for t in range(seconds + 1):
+        d = run.step([replica("a", running=5 * t)])
+    assert d is not None
+    assert d.rules["demand"] == expected
 
 
 def test_no_look_ahead_on_falling_demand() -> None:

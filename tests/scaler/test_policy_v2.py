@@ -446,3 +446,90 @@ def test_scale_from_zero_is_not_held_back() -> None:
     d = run.step([], ttr_ladder=COLD_ONLY, ready_replicas=0, starting_replicas=0,
                  queues=(QueueReading("q", 0.0, length=50),))
     assert d.desired == 5
+
+
+# ---- SLO slack: the prefill-bound need at the SLO model's count ----------------------------------
+
+from scaler.slo import PREFILL_MAX_UTILIZATION, prefill_slo_count  # noqa: E402
+
+
+def _prefill_run(prompt_tps: float, per_request: float, ttft_counts: dict[float, int], seconds: int = 20,
+                 **meta: str) -> Decision:
+    """One replica (8b-h100 prior: 16k prompt tokens/s; 0.8 x 16k = 12.8k at the target utilisation),
+    ``prompt_tps`` arriving in requests of ``per_request`` tokens, each second ``ttft_counts`` first
+    tokens (bucket -> count), decisions every second on an injected clock."""
+    run = Run(cfg(modelProfile="8b-h100", maxReplicas="10", burstWindowSeconds="10", **meta))
+    total = requests = 0.0
+    counts: dict[float, int] = {}
+    d = None
+    for _ in range(seconds):
+        sig = ReplicaSignal(engine="vllm", waiting=0, running=20, kv_usage=0.1, prompt_tokens_total=total,
+                            requests_total=requests, generation_tokens_total=requests * 100, ttft=ttft(counts))
+        d = run.step([ReplicaReading(replica="a", observed_at=0.0, signal=sig)], ready_replicas=1,
+                     starting_replicas=0, current_replicas=1)
+        total += prompt_tps
+        requests += prompt_tps / per_request
+        for le, c in ttft_counts.items():
+            counts[le] = counts.get(le, 0) + c
+    assert d is not None
+    return d
+
+
+# (case, prompt tokens/s, tokens per request, first tokens per second, metadata) -> prefill need.
+# 13.5k tok/s is 0.84 of the prior's 16k: the utilisation target (0.8) asks for 2. The SLO model with
+# 1,400-token prompts: mu = 11.4 req/s, lam = 9.6, p95 wait ln(0.84 / 0.05) / 1.79 = 1.58 s, plus the
+# prompt's own 0.09 s = 1.67 s: one replica meets a 2-s SLO.
+SLACK = [
+    ("short prompts, a 2-s SLO met: one replica", 13_500.0, 1_400.0, {0.5: 10}, {"ttftSloSeconds": "2"}, 1),
+    ("no TTFT SLO: the utilisation target", 13_500.0, 1_400.0, {0.5: 10}, {}, 2),
+    ("a 1-s SLO: the model's 1.67 s misses it", 13_500.0, 1_400.0, {0.5: 10}, {"ttftSloSeconds": "1"}, 2),
+    ("observed TTFT over the SLO: the target stands", 13_500.0, 1_400.0, {2.5: 10}, {"ttftSloSeconds": "2"}, 2),
+    ("too few first tokens to say: the target stands", 13_500.0, 1_400.0, {}, {"ttftSloSeconds": "2"}, 2),
+    # 4,000-token prompts: mu = 4, lam = 3.4, p95 wait 2.83 / 0.63 = 4.5 s: two replicas
+    ("long prompts: the model asks for 2", 13_500.0, 4_000.0, {0.5: 10}, {"ttftSloSeconds": "2"}, 2),
+    # 15.5k tok/s = 0.97 of 16k: above PREFILL_MAX_UTILIZATION (0.95) whatever the SLO says
+    ("above the utilisation ceiling: 2", 15_500.0, 100.0, {0.1: 10}, {"ttftSloSeconds": "10"}, 2),
+]
+
+
+@pytest.mark.parametrize(("prompt_tps", "per_request", "first_tokens", "meta", "expected"),
+                         [c[1:] for c in SLACK], ids=[c[0] for c in SLACK])
+def test_prefill_need_at_the_slo_models_count(prompt_tps: float, per_request: float, first_tokens: dict[float, int],
+                                              meta: dict[str, str], expected: int) -> None:
+    d = _prefill_run(prompt_tps, per_request, first_tokens, **meta)
+    assert d.rules["prefill"] == expected
+
+
+def test_prefill_slo_count_table() -> None:
+    # 10k tok/s capacity, 1k-token prompts (mu = 10 req/s), SLO 2 s at p95
+    assert prefill_slo_count(8_000.0, 10_000.0, 1_000.0, 2.0, 0.95, 4) == 1  # rho 0.8: 0.1 + 1.39 s
+    assert prefill_slo_count(9_000.0, 10_000.0, 1_000.0, 2.0, 0.95, 4) == 2  # rho 0.9: 0.1 + 2.89 s at 1
+    assert prefill_slo_count(30_000.0, 10_000.0, 1_000.0, 2.0, 0.95, 4) == 4  # 3 would run at 1.0
+    assert prefill_slo_count(30_000.0, 10_000.0, 1_000.0, 2.0, 0.95, 3) is None  # no count up to 3 meets it
+    assert prefill_slo_count(8_000.0, 10_000.0, 25_000.0, 2.0, 0.95, 4) is None  # a prompt alone takes 2.5 s
+    # Never above PREFILL_MAX_UTILIZATION, even where the SLO is loose: 9.6k of 10k (0.96) asks for 2
+    assert prefill_slo_count(9_600.0, 10_000.0, 10.0, 100.0, 0.95, 4) == 2
+    assert PREFILL_MAX_UTILIZATION == 0.95
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.floats(0.0, 200_000.0), more=st.floats(0.0, 100_000.0), per_request=st.floats(10.0, 50_000.0),
+       slo=st.floats(0.1, 30.0))
+def test_prefill_slo_count_never_falls_with_more_prompt_tokens(p: float, more: float, per_request: float,
+                                                               slo: float) -> None:
+    """More prompt tokens per second never yield a smaller count (None = the model cannot say: the
+    utilisation target's count, at least as large)."""
+    low = prefill_slo_count(p, 20_000.0, per_request, slo, 0.95, 50)
+    high = prefill_slo_count(p + more, 20_000.0, per_request, slo, 0.95, 50)
+    assert high is None or (low is not None and high >= low)
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.floats(1_000.0, 40_000.0), more=st.floats(0.0, 20_000.0),
+       per_request=st.sampled_from([200.0, 1_400.0, 6_000.0]), fast=st.booleans())
+def test_more_prompt_tokens_never_ask_for_fewer_replicas(p: float, more: float, per_request: float, fast: bool) -> None:
+    """The whole policy with a TTFT SLO and the slack rule: more prompt tokens/s never fewer replicas."""
+    first = {0.25: 10} if fast else {2.5: 10}
+    low = _prefill_run(p, per_request, first, ttftSloSeconds="2").desired
+    high = _prefill_run(p + more, per_request, first, ttftSloSeconds="2").desired
+    assert high >= low
