@@ -143,13 +143,16 @@ class ItlPrior:
 
 
 ITL_PRIORS: dict[str, ItlPrior] = {
-    "generic": ItlPrior(0.014, 0.00024, "twice the 8B/H100 figures below (an unknown model is assumed larger)"),
-    "8b-h100": ItlPrior(0.007, 0.00012, "16.1 GB weights at 80% of 3.35 TB/s + 1 ms = 7 ms; 20 us + 2,000 KV "
-                                        "tokens x 128 KiB at 80% of 3.35 TB/s = 118 us per sequence"),
-    "70b-h100-tp4": ItlPrior(0.017, 0.00009, "35 GB weights per GPU at 80% of 3.35 TB/s + 4 ms all-reduce = "
-                                             "17 ms; 30 us + 2,000 x 80 KiB KV per GPU = 91 us per sequence"),
-    "70b-h100-tp8": ItlPrior(0.011, 0.00006, "17.6 GB weights per GPU + 4 ms all-reduce = 10.6 ms; 30 us + "
-                                             "2,000 x 40 KiB KV per GPU = 61 us per sequence"),
+    "generic": ItlPrior(0.017, 0.00024, "twice the 8B/H100 figures below (an unknown model is assumed larger)"),
+    "8b-h100": ItlPrior(0.0085, 0.00012, "16.1 GB weights at 80% of 3.35 TB/s + 2.5 ms per-step overhead = "
+                                         "8.5 ms (vLLM 0.8.3 on an H100 measured 8.56 ms mean TPOT at 1 req/s: "
+                                         "docs/benchmarks.md 'Engine calibration'); 20 us + 2,000 KV tokens x "
+                                         "128 KiB at 80% of 3.35 TB/s = 118 us per sequence"),
+    "70b-h100-tp4": ItlPrior(0.020, 0.00009, "35 GB weights per GPU at 80% of 3.35 TB/s + the 8B's 2.5 ms "
+                                             "overhead + 4 ms all-reduce = 19.7 ms; 30 us + 2,000 x 80 KiB KV "
+                                             "per GPU = 91 us per sequence"),
+    "70b-h100-tp8": ItlPrior(0.013, 0.00006, "17.6 GB weights per GPU + 2.5 ms overhead + 4 ms all-reduce = "
+                                             "13.1 ms; 30 us + 2,000 x 40 KiB KV per GPU = 61 us per sequence"),
 }
 # Batch sizes at which the prior's line is pinned (its two pseudo-samples).
 ITL_PRIOR_BATCHES = (1.0, 64.0)

@@ -12,17 +12,20 @@ Scheduler (what ``vllm/v1/core/sched/scheduler.py`` does each step, FCFS, chunke
   it goes back to the head of the queue and later recomputes prompt + generated tokens); no waiting
   request is admitted in a step that preempted. A waiting request is admitted only if the blocks for
   its first chunk are free.
-- Step time = ``step_fixed_s`` + ``step_per_seq_s`` x sequences in the batch + ``step_per_kv_token_s``
-  x KV tokens read + ``prefill tokens / prefill_tps``. The step that computes a prompt's last chunk
-  samples its first token (TTFT = that step's end - arrival).
+- Step time (a roofline, :meth:`EngineProfile.step_s`) = ``step_fixed_s`` + ``step_per_seq_s`` x
+  sequences in the batch + the larger of the compute time (tokens scheduled, prefill and decode, /
+  ``prefill_tps``) and the memory time (``step_weights_s`` + ``step_per_kv_token_s`` x KV tokens
+  read): a step is bounded by compute or by memory bandwidth, not by their sum. The step that
+  computes a prompt's last chunk samples its first token (TTFT = that step's end - arrival).
 
-Time is continuous: the engine advances in *segments* of identical steps (same requests, same
-per-request tokens) and jumps over them in one computation (their durations grow linearly with the
-KV read, an arithmetic series). A segment ends where the batch composition changes (a prompt
-finishes, a sequence finishes, the KV cache would run out); an arrival or an observation cuts the
-segment at the first step boundary after it (a step in progress completes first; a request is never
-scheduled before it arrives). ``tests/bench/test_engine_v1.py`` checks the segment engine against
-stepping one iteration at a time.
+Time is continuous: the engine advances in *segments* of identical steps (same requests, same per-
+request tokens) and jumps over them in one computation (their durations are constant while compute-
+bound, and grow linearly with the KV read while memory-bound, an arithmetic series; a segment is cut
+where the memory time overtakes the compute time). A segment ends where the batch composition
+changes (a prompt finishes, a sequence finishes, the KV cache would run out); an arrival or an
+observation cuts the segment at the first step boundary after it (a step in progress completes
+first; a request is never scheduled before it arrives). ``tests/bench/test_engine_v1.py`` checks the
+segment engine against stepping one iteration at a time.
 
 A :class:`Request` may stand for ``n`` identical requests (a cohort: rate-curve replays); its members
 prefill one after another and get their first tokens with the last one, TTFT recorded for the mean
@@ -93,19 +96,28 @@ class EngineProfile:
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int = 16
+    # Memory roof's floor: the time to read the weights once per step (0: no memory roof but the KV read).
+    step_weights_s: float = 0.0
     sources: tuple[tuple[str, str], ...] = ()
 
     @property
     def num_blocks(self) -> int:
         return int(self.kv_capacity_tokens // self.block_size)
 
+    def step_s(self, nseq: float, tokens: float, kv_tokens: float) -> float:
+        """One step's time (roofline): overhead + per-sequence cost + the larger of the compute time of
+        the ``tokens`` scheduled (prefill chunks and decode tokens alike, at ``prefill_tps``) and the
+        memory time (the weights, then the ``kv_tokens`` of KV cache read)."""
+        return (self.step_fixed_s + nseq * self.step_per_seq_s
+                + max(tokens / self.prefill_tps, self.step_weights_s + kv_tokens * self.step_per_kv_token_s))
+
     def decode_step_s(self, batch: float, kv_tokens: float) -> float:
-        return self.step_fixed_s + batch * self.step_per_seq_s + kv_tokens * self.step_per_kv_token_s
+        return self.step_s(batch, batch, kv_tokens)
 
     def prefill_rate(self, batch: float, kv_tokens: float) -> float:
         """Prefill tokens/s while ``batch`` sequences decode alongside (full chunked-prefill steps)."""
         chunk = max(self.max_num_batched_tokens - batch, 256.0)
-        return chunk / (self.decode_step_s(batch, kv_tokens) + chunk / self.prefill_tps)
+        return chunk / self.step_s(batch + 1, chunk + batch, kv_tokens)
 
 
 _H100_HBM_BPS = 3.35e12  # H100 SXM HBM3 bandwidth (NVIDIA datasheet)
@@ -120,18 +132,22 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
         name="8b-h100",
         model="Llama-3.1-8B-Instruct BF16, vLLM V1, 1x H100 SXM 80GB",
         gpus_per_replica=1,
-        prefill_tps=24_000.0,
-        step_fixed_s=16.1e9 / (_H100_HBM_BPS * _MBU) + 0.001,
+        prefill_tps=37_000.0,
+        step_fixed_s=0.0025,
+        step_weights_s=16.1e9 / (_H100_HBM_BPS * _MBU),
         step_per_seq_s=20e-6,
         step_per_kv_token_s=131_072 / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=400_000.0,
         max_num_seqs=1024,
         max_num_batched_tokens=8192,
         sources=(
-            ("prefill_tps", "calibrated (benchmarks/calibrate.py; docs/benchmarks.md 'Engine calibration'): "
-                            "24k tok/s = 2*8e9 FLOP/token at ~39% of H100 989 TFLOPS BF16; llm-d's token-aware "
-                            "guide measured a lower 15,928 tok/s peak (autoscalers.md (c))"),
-            ("step_fixed_s", "16.1 GB of weights read per step at 80% of 3.35 TB/s HBM + 1 ms scheduling: 7.0 ms"),
+            ("prefill_tps", "compute roof, tokens/s (prefill and decode tokens alike): calibrated to the saturated "
+                            "throughput of vLLM 0.8.3 V1 on an H100 (benchcompare 35 req/s: 28.45 req/s of 1000 in / "
+                            "100 out served; benchmarks/calibrate.py, docs/benchmarks.md 'Engine calibration'): "
+                            "37k tok/s = 2 x 7.5e9 FLOP/token (8B without the LM head) at ~56% of 989 TFLOPS BF16"),
+            ("step_fixed_s", "per-step overhead (scheduling, launch, sampling sync): the benchcompare 1 req/s mean "
+                             "TPOT 8.56 ms at batch ~1 less the 6.0 ms weight read and ~0.05 ms KV read: 2.5 ms"),
+            ("step_weights_s", "memory roof's floor: 16.1 GB of weights read per step at 80% of 3.35 TB/s HBM: 6.0 ms"),
             ("step_per_kv_token_s", "128 KiB KV/token (32 layers x 8 KV heads x 128 x 2 x BF16) read per step"),
             ("step_per_seq_s", "20 us per sequence per step (sampling, scheduling; assumption)"),
             ("kv_capacity_tokens", "(0.9 x 80 GB - 16 GB weights - ~4 GB activations/graphs) / 128 KiB = ~400k "
@@ -146,17 +162,20 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
         name="70b-h100-tp4",
         model="Llama-3.3-70B-Instruct BF16, vLLM V1, TP=4 on 4x H100 SXM 80GB",
         gpus_per_replica=4,
-        prefill_tps=10_500.0,
-        step_fixed_s=(141e9 / 4) / (_H100_HBM_BPS * _MBU) + 0.004,
+        prefill_tps=37_000.0 * 0.4375,
+        step_fixed_s=0.0025 + 0.004,
+        step_weights_s=(141e9 / 4) / (_H100_HBM_BPS * _MBU),
         step_per_seq_s=30e-6,
         step_per_kv_token_s=(327_680 / 4) / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=400_000.0,
         max_num_seqs=1024,
         max_num_batched_tokens=8192,
         sources=(
-            ("prefill_tps", "2*70e9 FLOP/token on 4x 989 TFLOPS at the ~39% the 8B calibration gives, less TP "
-                            "overhead: ~10.5k tok/s (scaled, not calibrated)"),
-            ("step_fixed_s", "35 GB of weights per GPU at 80% of 3.35 TB/s + 4 ms for 160 TP all-reduces: 17 ms"),
+            ("prefill_tps", "the 8B's calibrated compute roof x 0.4375 (4 GPUs x 8/70 of the FLOPs per token x ~96% "
+                            "TP efficiency, the factor used since the first 24k/10.5k derivation): ~16.2k tok/s "
+                            "(scaled, not calibrated)"),
+            ("step_fixed_s", "the 8B's measured 2.5 ms per-step overhead + 4 ms for 160 TP all-reduces: 6.5 ms"),
+            ("step_weights_s", "35 GB of weights per GPU at 80% of 3.35 TB/s: 13.2 ms"),
             ("step_per_kv_token_s", "320 KiB KV/token (80 layers x 8 KV heads x 128 x 2 x BF16) split over 4 GPUs"),
             ("step_per_seq_s", "30 us per sequence per step (assumption)"),
             ("kv_capacity_tokens", "4 x (0.9 x 80 - 35 - 4) GB / 320 KiB = ~400k tokens"),
@@ -168,16 +187,19 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
         name="70b-h100-tp8",
         model="Llama-3.3-70B-Instruct BF16, vLLM V1, TP=8 on 8x H100 SXM 80GB",
         gpus_per_replica=8,
-        prefill_tps=18_000.0,
-        step_fixed_s=(141e9 / 8) / (_H100_HBM_BPS * _MBU) + 0.004,
+        prefill_tps=37_000.0 * 0.75,
+        step_fixed_s=0.0025 + 0.004,
+        step_weights_s=(141e9 / 8) / (_H100_HBM_BPS * _MBU),
         step_per_seq_s=30e-6,
         step_per_kv_token_s=(327_680 / 8) / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=1_200_000.0,
         max_num_seqs=1024,
         max_num_batched_tokens=8192,
         sources=(
-            ("prefill_tps", "twice TP4's FLOPs at ~85% TP scaling efficiency: ~18k tok/s (assumption)"),
-            ("step_fixed_s", "17.6 GB of weights per GPU at 80% of 3.35 TB/s + 4 ms all-reduce: 10.6 ms"),
+            ("prefill_tps", "the 8B's calibrated compute roof x 0.75 (twice TP4's FLOPs at ~85% TP scaling, the "
+                            "factor used since the first 24k/18k derivation): ~27.8k tok/s (assumption)"),
+            ("step_fixed_s", "the 8B's measured 2.5 ms per-step overhead + 4 ms all-reduce: 6.5 ms"),
+            ("step_weights_s", "17.6 GB of weights per GPU at 80% of 3.35 TB/s: 6.6 ms"),
             ("step_per_kv_token_s", "320 KiB KV/token split over 8 GPUs"),
             ("step_per_seq_s", "30 us per sequence per step (assumption)"),
             ("kv_capacity_tokens", "8 x (0.9 x 80 - 17.6 - 4) GB / 320 KiB = ~1.2M tokens"),
@@ -246,8 +268,8 @@ class Engine:
         self.clock = now  # start of the next step (engine idle: time it became idle)
         self.sink = ttft_sink
         self.max_jump = 1 << 30  # 1: one iteration per segment (the per-iteration reference, tests)
-        # Segment being executed: (composition, k steps, A, g); None when idle.
-        self._seg: tuple[list[tuple[Request, int, bool]], int, float, float] | None = None
+        # Segment being executed: (composition, k steps, A, tokens per step, slope); None when idle.
+        self._seg: tuple[list[tuple[Request, int, bool]], int, float, float, float] | None = None
         self._preempted = False  # the last _plan preempted a request
         self.seg_end = math.inf
         # Counters and histograms, lifetime totals as the engine exports them.
@@ -301,8 +323,8 @@ class Engine:
             if self.clock < now:
                 self.clock = now
         elif self.clock < now:
-            _, k, a, g = seg
-            j = min(k, max(1, self._steps_started_before(now - self.clock, a, g)))
+            _, k, a, _g, sl = seg
+            j = min(k, max(1, self._steps_started_before(now - self.clock, a, sl)))
             self._apply(j)
             self.waiting.append(req)
             self.waiting_n += req.n
@@ -337,25 +359,44 @@ class Engine:
         seg = self._seg
         if seg is None or self.clock >= t:
             return
-        _, k, a, g = seg
-        j = min(k, max(1, self._steps_started_before(t - self.clock, a, g)))
+        _, k, a, _g, sl = seg
+        j = min(k, max(1, self._steps_started_before(t - self.clock, a, sl)))
         self._apply(j)
         self._plan()
 
-    def _dur(self, j: int, a: float, g: float) -> float:
-        return j * a + self.p.step_per_kv_token_s * g * j * (j - 1) / 2.0
+    def _segment_time(self, k: int, nseq: int, new_tok: int, kv0: int) -> tuple[int, float, float]:
+        """(k', a, s): the segment's first ``k' <= k`` steps last ``a + s*i`` each (step i >= 0).
 
-    def _steps_started_before(self, span: float, a: float, g: float) -> int:
+        Step i reads ``kv0 + new_tok*i`` KV tokens (:meth:`EngineProfile.step_s`: the larger of the
+        compute and the memory time). While compute is the larger the steps are all alike (s = 0);
+        the memory time grows with the KV read, so a compute-bound segment ends at the step where
+        the memory time overtakes it (the next segment is memory-bound, s = KV read growth)."""
+        p = self.p
+        base = p.step_fixed_s + p.step_per_seq_s * nseq
+        compute = new_tok / p.prefill_tps
+        mem0 = p.step_weights_s + p.step_per_kv_token_s * kv0
+        slope = p.step_per_kv_token_s * new_tok
+        if compute <= mem0:
+            return k, base + mem0, slope
+        if slope > 0.0:
+            # Steps i with mem0 + slope*i <= compute stay compute-bound.
+            k = min(k, int((compute - mem0) / slope) + 1)
+        return k, base + compute, 0.0
+
+    def _dur(self, j: int, a: float, s: float) -> float:
+        return j * a + s * j * (j - 1) / 2.0
+
+    def _steps_started_before(self, span: float, a: float, s: float) -> int:
         """Number of steps i >= 0 with start ``dur(i) < span``."""
-        c2 = self.p.step_per_kv_token_s * g / 2.0
+        c2 = s / 2.0
         if c2 <= 0.0:
             return math.ceil(span / a) if a > 0 else 1 << 30
         b = a - c2
         root = (-b + math.sqrt(b * b + 4 * c2 * span)) / (2 * c2)
         j = math.ceil(root)
-        while j > 0 and self._dur(j - 1, a, g) >= span:
+        while j > 0 and self._dur(j - 1, a, s) >= span:
             j -= 1
-        while self._dur(j, a, g) < span:
+        while self._dur(j, a, s) < span:
             j += 1
         return j
 
@@ -504,17 +545,16 @@ class Engine:
             k = self.max_jump
         if k < 1:
             k = 1
-        a = p.step_fixed_s + p.step_per_seq_s * nseq + pre_tok / p.prefill_tps + p.step_per_kv_token_s * kv0
-        g = float(new_tok)
-        self._seg = (comp, k, a, g)
-        self.seg_end = self.clock + (k * a + p.step_per_kv_token_s * g * k * (k - 1) / 2.0)
+        k, a, s = self._segment_time(k, nseq, new_tok, kv0)
+        self._seg = (comp, k, a, float(new_tok), s)
+        self.seg_end = self.clock + (k * a + s * k * (k - 1) / 2.0)
 
     def _apply(self, j: int) -> None:
         """Execute the first ``j`` steps of the current segment."""
         seg = self._seg
         assert seg is not None
-        comp, _k, a, g = seg
-        dur = j * a + self.p.step_per_kv_token_s * g * j * (j - 1) / 2.0
+        comp, _k, a, g, sl = seg
+        dur = j * a + sl * j * (j - 1) / 2.0
         t_end = self.clock + dur
         self.busy_s += dur
         self.steps_total += j

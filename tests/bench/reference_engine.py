@@ -87,7 +87,6 @@ class ReferenceEngine(Engine):
             self._seg = None
             self.seg_end = math.inf
             return
-        p = self.p
         k = 1 << 30
         n_pre = 0
         nseq = 0
@@ -117,17 +116,17 @@ class ReferenceEngine(Engine):
             if extra > self.free_blocks:
                 k = 1
         k = max(1, min(k, self.max_jump))
-        a = p.step_fixed_s + p.step_per_seq_s * nseq + pre_tok / p.prefill_tps + p.step_per_kv_token_s * kv0
+        k, a, s = self._segment_time(k, nseq, new_tok, kv0)
         g = float(new_tok)
-        self._seg = (comp, k, a, g)
-        self.seg_end = self.clock + self._dur(k, a, g)
+        self._seg = (comp, k, a, g, s)
+        self.seg_end = self.clock + self._dur(k, a, s)
 
     def _apply(self, j: int) -> None:
         """Execute the first ``j`` steps of the current segment."""
         seg = self._seg
         assert seg is not None
-        comp, _k, a, g = seg
-        dur = self._dur(j, a, g)
+        comp, _k, a, g, s = seg
+        dur = self._dur(j, a, s)
         t_end = self.clock + dur
         self.busy_s += dur
         self.steps_total += j

@@ -13,9 +13,16 @@ from benchmarks.sim.engine import ENGINE_PROFILES
 P = ENGINE_PROFILES["8b-h100"]
 
 
-def test_within_15_percent_of_each_published_measurement_but_the_stated_misses() -> None:
+def test_within_15_percent_of_each_target_but_the_stated_misses() -> None:
+    """The targets are the vLLM V1 runs on a named H100 (benchcompare, vLLM 0.8.3): at least two rates
+    within +-15% on both mean TTFT and output throughput; the V0 (Lambda) and unknown-GPU (PR #18566)
+    runs are references whose errors are stated, not constraints."""
     rows = run_cases(P)
-    assert len([r for r in rows if r["stated_error"] is None]) >= 2
+    ok = [r for r in rows if r["target"] and r["stated_error"] is None]
+    assert len(ok) >= 2
+    assert all(r["case"].startswith("benchcompare-h100") for r in ok)
+    assert {r["case"] for r in rows if not r["target"]} == {"lambda-h100-llama3-8b-10",
+                                                              "vllm-pr18566-llama31-8b-1000"}
     for r in rows:
         if r["stated_error"] is not None:
             continue
@@ -34,6 +41,16 @@ def test_a_stated_miss_is_a_miss_and_does_not_grow() -> None:
             stated = r["stated_error"][key]
             assert abs(err) <= abs(stated) * 1.01 + 0.005, (r["case"], key, err, stated)
             assert err == pytest.approx(stated, rel=0.02, abs=0.005), (r["case"], key, err, stated)
+
+
+def test_a_mixed_step_is_bounded_by_compute_or_memory_not_their_sum() -> None:
+    """The roofline step: a big prefill chunk is compute-bound (the weights are read once while it
+    computes), a small decode batch memory-bound."""
+    overhead = P.step_fixed_s + P.step_per_seq_s
+    assert P.step_s(1, 8192, 0) == pytest.approx(overhead + 8192 / P.prefill_tps)
+    assert P.step_s(1, 1, 1000) == pytest.approx(overhead + P.step_weights_s + 1000 * P.step_per_kv_token_s)
+    assert P.step_s(1, 8192, 1000) < (overhead + 8192 / P.prefill_tps + P.step_weights_s
+                                      + 1000 * P.step_per_kv_token_s)
 
 
 def _case(n: int, inp: int = 500, out: int = 100, **kw: object) -> Case:
