@@ -134,6 +134,18 @@ def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, no
     return est
 
 
+def _prefill_bound(sig: ReplicaSignal, prev: ReplicaMemory | None, cfg: ScalerConfig) -> bool:
+    """Requests wait for prefill at this scrape: some wait, the KV cache is below ``kvCacheHigh`` (a
+    full cache admits no prompt however fast the engine prefills: the prompt counter then measures
+    how fast decodes free blocks) and no request was preempted since the last scrape (a preempted
+    request's prompt is recomputed and not counted again: the counter understates the work)."""
+    if sig.waiting <= 0:
+        return False
+    if sig.kv_usage is not None and sig.kv_usage >= cfg.kv_cache_high:
+        return False
+    return not (prev is not None and _increased(sig.preemptions_total, prev.preemptions_total))
+
+
 def _prefill_totals(sig: ReplicaSignal) -> tuple[float, float, float] | None:
     if sig.prefill_seconds_total is None or sig.prefills_total is None or sig.prefill_prompt_tokens_total is None:
         return None
@@ -300,12 +312,13 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         stepped = prev is not None and p_now is not None and prev.prompt_tokens_total is not None \
             and p_now > prev.prompt_tokens_total
         totals = _prefill_totals(sig)
-        start = _SampleStart(seen_at, p_now, sig.waiting > 0, stepped,
+        bound = _prefill_bound(sig, prev, cfg)
+        start = _SampleStart(seen_at, p_now, bound, stepped,
                              seen_at - prev.observed_at if prev is not None else None, totals)
         if prev is not None and prev.sample_at is not None and prev.sample_prompt is not None \
                 and p_now is not None and p_now >= prev.sample_prompt:
             span_s = seen_at - prev.sample_at
-            saturated = prev.sample_saturated and sig.waiting > 0
+            saturated = prev.sample_saturated and bound
             if stepped and span_s >= (cap.SATURATED_MIN_SECONDS if saturated else cap.SERVED_MIN_SECONDS):
                 if prev.sample_aligned:
                     estimate = _learn_sample(estimate, prev, sig, totals, span_s, saturated)
