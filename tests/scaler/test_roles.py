@@ -127,9 +127,11 @@ def test_prefill_backlog_joins_the_arriving_tokens_at_the_learned_capacity() -> 
     """Requests wait at every scrape: the replicas are prefill-bound at what they serve (2,000 tok/s
     each), the capacity estimate learns it, and the waiting prompts (80 x 1,000 tokens, taken within
     the 10 s burst window) join the 4,000 tok/s arriving."""
-    # (burstConfirmSeconds 0: the prefill need itself, not how long it must last before cold starts)
-    d = run("prefill", 2, meta={"burstWindowSeconds": "10", "burstConfirmSeconds": "0"}, tps=2_000.0, waiting=40,
-            running=4)
+    # (burstConfirmSeconds 0: the prefill need itself, not how long it must last before cold starts;
+    # timeToReadySeconds 5: a new replica is ready within the burst window, so the waiting prompts are
+    # taken within it, not over the time-to-ready: tests/scaler/test_capacity_decode_heavy.py)
+    d = run("prefill", 2, meta={"burstWindowSeconds": "10", "burstConfirmSeconds": "0", "timeToReadySeconds": "5"},
+            tps=2_000.0, waiting=40, running=4)
     assert d.capacity_samples > 0 and d.prefill_tps < 3_000.0
     u = ScalerConfig().target_utilization
     assert d.reason == "prefill" and d.desired == -(-(4_000.0 + 80_000.0 / 10) // (u * d.prefill_tps))
