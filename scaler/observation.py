@@ -258,6 +258,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     gpu = cfg.gpu_product or snapshot.gpu_product or ""
     prior = cap.prior_for(cfg.engine, cfg.model_profile)
     estimate = state.capacity.get(gpu) or cap.start(prior)
+    # The decision sizes this snapshot's demand by the capacity learned before it: a reading then never
+    # raises the capacity it is divided by (more prompt tokens never ask for fewer replicas).
+    sizing = estimate
     itl_prior = cap.itl_prior_for(cfg.engine, cfg.model_profile)
     itl_est = state.itl_capacity.get(gpu) or cap.ItlEstimate()
     itl_now: list[tuple[Histogram, float]] = []  # this decision's per-replica ITL deltas and batches
@@ -457,9 +460,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         prompt_rate=prompt_rate,
         waiting_prompt_tokens=(waiting * scale + queue) * per_request if per_request is not None else None,
         prompt_per_request=per_request,
-        prefill_tps=estimate.prefill_tps,
+        prefill_tps=sizing.prefill_tps,
         max_seqs=min(maxes) if maxes else prior.max_seqs,
-        capacity_samples=estimate.samples,
+        capacity_samples=sizing.samples,
         gpu_product=gpu,
         itl_window=itl_window,
         itl_base_s=itl_base,
