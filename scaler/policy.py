@@ -365,7 +365,11 @@ def _confirm_cold(desired: int, reason: str, state: ScalerState, ladder: Ladder,
     if ready == 0 or desired <= quick or ladder[-1][2] <= span:
         return desired, reason, state
     values = sorted(v for _, v in needs)
-    confirmed = max(values[(len(values) - 1) // 2], recurrent)
+    # A need can have lasted burstConfirmSeconds only where the needs seen reach back that far: a
+    # tracker that just started (a new ScaledObject, a restart without a store) has seen seconds of
+    # the burst, and the median of those is the burst itself.
+    lasted = values[(len(values) - 1) // 2] if now - needs[0][0] >= cfg.burst_confirm_seconds else 0
+    confirmed = max(lasted, recurrent)
     if confirmed >= desired:
         return desired, reason, state
     return max(quick, confirmed), "burst-unconfirmed", state

@@ -71,7 +71,8 @@ def test_stale_endpoints_never_count_as_idle_nor_allow_scale_down(stale: float) 
 
 
 def test_stale_driven_saturation_does_not_scale_up() -> None:
-    cfg = parse_metadata({**EPP, "maxReplicas": "16"})
+    # One decision of a fresh tracker: no burst confirmation (it needs burstConfirmSeconds of history).
+    cfg = parse_metadata({**EPP, "maxReplicas": "16", "burstConfirmSeconds": "0"})
     d = Run(cfg).step(picker(0, running=20, ready=4, stale=2, sat={"effective": 1.6}))
     assert "saturation" not in d.rules  # fail-closed scoring of stale endpoints is not load
     d = Run(cfg).step(picker(0, running=20, ready=4, stale=0, sat={"effective": 1.6}))
@@ -80,7 +81,7 @@ def test_stale_driven_saturation_does_not_scale_up() -> None:
 
 @pytest.mark.parametrize(("role", "expected"), [("prefill", 6), ("decode", 1), ("both", 6)])
 def test_role_reads_its_stage_saturation(role: str, expected: int) -> None:
-    meta = {**EPP, "maxReplicas": "16", "role": role}
+    meta = {**EPP, "maxReplicas": "16", "role": role, "burstConfirmSeconds": "0"}  # one fresh decision
     if role != "both":
         meta["pdGroup"] = "llama-pd"
     sig = picker(0, running=10, ready=3, sat={"prefill": 1.6, "decode": 0.5, "effective": 1.6})

@@ -94,7 +94,8 @@ SINGLE_STEP = [
 )
 def test_single_decision(name: str, meta: dict[str, str], replicas: list[ReplicaReading], desired: int,
                          reason: str) -> None:
-    d = Run(cfg(**meta)).step(replicas)
+    # One decision of a fresh tracker: no burst confirmation (it needs burstConfirmSeconds of history).
+    d = Run(cfg(**{"burstConfirmSeconds": "0", **meta})).step(replicas)
     assert (d.desired, d.reason) == (desired, reason)
     assert d.active
 
@@ -203,7 +204,8 @@ def test_scale_down_is_stabilised() -> None:
 
 
 def test_partial_data_blocks_scale_down() -> None:
-    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="0", nodeIdleSeconds="0"))
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="0", nodeIdleSeconds="0",
+                  burstConfirmSeconds="0"))
     assert run.step([replica("a", running=40), replica("b", running=40)]).desired == 8
     d = run.step([replica("a", running=0), unknown("b")])
     assert (d.desired, d.reason) == (8, "partial-data-hold")
@@ -350,7 +352,7 @@ def test_hysteresis_holds_a_count_at_the_boundary() -> None:
 def test_burst_hold_releases_exactly_at_the_break_even_time() -> None:
     """Cold return path: hold = time-to-ready 300 s + node idle 600 s = 900 s after the peak."""
     run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="60", timeToReadySeconds="300",
-                  nodeIdleSeconds="600"))
+                  nodeIdleSeconds="600", burstConfirmSeconds="0"))
     assert run.step([replica("a", running=50)]).desired == 5  # the peak, at t0
     d = run.step([replica("a", running=1)], dt=30)
     assert (d.desired, d.reason) == (5, "scale-down-stabilization")  # within the minimum hold
@@ -362,7 +364,8 @@ def test_burst_hold_releases_exactly_at_the_break_even_time() -> None:
 def test_burst_hold_releases_the_warm_returning_replicas_first() -> None:
     """Two placeholders (90 s) then cold (510 s): the two replicas that would come back through a
     placeholder go after max(minimum hold 60, 90) = 90 s, the others after 510 + 600 s."""
-    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="60", nodeIdleSeconds="600"))
+    run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="60", nodeIdleSeconds="600",
+                  burstConfirmSeconds="0"))
     ladder = (("placeholder+staged", 2, 90.0), ("cold", 0, 510.0))
     assert run.step([replica("a", running=50)], ttr_ladder=ladder).desired == 5
     assert run.step([replica("a", running=1)], dt=89, ttr_ladder=ladder).desired == 5

@@ -324,7 +324,7 @@ def test_a_hold_while_scaling_up_names_the_rule_not_the_stabilisation() -> None:
     ready while replicas are seen starting, the burst's peak is held while it arrives ("burst-hold").
     Once the count is ready, a hold of it is the stabilisation again."""
     run = Run(cfg(targetInflightPerReplica="10", scaleDownStabilizationSeconds="300", timeToReadySeconds="300",
-                  nodeIdleSeconds="0"))
+                  nodeIdleSeconds="0", burstConfirmSeconds="0"))
     assert run.step([replica("a", running=50)], ready_replicas=1, starting_replicas=0).desired == 5
     d = run.step([replica("a", running=30)], dt=5, ready_replicas=1, starting_replicas=4)
     assert (d.desired, d.reason) == (5, "demand")
@@ -439,6 +439,22 @@ def test_a_burst_that_recurs_within_the_hold_is_confirmed_at_once() -> None:
     _calm(run, 200, COLD_ONLY)
     d = _burst(run, COLD_ONLY)
     assert (d.desired, d.reason) == (6, "demand")
+
+
+# (seconds of needs seen before the burst) -> desired in the burst's first 40 s: 2 ready, 60 running ask
+# for 6, the warm path's stand-in gives 3 at once. A need is confirmed (it lasted burstConfirmSeconds,
+# 30 s) only where the needs seen reach back 30 s: a tracker that just started sees the burst alone,
+# and the median of what it saw is the burst itself.
+@pytest.mark.parametrize(("calm", "first_six"), [
+    (0, 30),  # a fresh tracker in a burst: confirmed once it has seen 30 s of it (it was at once)
+    (30, 30),  # 30 s calm before it: the median over the 60 s turns after half of it (as before)
+])
+def test_a_fresh_tracker_confirms_a_burst_only_once_it_lasted(calm: int, first_six: int) -> None:
+    run = Run(cfg(**BURSTY))
+    _calm(run, calm, COLD_ONLY)
+    seen = [_burst(run, COLD_ONLY).desired for _ in range(40)]
+    assert seen[0] == 3 and seen[-1] == 6
+    assert seen.index(6) == first_six
 
 
 def test_scale_from_zero_is_not_held_back() -> None:
