@@ -258,8 +258,9 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     gpu = cfg.gpu_product or snapshot.gpu_product or ""
     prior = cap.prior_for(cfg.engine, cfg.model_profile)
     estimate = state.capacity.get(gpu) or cap.start(prior)
-    # The decision sizes this snapshot's demand by the capacity learned before it: a reading then never
-    # raises the capacity it is divided by (more prompt tokens never ask for fewer replicas).
+    # The decision sizes this snapshot's demand by the capacity learned before it, raised by the
+    # replicas' lifetime prefill-time floors: an interval sample of this snapshot then never raises the
+    # capacity its own prompt tokens are divided by (more prompt tokens never ask for fewer replicas).
     sizing = estimate
     itl_prior = cap.itl_prior_for(cfg.engine, cfg.model_profile)
     itl_est = state.itl_capacity.get(gpu) or cap.ItlEstimate()
@@ -331,6 +332,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         floor = _prefill_floor(sig)
         if floor is not None:
             estimate = cap.raise_to(estimate, floor)
+            sizing = cap.raise_to(sizing, floor)  # lifetime totals: known now, no interval of this snapshot
         memory[reading.replica] = ReplicaMemory(
             observed_at=reading.observed_at,
             sample_at=start.at,
