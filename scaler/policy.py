@@ -361,7 +361,10 @@ def _confirm_cold(desired: int, reason: str, state: ScalerState, ladder: Ladder,
     # Without a warm step one replica may still start at once: the warm path's stand-in, so a new
     # burst is never left to the ready fleet alone (standby: auto holds no placeholder where bursts
     # are shorter than a warm start; docs/benchmarks.md).
-    quick = provisioned + max(1, warm_steps(ladder))
+    # One stand-in, not one per decision: a replica already starting as the stand-in (or for any other
+    # reason) is not extended by another while no warm step exists.
+    steps = warm_steps(ladder)
+    quick = provisioned + steps if steps > 0 else max(provisioned, ready + 1)
     if ready == 0 or desired <= quick or ladder[-1][2] <= span:
         return desired, reason, state
     values = sorted(v for _, v in needs)

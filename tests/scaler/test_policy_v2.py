@@ -422,6 +422,31 @@ def test_a_new_burst_takes_the_warm_path_only(ladder: tuple[tuple[str, int, floa
     assert d.reason == ("burst-unconfirmed" if desired < 6 else "demand")
 
 
+def _burst_seen(run: Run, ladder: tuple[tuple[str, int, float], ...], starting: int) -> Decision:
+    """The burst of _burst while the API shows ``starting`` replicas starting."""
+    return run.step([replica("a", running=30), replica("b", running=30)], ttr_ladder=ladder,
+                    ready_replicas=2, starting_replicas=starting)
+
+
+# (starting replicas seen, ladder) -> desired on the burst's second second: the stand-in is one replica
+# over the ready ones, not one more per decision on top of the one already starting.
+STAND_IN = [
+    (0, COLD_ONLY, 3),
+    (1, COLD_ONLY, 3),  # the stand-in is starting: no second stand-in (was 4)
+    (2, COLD_ONLY, 4),  # replicas started for another reason stay counted (never below what is provisioned)
+    (1, ONE_PLACEHOLDER, 4),  # a real warm step still adds to what starts
+]
+
+
+@pytest.mark.parametrize(("starting", "ladder", "desired"), STAND_IN)
+def test_one_stand_in_not_one_per_decision(starting: int, ladder: tuple[tuple[str, int, float], ...],
+                                           desired: int) -> None:
+    run = Run(cfg(**BURSTY))
+    _calm(run, 30, ladder)
+    assert _burst_seen(run, ladder, 0).desired == 3
+    assert _burst_seen(run, ladder, starting).desired == desired
+
+
 def test_a_need_that_lasts_half_the_trend_window_is_confirmed() -> None:
     run = Run(cfg(**BURSTY))
     _calm(run, 30, COLD_ONLY)
