@@ -179,8 +179,6 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     #     prefills at the target utilisation (its learned capacity, scaler.capacity).
     if obs.prompt_rate is not None:
         arriving = obs.prompt_rate + (obs.waiting_prompt_tokens or 0.0) / max(cfg.burst_window_seconds, ttr)
-        if obs.prompt_per_request and obs.waiting_slope > 0:
-            arriving += obs.waiting_slope * obs.prompt_per_request
         rules["prefill"] = _ceil(arriving / (cfg.target_utilization * obs.prefill_tps))
         # SLO slack: with a TTFT SLO that the replicas meet now, fewer replicas than the utilisation
         # target asks for suffice when the SLO model predicts they still meet it (short prompts against
