@@ -19,8 +19,10 @@ from tests.servers import FakeEngine
 # A new tracker's first RPC waits for its first decision: with a hanging engine and a 1.5 s scrape
 # timeout that is ~2 s, so SIGTERM finds these RPCs in flight.
 SLOW = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "1.5"}
+# burstConfirmSeconds 0: a fresh tracker grants one stand-in replica at once and the rest only once the
+# need has lasted burstConfirmSeconds (docs/policy.md, "Burst confirmation"); this test is about SIGTERM.
 FAST = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "0.5", "targetInflightPerReplica": "10",
-        "hpaTolerance": "0"}
+        "hpaTolerance": "0", "burstConfirmSeconds": "0"}
 
 
 async def _is(aw: Awaitable[int], want: int) -> bool:
