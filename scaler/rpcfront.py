@@ -57,7 +57,6 @@ log = logging.getLogger("warmscale.scaler.rpcfront")
 MetaKey = tuple[str, str, tuple[tuple[str, str], ...]]
 REPORT_SECONDS = 1.0
 STREAM_IDLE_WAKE_SECONDS = 5.0
-DRAIN_QUIET_SECONDS = 0.1
 
 
 def _frame(msg: dict[str, Any]) -> bytes:
@@ -461,7 +460,7 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from proto import externalscaler_pb2_grpc as pb_grpc
-    from scaler.server import SERVICE_NAME
+    from scaler.server import SERVICE_NAME, SHUTDOWN_STEP_SECONDS
     from scaler.shutdown import Health, stop_grpc_server
 
     sock = socket.socket(fileno=fd)
@@ -526,7 +525,7 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
     service.shutting_down = True
     await health.enter_graceful_shutdown()
     service.wake_all()
-    await stop_grpc_server(server, service, grace, drain_quiet=DRAIN_QUIET_SECONDS, bound=5.0)
+    await stop_grpc_server(server, service, grace, bound=SHUTDOWN_STEP_SECONDS)
     service.report()
     writer.write(_frame({"t": "stopped"}))
     with contextlib.suppress(Exception):

@@ -164,8 +164,6 @@ class ExternalScalerService:
         await self._stream("StreamMetricSpec", request, context, _spec)
 
 
-# On shutdown, the dispatch queue counts as drained after this long without a new unary RPC.
-DRAIN_QUIET_SECONDS = 0.1
 # The longest one shutdown step (gRPC core stop, trackers, HTTP, store) may take after the grace period.
 SHUTDOWN_STEP_SECONDS = 5.0
 
@@ -292,8 +290,7 @@ class ScalerServer:
         if self._front is not None:
             await self._front.stop(grace)
         if self._server is not None:
-            await stop_grpc_server(self._server, self.service, grace, drain_quiet=DRAIN_QUIET_SECONDS,
-                                   bound=SHUTDOWN_STEP_SECONDS)
+            await stop_grpc_server(self._server, self.service, grace, bound=SHUTDOWN_STEP_SECONDS)
         await self._bounded("trackers", self.manager.stop())
         if self._http is not None:
             await self._bounded("metrics http", self._http.cleanup())

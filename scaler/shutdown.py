@@ -22,6 +22,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 log = logging.getLogger("warmscale.scaler")
 
+# A dispatch queue quiet this long (no unary RPC in flight, none started) has handed every received
+# call to a handler, so the stop kills none.
+DRAIN_QUIET_SECONDS = 0.1
+
 ServingStatus = int  # health_pb2.HealthCheckResponse.ServingStatus
 
 
@@ -84,8 +88,8 @@ class Health(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             self._changed.notify_all()
 
 
-async def stop_grpc_server(server: grpc.aio.Server, rpcs: Drains, grace: float, *,
-                           drain_quiet: float, bound: float) -> None:
+async def stop_grpc_server(server: grpc.aio.Server, rpcs: Drains, grace: float, *, bound: float,
+                           drain_quiet: float = DRAIN_QUIET_SECONDS) -> None:
     """Stop ``server`` gracefully with one ``stop`` call. The caller has already reported NOT_SERVING
     (:meth:`Health.enter_graceful_shutdown`) and set its push streams ending.
 
