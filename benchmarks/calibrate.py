@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sim.engine import ENGINE_PROFILES, Engine, EngineProfile, Request
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Engine, EngineProfile, Request
 
 # The client's TTFT includes the server's path outside the engine step loop (HTTP, tokenization,
 # hand-off to the engine core, detokenization, the streamed chunk), which the engine model does not
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.calibrate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m warmscale.benchmarks.calibrate", description=__doc__)
     configure(parser)
     return run(parser.parse_args())
 

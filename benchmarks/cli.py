@@ -1,4 +1,4 @@
-"""`warmscale bench <benchmark>` (also `python -m benchmarks.cli <benchmark> ...`).
+"""`warmscale bench <benchmark>` (also `python -m warmscale.benchmarks.cli <benchmark> ...`).
 
 Each benchmark module provides ``configure(parser)`` and ``run(args) -> int``; a module that is not
 there (yet) is listed as unavailable instead of breaking the others.
@@ -12,11 +12,13 @@ import sys
 from collections.abc import Sequence
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "trace": ("benchmarks.trace_replay", "replay a trace: SLO attainment vs GPU-hours for every policy"),
-    "pd": ("benchmarks.pd_replay", "a trace through a prefill/decode fleet scaled per role vs one combined pool"),
-    "cold-vs-warm": ("benchmarks.cold_vs_warm", "scale 1->8 on the local cluster, warm pool off vs on (issue 4)"),
-    "calibrate": ("benchmarks.calibrate", "the engine model against published vLLM measurements on H100"),
-    "suite": ("benchmarks.suite", "every shipped trace through `trace`, plus a results table (Markdown)"),
+    "trace": ("warmscale.benchmarks.trace_replay", "replay a trace: SLO attainment vs GPU-hours for every policy"),
+    "pd": ("warmscale.benchmarks.pd_replay",
+           "a trace through a prefill/decode fleet scaled per role vs one combined pool"),
+    "cold-vs-warm": ("warmscale.benchmarks.cold_vs_warm",
+                     "scale 1->8 on the local cluster, warm pool off vs on (issue 4)"),
+    "calibrate": ("warmscale.benchmarks.calibrate", "the engine model against published vLLM measurements on H100"),
+    "suite": ("warmscale.benchmarks.suite", "every shipped trace through `trace`, plus a results table (Markdown)"),
 }
 
 
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cli", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m warmscale.benchmarks.cli", description=__doc__)
     configure(parser)
     return run(parser.parse_args(argv))
 

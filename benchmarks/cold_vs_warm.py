@@ -1,4 +1,4 @@
-"""`warmscale bench cold-vs-warm` (``python -m benchmarks.cold_vs_warm``): scale an annotated
+"""`warmscale bench cold-vs-warm` (``python -m warmscale.benchmarks.cold_vs_warm``): scale an annotated
 Deployment from 1 to 8 replicas on the local cluster, warm pool off and on.
 
 Per case, in a fresh namespace on 8 fresh KWOK nodes of one H100 each (``a3-highgpu-1g``-like, so
@@ -58,11 +58,11 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from warmpool import objects as ob
-from warmpool.kube import Cache
-from warmpool.model_uri import parse_model_uri, staged_label_key
-from warmpool.planning import prepull_state
-from warmpool.startup_model import (
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.kube import Cache
+from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.planning import prepull_state
+from warmscale.warmpool.startup_model import (
     PROFILES,
     SLEEPING,
     SOURCE_DOC,
@@ -390,7 +390,7 @@ async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args
             if hooks is not None and hooks.on_actuation is not None:
                 hooks.on_actuation(act)
         if warm:
-            from warmpool.controller import Controller, Options, install_priority_class
+            from warmscale.warmpool.controller import Controller, Options, install_priority_class
 
             await install_priority_class(api)  # part of the install; the controller only reads it
             ctl = Controller(api, Options(namespace=ns, resync_s=2.0, stager_image="warmscale:bench"))
@@ -565,7 +565,7 @@ def plot(result: dict[str, Any], path: str) -> None:
 
 
 async def _bench(args: argparse.Namespace, kubeconfig: Path, keda_run: Any = None) -> dict[str, Any]:
-    from warmpool.cli import make_api_client
+    from warmscale.warmpool.cli import make_api_client
 
     profiles = [profile(n.strip()) for n in args.profiles.split(",") if n.strip()]
     api = await make_api_client(str(kubeconfig))
@@ -625,7 +625,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if cluster is not None:
                 cluster.stop()
-    result["command"] = "python -m benchmarks.cold_vs_warm " + " ".join(sys.argv[1:])
+    result["command"] = "python -m warmscale.benchmarks.cold_vs_warm " + " ".join(sys.argv[1:])
     print(table(result))
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
@@ -639,7 +639,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cold_vs_warm", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m warmscale.benchmarks.cold_vs_warm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     configure(parser)
     logging.basicConfig(level=logging.WARNING)

@@ -1,6 +1,6 @@
 """Many fake engine ``/metrics`` endpoints on loopback, in one process, as cheap as possible.
 
-    python -m benchmarks.engine_farm --count 1000 --payload small|realistic --ports-file FILE
+    python -m warmscale.benchmarks.engine_farm --count 1000 --payload small|realistic --ports-file FILE
 
 Each endpoint is its own listening port on 127.0.0.1 answering every GET with the same static
 payload (HTTP/1.1 keep-alive, a bare asyncio protocol: a few tens of microseconds per request, so
@@ -24,7 +24,7 @@ import signal
 import socket
 from pathlib import Path
 
-from benchmarks.samples import SAMPLES_DIR
+from warmscale.benchmarks.samples import SAMPLES_DIR
 
 SAMPLES = SAMPLES_DIR  # shipped copies of shared/reference/metrics-samples (benchmarks/samples)
 SMALL_FAMILIES = frozenset({"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",

@@ -4,7 +4,7 @@ scaler once did (``stop(0)`` in a task and ``stop(0)`` awaited, overlapping) or 
 Each mode runs in its own process (a crash kills only that process) for ``--cycles`` cycles,
 ``--runs`` times. Prints a table and writes JSON.
 
-    python -m benchmarks.grpc_stop_race --cycles 2000 --runs 3 --json benchmarks/results/grpc_stop_race.json
+    python -m warmscale.benchmarks.grpc_stop_race --cycles 2000 --runs 3 --json benchmarks/results/grpc_stop_race.json
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ async def _cycle(i: int, overlapping: bool) -> None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from scaler.shutdown import Health
+    from warmscale.scaler.shutdown import Health
 
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(Health(), server)
@@ -56,7 +56,7 @@ async def _child(cycles: int, overlapping: bool) -> None:
 
 def _run(mode: str, cycles: int) -> dict[str, object]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.grpc_stop_race", "--child", mode,
+    proc = subprocess.run([sys.executable, "-m", "warmscale.benchmarks.grpc_stop_race", "--child", mode,
                            "--cycles", str(cycles)], capture_output=True, text=True, check=False)
     rc = proc.returncode
     outcome = "ok" if rc == 0 else (f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit {rc}")

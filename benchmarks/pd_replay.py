@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sim.actuation import HpaBehavior, KedaConfig
-from benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
-from benchmarks.sim.engine import ENGINE_PROFILES
-from benchmarks.sim.pd import (
+from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
+from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
+from warmscale.benchmarks.sim.pd import (
     KV_BYTES_PER_TOKEN,
     ModeResult,
     PerRolePolicy,
@@ -35,9 +35,9 @@ from benchmarks.sim.pd import (
     simulate_combined,
     simulate_pd,
 )
-from benchmarks.sim.policies import WarmscalePolicy, max_replicas_for, warmscale_metadata
-from benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
-from warmpool.startup_model import COLD, PROFILES, time_to_ready
+from warmscale.benchmarks.sim.policies import WarmscalePolicy, max_replicas_for, warmscale_metadata
+from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
+from warmscale.warmpool.startup_model import COLD, PROFILES, time_to_ready
 
 MODES = ("combined", "pd-per-role")
 

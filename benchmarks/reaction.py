@@ -1,7 +1,7 @@
 """Reaction time: queue onset at an engine -> the scaler's StreamIsActive push, and load onset ->
 the Deployment's replicas changed through the real KEDA and HPA.
 
-    python -m benchmarks.reaction [--trials 10] [--no-prometheus] [--no-keda] [--keda-trials 5]
+    python -m warmscale.benchmarks.reaction [--trials 10] [--no-prometheus] [--no-keda] [--keda-trials 5]
 
 Measured: a fake vLLM engine (aiohttp) serves the idle sample payload; a real ``warmscale scaler``
 process (real signal sources, in-memory store) tracks a ScaledObject with ``scaleToZero: "true"``
@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.rpc_load import PROMQL, ROOT, SAMPLES, ScalerProcess, free_port, percentile
+from warmscale.benchmarks.rpc_load import PROMQL, ROOT, SAMPLES, ScalerProcess, free_port, percentile
 
 RESULTS = ROOT / "benchmarks" / "results"
 SCRAPE_S = 15.0
@@ -46,9 +46,9 @@ async def measure_push(trials: int) -> dict[str, Any]:
     import grpc
 
     sys.path.insert(0, str(ROOT))
-    from proto import externalscaler_pb2 as pb
-    from proto import externalscaler_pb2_grpc as pb_grpc
     from tests.servers import FakeEngine
+    from warmscale.proto import externalscaler_pb2 as pb
+    from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
 
     idle = (SAMPLES / "vllm-idle.prom").read_text()
     load = queue_onset(idle, waiting=6)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         {"path": "warmscale StreamIsActive push (measured)", **stats(pushed["onset_to_push_s"])},
         {"path": "warmscale push back to idle (measured)", **stats(pushed["idle_to_push_s"])},
     ]
-    result: dict[str, Any] = {"benchmark": "reaction", "command": "python -m benchmarks.reaction " + " ".join(
+    result: dict[str, Any] = {"benchmark": "reaction", "command": "python -m warmscale.benchmarks.reaction " + " ".join(
         sys.argv[1:]), "goal": "onset -> push <= 1 s", "scrape_interval_s": 1.0, "raw": pushed}
     if not args.no_prometheus:
         qlat = measure_prometheus_query()
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         from tests.cluster.binaries import BinariesMissing
 
         try:
-            from benchmarks.reaction_keda import measure
+            from warmscale.benchmarks.reaction_keda import measure
 
             keda = measure(args.keda_trials, args.hpa_sync_period)
         except BinariesMissing as exc:

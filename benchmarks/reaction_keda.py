@@ -1,6 +1,6 @@
 """Reaction through the real KEDA and HPA: load onset -> the Deployment's replicas changed.
 
-Part of ``python -m benchmarks.reaction`` (``--no-keda`` leaves it out). On a throw-away local
+Part of ``python -m warmscale.benchmarks.reaction`` (``--no-keda`` leaves it out). On a throw-away local
 cluster with the real KEDA v2.21.0 (``tests/cluster``, binaries cached by ``.ci/build-cluster.sh``)
 and a ``warmscale scaler`` process, simulated engines listen on the KWOK pods' IPs and a Redis list
 is the gateway queue (``tests/cluster/engines.py``). Two paths, each ``trials`` times:

@@ -1,6 +1,6 @@
 """RPC load in KEDA's pattern against the real ``warmscale scaler`` process scraping real endpoints.
 
-    python -m benchmarks.rpc_load [--configs shared,distinct] [--scaled-objects 1000] [--duration 30]
+    python -m warmscale.benchmarks.rpc_load [--configs shared,distinct] [--scaled-objects 1000] [--duration 30]
                                   [--warmup 10] [--prometheus] [--client python|ghz|go] [--repeat N]
                                   [--tick-nice N] [--loop-probe DIR]
 
@@ -54,7 +54,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.samples import SAMPLES_DIR
+from warmscale.benchmarks import engine_farm
+from warmscale.benchmarks.samples import SAMPLES_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -109,7 +110,7 @@ def role(pid: int, root: int) -> str:
     if pid == root:
         return "main"
     with contextlib.suppress(OSError):
-        if b"scaler.rpcfront" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if b"warmscale.scaler.rpcfront" in Path(f"/proc/{pid}/cmdline").read_bytes():
             return "rpc_front"
     return "workers"
 
@@ -245,8 +246,8 @@ async def keda_load(port: int, metas: list[dict[str, str]], warmup: float, durat
     """One ScaledObject per metadata, each polled at 1 Hz: GetMetrics then IsActive."""
     import grpc
 
-    from proto import externalscaler_pb2 as pb
-    from proto import externalscaler_pb2_grpc as pb_grpc
+    from warmscale.proto import externalscaler_pb2 as pb
+    from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
 
     n = len(metas)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -380,7 +381,7 @@ async def go_load(binary: str, port: int, metas: list[dict[str, str]], warmup: f
     measured with (and, unlike a worker pool, a slow answer never hides the next poll's wait)."""
     import tempfile
 
-    from proto import externalscaler_pb2 as pb
+    from warmscale.proto import externalscaler_pb2 as pb
 
     tmp = Path(tempfile.mkdtemp(prefix="rpc-go-"))
     blob = bytearray()
@@ -493,7 +494,7 @@ class EngineFarm:
 
         self.ports_file = Path(tempfile.mkdtemp(prefix="rpc-farm-")) / "ports"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.engine_farm", "--count", str(count),
+        self.proc = subprocess.Popen([sys.executable, "-m", "warmscale.benchmarks.engine_farm", "--count", str(count),
                                       "--payload", payload, "--ports-file", str(self.ports_file)], cwd=ROOT, env=env)
 
     def ports(self, within: float = 60.0) -> list[int]:
@@ -602,7 +603,7 @@ async def run_config(config: str, n: int, args: argparse.Namespace) -> list[dict
                     f"{'' if args.client == 'python' else ', ' + args.client}")
             rows.append({"path": path, "config": config, "rpc_process": args.rpc_process, "tick_nice": args.tick_nice,
                          "config_description": CONFIGS[config], "scaled_objects": n, "endpoints": count,
-                         "payload_bytes": len(__import__("benchmarks.engine_farm").engine_farm.payload(kind)), **r})
+                         "payload_bytes": len(engine_farm.payload(kind)), **r})
             print(f"  {config} n={n}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, "
                   f"CPU {r['server_cpu_cores']} cores {r.get('server_cpu_cores_by_process')}, client "
                   f"{r.get('client_cpu_cores')}, farm {r['engine_farm_cpu_cores']}, load "
@@ -633,7 +634,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             engine.close()
     return {
         "benchmark": "rpc_load",
-        "command": "python -m benchmarks.rpc_load " + " ".join(sys.argv[1:]),
+        "command": "python -m warmscale.benchmarks.rpc_load " + " ".join(sys.argv[1:]),
         "rpc_process": args.rpc_process,
         "pattern": "per ScaledObject at 1 Hz: GetMetrics then IsActive (KEDA's poll); latency per RPC at the client",
         "server": "real `warmscale scaler --no-kubernetes` process (memory store, default 1 s scraping), "

@@ -2,7 +2,7 @@
 ``--ensemble`` members, 8 by default) and two rate curves (single runs), with ``--fast-signals``, then
 one Markdown table of all results (``benchmarks/results/summary.md``).
 
-    python -m benchmarks.cli suite [--skip-week] [--ensemble 8] [--only STEMS] [--traces DIR] [--out DIR]
+    python -m warmscale.benchmarks.cli suite [--skip-week] [--ensemble 8] [--only STEMS] [--traces DIR] [--out DIR]
 
 Traces come from ``--traces DIR``, else ``$WARMSCALE_SHARED/traces``, else the package
 (:mod:`warmscale.traces`); the week-long rate curve is not shipped and is skipped, with a message
@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks.cli import main as bench
+    from warmscale.benchmarks.cli import main as bench
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
-from benchmarks.sim.engine import ENGINE_PROFILES
-from benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
-from warmpool.startup_model import PROFILES, time_to_ready_table
+from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
+from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
+from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +87,7 @@ def _progress(quiet: bool) -> Any:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "pd", False):
         return _run_pd(args)
-    from benchmarks.sim.arrivals import default_tokens_for, detect_kind
+    from warmscale.benchmarks.sim.arrivals import default_tokens_for, detect_kind
     from warmscale.traces import TraceNotFound, resolve
 
     wall0 = time.perf_counter()
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_pd(args: argparse.Namespace) -> int:
     """``--pd``: the P/D fleet mode of :mod:`benchmarks.pd_replay`, with this command's shared options."""
-    from benchmarks import pd_replay
+    from warmscale.benchmarks import pd_replay
 
     parser = argparse.ArgumentParser()
     pd_replay.configure(parser)

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import externalscaler_pb2 as externalscaler__pb2
+from warmscale.proto import externalscaler_pb2 as externalscaler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

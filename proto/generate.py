@@ -1,6 +1,6 @@
 """Regenerate the Python gRPC stubs from KEDA's externalscaler.proto files.
 
-    python -m proto.generate [--reference DIR]
+    python -m warmscale.proto.generate [--reference DIR]
 
 - ``proto/externalscaler.proto`` (KEDA main, with ``StreamMetricSpec``) -> ``proto/externalscaler_pb2.py``,
   ``proto/externalscaler_pb2.pyi`` and ``proto/externalscaler_pb2_grpc.py`` (package ``proto``; the server's).
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if main_proto.exists():
         shutil.copyfile(main_proto, MAIN_OUT / "externalscaler.proto")
     _protoc(MAIN_OUT, MAIN_OUT, pyi=True)
-    _package_import(MAIN_OUT, "proto")
+    _package_import(MAIN_OUT, "warmscale.proto")
     pyi = MAIN_OUT / "externalscaler_pb2.pyi"
     pyi.write_text("# ruff: noqa\n" + pyi.read_text())
 
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         f.write_text("# ruff: noqa\n# mypy: ignore-errors\n" + f.read_text())
     init = V2_OUT / "__init__.py"
     if not init.exists():
-        init.write_text('"""Client stubs from KEDA v2.20.2\'s externalscaler.proto (python -m proto.generate)."""\n')
+        init.write_text('"""Client stubs from KEDA v2.20.2\'s externalscaler.proto'
+                        ' (python -m warmscale.proto.generate)."""\n')
     print(f"generated stubs in {MAIN_OUT} and {V2_OUT}", file=sys.stderr)
     return 0
 

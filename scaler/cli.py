@@ -22,9 +22,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from scaler.config import ScalerConfig
-from scaler.tracker import ScaledObjectKey
-from signals.model import Snapshot
+from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.tracker import ScaledObjectKey
+from warmscale.signals.model import Snapshot
 
 log = logging.getLogger("warmscale.scaler")
 
@@ -45,8 +45,8 @@ class SourcesReader:
 
     def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None,
                  guard: Any = None) -> None:
-        from signals.sources.parsepool import ParsePool
-        from signals.sources.shared import SharedReads
+        from warmscale.signals.sources.parsepool import ParsePool
+        from warmscale.signals.sources.shared import SharedReads
 
         self._session: Any = None
         # One read in flight per URL / query for the whole process (ScaledObjects over the same pods
@@ -69,7 +69,7 @@ class SourcesReader:
         """One snapshot for ``cfg``; ``scope`` (namespace, ScaledObject) enables pod discovery."""
         import aiohttp
 
-        from signals.sources import build_collector
+        from warmscale.signals.sources import build_collector
 
         if self._session is None:
             # No connection cap: a hung endpoint holds one connection (one read in flight per URL),
@@ -102,7 +102,7 @@ class SourcesReader:
 
     @staticmethod
     async def _with_counts(snapshot: Snapshot, provider: Any, cfg: ScalerConfig) -> Snapshot:
-        from signals.sources.pods import DiscoveryError
+        from warmscale.signals.sources.pods import DiscoveryError
 
         try:
             counts = await provider.counts()
@@ -186,7 +186,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 async def serve(args: argparse.Namespace) -> int:
-    from scaler.server import ScalerServer, ServerOptions
+    from warmscale.scaler.server import ScalerServer, ServerOptions
 
     options = ServerOptions(
         host=args.host,
@@ -205,7 +205,7 @@ async def serve(args: argparse.Namespace) -> int:
         tick_nice=int(getattr(args, "tick_nice", 10)),
         stream_metric_spec=not getattr(args, "no_stream_metric_spec", False),
     )
-    from scaler.target_guard import TargetGuard
+    from warmscale.scaler.target_guard import TargetGuard
 
     try:
         guard = TargetGuard.from_flag(args.allow_targets)
@@ -225,7 +225,7 @@ async def serve(args: argparse.Namespace) -> int:
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
     reader = SourcesReader(discovery=discovery, guard=guard)
     server = ScalerServer(options, reader, guard=guard)
-    from scaler import gctune
+    from warmscale.scaler import gctune
 
     gctune.tune()  # start-up is done: see scaler/gctune.py
     stop = asyncio.Event()
@@ -247,14 +247,14 @@ async def serve(args: argparse.Namespace) -> int:
 
 async def make_discovery(kubeconfig: str | None) -> tuple[Any, Any]:
     """``(KubeDiscovery, ApiClient)``, or ``(None, None)`` without API configuration."""
-    from scaler.kube import load_api_client
+    from warmscale.scaler.kube import load_api_client
 
     loaded = await load_api_client(kubeconfig)
     if loaded is None:
         log.info("no Kubernetes API configuration: pod discovery off (static endpoints, Prometheus, Redis)")
         return None, None
     api, source = loaded
-    from signals.sources.pods import KubeDiscovery
+    from warmscale.signals.sources.pods import KubeDiscovery
 
     log.info("Kubernetes pod discovery on", extra={"config": source})
     return KubeDiscovery(api), api

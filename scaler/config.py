@@ -1,7 +1,7 @@
 """ScaledObject trigger metadata -> a validated :class:`ScalerConfig` (pure, no I/O).
 
 Every key, its default and meaning is documented in ``docs/metadata.md``; the table below is the
-single source of truth for both (``python -m scaler.config`` prints it as Markdown).
+single source of truth for both (``python -m warmscale.scaler.config`` prints it as Markdown).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
 
-from scaler.capacity import MODEL_PROFILES
-from signals.model import ENGINES
-from signals.redact import redact
+from warmscale.scaler.capacity import MODEL_PROFILES
+from warmscale.signals.model import ENGINES
+from warmscale.signals.redact import redact
 
 
 class ConfigError(ValueError):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scaler.config import ScalerConfig
-from signals.model import Snapshot
+from warmscale.scaler.config import ScalerConfig
+from warmscale.signals.model import Snapshot
 
 STAGE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "both": "effective"}
 

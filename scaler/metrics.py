@@ -17,8 +17,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from scaler.decision_log import DecisionLog
-from signals.redact import redact, redact_value
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.signals.redact import redact, redact_value
 
 SO_LABELS = ("namespace", "scaledobject")
 RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)

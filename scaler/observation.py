@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from scaler import capacity as cap
-from scaler.config import ScalerConfig
-from scaler.gateway import gateway_view
-from scaler.state import ReplicaMemory, ScalerState
-from signals.histogram import Histogram, merge
-from signals.model import ReplicaSignal, Snapshot
+from warmscale.scaler import capacity as cap
+from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.gateway import gateway_view
+from warmscale.scaler.state import ReplicaMemory, ScalerState
+from warmscale.signals.histogram import Histogram, merge
+from warmscale.signals.model import ReplicaSignal, Snapshot
 
 
 @dataclass(frozen=True)

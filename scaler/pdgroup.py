@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from scaler.config import ScalerConfig
+from warmscale.scaler.config import ScalerConfig
 
 
 @dataclass(frozen=True)

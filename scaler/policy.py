@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from scaler.config import ScalerConfig
-from scaler.gateway import saturation_rule
-from scaler.hpa import metric_value_for
-from scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready, warm_steps
-from scaler.observation import Observation
-from scaler.roles import select_rules, ttft_budget
-from scaler.slo import itl_count, prefill_slo_count, slo_count
-from scaler.state import ScalerState
+from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.gateway import saturation_rule
+from warmscale.scaler.hpa import metric_value_for
+from warmscale.scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready, warm_steps
+from warmscale.scaler.observation import Observation
+from warmscale.scaler.roles import select_rules, ttft_budget
+from warmscale.scaler.slo import itl_count, prefill_slo_count, slo_count
+from warmscale.scaler.state import ScalerState
 
 # Fewer TTFT observations than this in the window say nothing about a quantile.
 MIN_TTFT_SAMPLES = 5

@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 import orjson
 
-from scaler.hpa import unsized_message
-from scaler.inflight import UnaryInflight
+from warmscale.scaler.hpa import unsized_message
+from warmscale.scaler.inflight import UnaryInflight
 
 if TYPE_CHECKING:
-    from scaler.server import ScalerServer
-    from scaler.tracker import Tracker
+    from warmscale.scaler.server import ScalerServer
+    from warmscale.scaler.tracker import Tracker
 
 log = logging.getLogger("warmscale.scaler.rpcfront")
 
@@ -117,7 +117,7 @@ class FrontLink:
                    "stream_metric_spec": o.stream_metric_spec,
                    "log_level": logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()}
         self.proc = subprocess.Popen(  # noqa: ASYNC220  (a quick spawn, once)
-            [sys.executable, "-m", "scaler.rpcfront", "--fd", str(theirs.fileno()), "--options",
+            [sys.executable, "-m", "warmscale.scaler.rpcfront", "--fd", str(theirs.fileno()), "--options",
              orjson.dumps(options).decode()],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
         )
@@ -176,9 +176,9 @@ class FrontLink:
                 log.error("the RPC front process went away")
 
     async def _get(self, msg: dict[str, Any]) -> None:
-        from scaler.config import ConfigError
-        from scaler.targets import invalid_ref
-        from scaler.tracker import TrackerLimit
+        from warmscale.scaler.config import ConfigError
+        from warmscale.scaler.targets import invalid_ref
+        from warmscale.scaler.tracker import TrackerLimit
 
         rid = msg["id"]
         bad = invalid_ref(msg["ns"], msg["name"])
@@ -286,7 +286,7 @@ class FrontService:
     """``externalscaler.ExternalScaler`` answered from the mirror."""
 
     def __init__(self, writer: asyncio.StreamWriter, idle_seconds: float, *, stream_metric_spec: bool = True) -> None:
-        from proto import externalscaler_pb2 as pb
+        from warmscale.proto import externalscaler_pb2 as pb
 
         self.stream_metric_spec = stream_metric_spec
         self.pb = pb
@@ -459,9 +459,9 @@ class FrontService:
 async def front_main(fd: int, options: dict[str, Any]) -> int:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from proto import externalscaler_pb2_grpc as pb_grpc
-    from scaler.server import SERVICE_NAME, SHUTDOWN_STEP_SECONDS
-    from scaler.shutdown import Health, stop_grpc_server
+    from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
+    from warmscale.scaler.server import SERVICE_NAME, SHUTDOWN_STEP_SECONDS
+    from warmscale.scaler.shutdown import Health, stop_grpc_server
 
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_connection(sock=sock)
@@ -479,7 +479,7 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
     address = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
     try:
         if options.get("tls_cert") or options.get("tls_key") or options.get("tls_client_ca"):
-            from scaler.tls import server_credentials
+            from warmscale.scaler.tls import server_credentials
 
             if not (options.get("tls_cert") and options.get("tls_key")):
                 raise ValueError("--tls-cert and --tls-key go together (--tls-client-ca needs both)")
@@ -517,7 +517,7 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
             await asyncio.sleep(REPORT_SECONDS)
             service.report()
 
-    from scaler import gctune
+    from warmscale.scaler import gctune
 
     gctune.tune(gctune.FRONT_YOUNG_THRESHOLD)
     tasks = [asyncio.create_task(pump()), asyncio.create_task(reports())]

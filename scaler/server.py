@@ -29,20 +29,20 @@ from typing import Any, NoReturn
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from proto import externalscaler_pb2 as pb
-from proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.config import ConfigError
-from scaler.decision_log import DecisionLog
-from scaler.hpa import unsized_message
-from scaler.inflight import UnaryInflight
-from scaler.metrics import ScalerMetrics, start_http
-from scaler.policy import Decision
-from scaler.shutdown import Health, stop_grpc_server
-from scaler.store import MemoryStore, Store, open_store
-from scaler.target_guard import TargetGuard
-from scaler.targets import invalid_ref
-from scaler.tls import server_credentials
-from scaler.tracker import SnapshotReader, Tracker, TrackerLimit, TrackerManager, TrackerOptions
+from warmscale.proto import externalscaler_pb2 as pb
+from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
+from warmscale.scaler.config import ConfigError
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.hpa import unsized_message
+from warmscale.scaler.inflight import UnaryInflight
+from warmscale.scaler.metrics import ScalerMetrics, start_http
+from warmscale.scaler.policy import Decision
+from warmscale.scaler.shutdown import Health, stop_grpc_server
+from warmscale.scaler.store import MemoryStore, Store, open_store
+from warmscale.scaler.target_guard import TargetGuard
+from warmscale.scaler.targets import invalid_ref
+from warmscale.scaler.tls import server_credentials
+from warmscale.scaler.tracker import SnapshotReader, Tracker, TrackerLimit, TrackerManager, TrackerOptions
 
 log = logging.getLogger("warmscale.scaler.server")
 
@@ -253,7 +253,7 @@ class ScalerServer:
         await self._serve_http(rpc_process=False)
 
     async def _start_with_front(self) -> None:
-        from scaler.rpcfront import FrontLink
+        from warmscale.scaler.rpcfront import FrontLink
 
         await self.manager.start()
         self._front = FrontLink(self)

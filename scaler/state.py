@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from scaler.bursts import BurstMemory
-from scaler.capacity import Estimate, ItlEstimate
-from signals.histogram import Histogram
+from warmscale.scaler.bursts import BurstMemory
+from warmscale.scaler.capacity import Estimate, ItlEstimate
+from warmscale.signals.histogram import Histogram
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 import orjson
 
-from scaler.bursts import BurstStats
-from scaler.state import ScalerState
-from scaler.warm_status import WarmStatus
+from warmscale.scaler.bursts import BurstStats
+from warmscale.scaler.state import ScalerState
+from warmscale.scaler.warm_status import WarmStatus
 
 # State and decisions of a ScaledObject nobody asks about expire after this long (Redis only).
 RETENTION_MS = 7 * 24 * 3600 * 1000

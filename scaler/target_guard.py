@@ -22,9 +22,9 @@ import socket
 import time
 from typing import Any
 
-from scaler.config import ConfigError, ScalerConfig
-from scaler.targets import AllowTargets, IPAddress, ip, url_host
-from signals.redact import redact
+from warmscale.scaler.config import ConfigError, ScalerConfig
+from warmscale.scaler.targets import AllowTargets, IPAddress, ip, url_host
+from warmscale.signals.redact import redact
 
 log = logging.getLogger("warmscale.scaler.targets")
 

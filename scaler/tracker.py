@@ -26,22 +26,22 @@ from typing import Any, TypeVar
 
 import orjson
 
-from scaler.advice import AdviceBook
-from scaler.bursts import burst_stats, warm_and_cold
-from scaler.bursts import record as record_burst
-from scaler.config import ScalerConfig, parse_metadata
-from scaler.decision_log import DecisionLog
-from scaler.metrics import ScalerMetrics
-from scaler.observation import Observation, observe
-from scaler.pdgroup import Member, peer, ratio_floor
-from scaler.policy import Decision, decide
-from scaler.state import ScalerState
-from scaler.store import Store as StoreProtocol
-from scaler.store import StoreError, TrackerRecord
-from scaler.target_guard import TargetGuard
-from scaler.warm_status import WarmStatus
-from signals.model import Snapshot
-from signals.redact import redact
+from warmscale.scaler.advice import AdviceBook
+from warmscale.scaler.bursts import burst_stats, warm_and_cold
+from warmscale.scaler.bursts import record as record_burst
+from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.metrics import ScalerMetrics
+from warmscale.scaler.observation import Observation, observe
+from warmscale.scaler.pdgroup import Member, peer, ratio_floor
+from warmscale.scaler.policy import Decision, decide
+from warmscale.scaler.state import ScalerState
+from warmscale.scaler.store import Store as StoreProtocol
+from warmscale.scaler.store import StoreError, TrackerRecord
+from warmscale.scaler.target_guard import TargetGuard
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.signals.model import Snapshot
+from warmscale.signals.redact import redact
 
 log = logging.getLogger("warmscale.scaler.tracker")
 

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from scaler.ladder import PLACEHOLDER_UNMEASURED, time_to_ready
-from scaler.schedule import Bounds, bounds_at
+from warmscale.scaler.ladder import PLACEHOLDER_UNMEASURED, time_to_ready
+from warmscale.scaler.schedule import Bounds, bounds_at
 
 WARM_STATES = ("placeholder+staged", "staged", "cold")
 

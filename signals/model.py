@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from signals.histogram import Histogram
+from warmscale.signals.histogram import Histogram
 
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "tgi", "trtllm", "triton", "ray", "auto")
 

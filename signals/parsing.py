@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from signals.histogram import Histogram, merge
+from warmscale.signals.histogram import Histogram, merge
 
 Labels = Mapping[str, str]
 Series = tuple[Labels, float]

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from signals.histogram import Histogram
-from signals.model import ReplicaReading, ReplicaSignal
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import ReplicaReading, ReplicaSignal
 
 SIGNAL_LABEL = "warmscale_signal"
 ENGINE_LABEL = "warmscale_engine"

@@ -1,6 +1,6 @@
 """``warmscale.io/*`` annotations of a Deployment/StatefulSet -> a validated :class:`WarmConfig` (pure).
 
-Every key, its default and meaning is in :data:`KEYS` (``python -m warmpool.annotations`` prints the
+Every key, its default and meaning is in :data:`KEYS` (``python -m warmscale.warmpool.annotations`` prints the
 table that ``docs/warmpool.md`` carries). An invalid value raises :class:`AnnotationError` naming the
 key; the controller turns it into an Event and changes nothing.
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from scaler.config import ConfigError, parse_bool
-from scaler.schedule import (  # noqa: F401  (the schedule syntax lives with the scaler, which evaluates it too)
+from warmscale.scaler.config import ConfigError, parse_bool
+from warmscale.scaler.schedule import (  # noqa: F401  (the schedule syntax lives with the scaler, which evaluates it too)
     DAYS,
     ScaleToZero,
     Schedule,
@@ -34,8 +34,8 @@ from scaler.schedule import (  # noqa: F401  (the schedule syntax lives with the
     parse_min_ready,
     parse_scale_to_zero,
 )
-from warmpool.model_uri import ModelURI, ModelURIError, parse_model_uri
-from warmpool.quantity import parse_quantity
+from warmscale.warmpool.model_uri import ModelURI, ModelURIError, parse_model_uri
+from warmscale.warmpool.quantity import parse_quantity
 
 PREFIX = "warmscale.io/"
 STATUS_KEY = PREFIX + "status"  # written by the controller

@@ -264,7 +264,7 @@ class CertManager:
     async def _read(self, ns: str, name: str) -> dict[str, Any] | None:
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        from warmpool.kube import read_raw
+        from warmscale.warmpool.kube import read_raw
 
         try:
             return dict(await read_raw(self.core.read_namespaced_secret, name, ns))
@@ -313,7 +313,7 @@ class CertManager:
     async def _patch_ca_bundle(self, bundle: bytes) -> None:
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        from warmpool.kube import read_raw
+        from warmscale.warmpool.kube import read_raw
 
         name = self.webhook_configuration
         try:
@@ -368,7 +368,7 @@ class SecretCertificate:
 
     async def refresh(self) -> bool:
         """Load the Secret's certificate if it changed; True when a certificate is loaded."""
-        from warmpool.kube import read_raw
+        from warmscale.warmpool.kube import read_raw
 
         secret = await read_raw(self.core.read_namespaced_secret, self.name, self.namespace)
         data = _decode(secret) or {}

@@ -12,7 +12,7 @@ import sys
 import uuid
 from typing import Any
 
-from warmpool.cache_roots import DEFAULT_ALLOWED, parse_allow_list
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, parse_allow_list
 
 log = logging.getLogger("warmscale.warmpool")
 
@@ -105,7 +105,7 @@ async def make_api_client(kubeconfig: str | None) -> Any:
 def make_sink(redis_address: str | None) -> Any:
     if not redis_address:
         return None
-    from scaler.store import RedisStore
+    from warmscale.scaler.store import RedisStore
 
     return RedisStore(redis_address)
 
@@ -114,8 +114,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from kubernetes_asyncio import client
     from prometheus_client import start_http_server
 
-    from warmpool.controller import Controller, Metrics, Options
-    from warmpool.kube import LeaderElector, LeaseNamespaceMissing
+    from warmscale.warmpool.controller import Controller, Metrics, Options
+    from warmscale.warmpool.kube import LeaderElector, LeaseNamespaceMissing
 
     try:
         allow = parse_allow_list(args.cache_root_allow)
@@ -170,7 +170,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
 def cert_manager(args: argparse.Namespace, api: Any) -> Any:
     import datetime as dt
 
-    from warmpool.certs import CertManager, CertSpec
+    from warmscale.warmpool.certs import CertManager, CertSpec
 
     spec = CertSpec(namespace=args.cert_namespace, webhook_service=args.webhook_service,
                     scaler_service=args.scaler_service, keda_namespace=args.keda_namespace,
@@ -191,9 +191,9 @@ async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event) -
         finally:
             await runner.cleanup()
         return
-    from warmpool.certs import SecretCertificate
-    from warmpool.webhook import WorkloadLister
-    from warmpool.webhook import serve as serve_webhook
+    from warmscale.warmpool.certs import SecretCertificate
+    from warmscale.warmpool.webhook import WorkloadLister
+    from warmscale.warmpool.webhook import serve as serve_webhook
 
     source = SecretCertificate(api, args.cert_namespace, args.webhook_tls_secret)
     if not await source.wait_ready(stop):
@@ -211,8 +211,8 @@ async def start_webhook(args: argparse.Namespace, api: Any) -> Any:
     import tempfile
     from pathlib import Path
 
-    from warmpool.webhook import WorkloadLister, self_signed
-    from warmpool.webhook import serve as serve_webhook
+    from warmscale.warmpool.webhook import WorkloadLister, self_signed
+    from warmscale.warmpool.webhook import serve as serve_webhook
 
     cert, key = args.webhook_cert, args.webhook_key
     if not cert or not key:

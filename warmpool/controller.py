@@ -22,13 +22,14 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from scaler.warm_status import WarmStatus
-from warmpool import objects as ob
-from warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
-from warmpool.cache_roots import DEFAULT_ALLOWED
-from warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
-from warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
-from warmpool.planning import (
+from warmscale.advise.events import workload_events
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED
+from warmscale.warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
+from warmscale.warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
+from warmscale.warmpool.planning import (
     GPU_PRODUCT_LABEL,
     CleanupPlan,
     Plan,
@@ -42,7 +43,6 @@ from warmpool.planning import (
     standby_time_to_ready,
     warm_state,
 )
-from warmscale.advise.events import workload_events
 
 log = logging.getLogger("warmscale.warmpool")
 KEDA = ("keda.sh", "v1alpha1", "scaledobjects")

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from signals.redact import redact
+from warmscale.signals.redact import redact
 
 log = logging.getLogger("warmscale.warmpool")
 T = TypeVar("T")

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from warmpool.annotations import WarmConfig
-from warmpool.matching import replica_requests
-from warmpool.model_uri import ModelURI
+from warmscale.warmpool.annotations import WarmConfig
+from warmscale.warmpool.matching import replica_requests
+from warmscale.warmpool.model_uri import ModelURI
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "warmscale"

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from scaler.bursts import MAX_LEVEL, BurstStats, warm_and_cold
-from warmpool import objects as ob
-from warmpool.annotations import PREFIX, AnnotationError, WarmConfig, parse_annotations
-from warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
-from warmpool.matching import free_fit, matching_nodes
-from warmpool.model_uri import staged_label_key
+from warmscale.scaler.bursts import MAX_LEVEL, BurstStats, warm_and_cold
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import PREFIX, AnnotationError, WarmConfig, parse_annotations
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
+from warmscale.warmpool.matching import free_fit, matching_nodes
+from warmscale.warmpool.model_uri import staged_label_key
 
 Obj = Mapping[str, Any]
 RETRY_COOLDOWN_S = 900.0  # a Job/pull pod that failed for good is retried after this long

@@ -19,7 +19,7 @@ Node writes are further limited by a ValidatingAdmissionPolicy: the controller's
 only add, change or remove ``warmscale.io/staged-*`` labels and annotations on nodes; any other
 label, annotation, taint or spec change is denied (:func:`node_write_policy`).
 
-``python -m warmpool.rbac [--namespace NS ...] [--install-namespace NS]`` prints the manifests.
+``python -m warmscale.warmpool.rbac [--namespace NS ...] [--install-namespace NS]`` prints the manifests.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from warmpool.objects import MANAGED_BY, MANAGED_BY_VALUE, PRIORITY_CLASS, STAGED_PREFIX
+from warmscale.warmpool.objects import MANAGED_BY, MANAGED_BY_VALUE, PRIORITY_CLASS, STAGED_PREFIX
 
 NAME = "warmscale-warmpool"
 LEASE_NAME = "warmscale-warmpool"

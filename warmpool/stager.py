@@ -48,9 +48,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from warmpool.cache_roots import system_path_conflict
-from warmpool.model_uri import ModelURI, ModelURIError, cache_dir, parse_model_uri
-from warmpool.quantity import parse_quantity
+from warmscale.warmpool.cache_roots import system_path_conflict
+from warmscale.warmpool.model_uri import ModelURI, ModelURIError, cache_dir, parse_model_uri
+from warmscale.warmpool.quantity import parse_quantity
 
 log = logging.getLogger("warmscale.stager")
 READY = ".ready"

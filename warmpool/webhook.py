@@ -27,10 +27,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from warmpool import objects as ob
-from warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
-from warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
-from warmpool.model_uri import cache_dir, staged_label_key
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
+from warmscale.warmpool.model_uri import cache_dir, staged_label_key
 
 log = logging.getLogger("warmscale.warmpool.webhook")
 WEIGHT = 100
@@ -190,7 +190,7 @@ class WorkloadLister:
         self._cache: dict[str, tuple[float, list[Obj]]] = {}
 
     async def __call__(self, namespace: str) -> list[Obj]:
-        from warmpool.kube import read_raw
+        from warmscale.warmpool.kube import read_raw
 
         hit = self._cache.get(namespace)
         if hit and time.monotonic() - hit[0] < self.ttl_s:

@@ -16,13 +16,14 @@ from warmscale.logs import setup_logging
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("warmscale.demo.cli", "one real burst through today's KEDA+HPA setup and through warmscale, "
                                    "side by side (simulated vLLM engines, no cluster)"),
-    "scaler": ("scaler.cli", "run the KEDA external scaler (gRPC)"),
-    "warmpool": ("warmpool.cli", "run the warm-pool controller"),
-    "rbac": ("warmpool.rbac", "print the warm-pool controller's RBAC (cluster-wide, or --namespace NS: Roles per "
+    "scaler": ("warmscale.scaler.cli", "run the KEDA external scaler (gRPC)"),
+    "warmpool": ("warmscale.warmpool.cli", "run the warm-pool controller"),
+    "rbac": ("warmscale.warmpool.rbac",
+             "print the warm-pool controller's RBAC (cluster-wide, or --namespace NS: Roles per "
              "namespace) or its node-write admission policy"),
-    "stage": ("warmpool.stager", "stage model weights into a node-local cache (runs in a Job)"),
+    "stage": ("warmscale.warmpool.stager", "stage model weights into a node-local cache (runs in a Job)"),
     "advise": ("warmscale.advise.cli", "which orchestration layer repeated failures ask for (read-only)"),
-    "bench": ("benchmarks.cli", "run a benchmark (trace replay, cold vs warm start)"),
+    "bench": ("warmscale.benchmarks.cli", "run a benchmark (trace replay, cold vs warm start)"),
 }
 
 

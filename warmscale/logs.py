@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from signals.redact import redact, redact_value
+from warmscale.signals.redact import redact, redact_value
 
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 

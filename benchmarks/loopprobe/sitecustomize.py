@@ -1,6 +1,6 @@
 """Event-loop and garbage-collector probe for the scaler's processes (benchmarks only).
 
-``python -m benchmarks.rpc_load --loop-probe DIR`` puts this directory first on the scaler's
+``python -m warmscale.benchmarks.rpc_load --loop-probe DIR`` puts this directory first on the scaler's
 ``PYTHONPATH`` with ``WARMSCALE_LOOP_PROBE=DIR``; Python imports ``sitecustomize`` at start-up, in
 the scaler process and in the RPC front it spawns. Every asyncio callback is timed in thread CPU
 time (what the callback itself cost, whatever else runs on the machine) and wall time, every garbage

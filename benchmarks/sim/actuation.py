@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scaler.hpa import hpa_replicas
+from warmscale.scaler.hpa import hpa_replicas
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 
-from benchmarks.sim.engine import Engine, EngineProfile, Request
-from warmpool.planning import TimeToReady, warm_state
-from warmpool.startup_model import (
+from warmscale.benchmarks.sim.engine import Engine, EngineProfile, Request
+from warmscale.warmpool.planning import TimeToReady, warm_state
+from warmscale.warmpool.startup_model import (
     COLD,
     PLACEHOLDER_STAGED,
     RETAINED_NODE,

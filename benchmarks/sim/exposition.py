@@ -19,13 +19,13 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.sim.engine import Engine, Hist
-from signals.engines import parse_payload
-from signals.engines import vllm as vllm_parser
-from signals.histogram import Histogram
-from signals.model import QueueReading, ReplicaReading, ReplicaSignal
-from signals.parsing import parse_text
-from signals.sources.base import SourceResult
+from warmscale.benchmarks.sim.engine import Engine, Hist
+from warmscale.signals.engines import parse_payload
+from warmscale.signals.engines import vllm as vllm_parser
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import QueueReading, ReplicaReading, ReplicaSignal
+from warmscale.signals.parsing import parse_text
+from warmscale.signals.sources.base import SourceResult
 
 MODEL = "llm"
 _LABELS = f'engine="0",model_name="{MODEL}"'

@@ -32,15 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.sim.actuation import HpaBehavior, KedaConfig
-from benchmarks.sim.arrivals import Workload, weighted_quantile
-from benchmarks.sim.cluster import Cluster
-from benchmarks.sim.engine import VLLM_ITL_BUCKETS, Engine, EngineProfile, Hist, Request
-from benchmarks.sim.policies import Policy, WarmscalePolicy, warmscale_metadata
-from benchmarks.sim.runner import PolicyResult, SimSettings, _unserved_arrivals
-from scaler.store import MemoryStore
-from signals.histogram import Histogram
-from warmpool.startup_model import StartupProfile
+from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
+from warmscale.benchmarks.sim.arrivals import Workload, weighted_quantile
+from warmscale.benchmarks.sim.cluster import Cluster
+from warmscale.benchmarks.sim.engine import VLLM_ITL_BUCKETS, Engine, EngineProfile, Hist, Request
+from warmscale.benchmarks.sim.policies import Policy, WarmscalePolicy, warmscale_metadata
+from warmscale.benchmarks.sim.runner import PolicyResult, SimSettings, _unserved_arrivals
+from warmscale.scaler.store import MemoryStore
+from warmscale.signals.histogram import Histogram
+from warmscale.warmpool.startup_model import StartupProfile
 
 # vllm:nixl_xfer_time_seconds buckets (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py).
 NIXL_XFER_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
@@ -319,7 +319,7 @@ def simulate_combined(work: Workload, policy: Policy, engine: EngineProfile, sta
                       initial: int, s: SimSettings, *, itl_slo: float = 0.1) -> ModeResult:
     """The same trace through one combined (aggregated) pool: :func:`benchmarks.sim.runner.simulate`,
     with the engines kept for the inter-token latency."""
-    from benchmarks.sim.runner import simulate
+    from warmscale.benchmarks.sim.runner import simulate
 
     engines: list[Engine] = []
 

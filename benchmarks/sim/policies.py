@@ -24,22 +24,22 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
-from benchmarks.sim.cluster import Cluster
-from benchmarks.sim.exposition import PromScrape, SimScrapeSource
-from scaler.capacity import MODEL_PROFILES
-from scaler.config import ScalerConfig, parse_metadata
-from scaler.decision_log import DecisionLog
-from scaler.metrics import ScalerMetrics
-from scaler.policy import Decision
-from scaler.store import MemoryStore
-from scaler.tracker import ScaledObjectKey, Tracker, TrackerManager
-from scaler.warm_status import WarmStatus
-from signals.model import Snapshot
-from signals.sources.collector import SnapshotCollector
-from warmpool import objects as ob
-from warmpool.planning import Plan, StandbyEvidence, plan, standby_time_to_ready
-from warmpool.startup_model import COLD, PROFILES, StartupProfile, time_to_ready
+from warmscale.benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
+from warmscale.benchmarks.sim.cluster import Cluster
+from warmscale.benchmarks.sim.exposition import PromScrape, SimScrapeSource
+from warmscale.scaler.capacity import MODEL_PROFILES
+from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.metrics import ScalerMetrics
+from warmscale.scaler.policy import Decision
+from warmscale.scaler.store import MemoryStore
+from warmscale.scaler.tracker import ScaledObjectKey, Tracker, TrackerManager
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.signals.model import Snapshot
+from warmscale.signals.sources.collector import SnapshotCollector
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.planning import Plan, StandbyEvidence, plan, standby_time_to_ready
+from warmscale.warmpool.startup_model import COLD, PROFILES, StartupProfile, time_to_ready
 
 NAMESPACE, WORKLOAD = "bench", "llm"
 PLAN_EVERY_S = 30.0  # the warm-pool controller's resync period (Options.resync_s)

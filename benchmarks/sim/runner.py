@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.sim.actuation import HpaBehavior, KedaConfig, KpaConfig
-from benchmarks.sim.arrivals import Workload, weighted_quantile
-from benchmarks.sim.cluster import Cluster
-from benchmarks.sim.engine import EngineProfile, Request
-from benchmarks.sim.policies import (
+from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig, KpaConfig
+from warmscale.benchmarks.sim.arrivals import Workload, weighted_quantile
+from warmscale.benchmarks.sim.cluster import Cluster
+from warmscale.benchmarks.sim.engine import EngineProfile, Request
+from warmscale.benchmarks.sim.policies import (
     KpaPolicy,
     LlmdQueueGuardPolicy,
     Policy,
@@ -35,7 +35,7 @@ from benchmarks.sim.policies import (
     model_profile_for,
     warmscale_metadata,
 )
-from warmpool.startup_model import COLD, StartupProfile, time_to_ready
+from warmscale.warmpool.startup_model import COLD, StartupProfile, time_to_ready
 
 POLICY_NAMES = ("warmscale", "keda-prometheus-queue", "keda-prometheus-kv", "hpa-gpu-util", "kpa-concurrency",
                 "llm-d-queue-guard", "wva-saturation", "static-peak-clairvoyant", "oracle", "oracle-instant")

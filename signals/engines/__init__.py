@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from signals.engines import dcgm, ray, sglang, tgi, triton, trtllm, vllm
-from signals.model import ReplicaSignal
-from signals.parsing import MetricIndex, PayloadError, parse_text
+from warmscale.signals.engines import dcgm, ray, sglang, tgi, triton, trtllm, vllm
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import MetricIndex, PayloadError, parse_text
 
 __all__ = ["DETECTORS", "PARSERS", "PayloadError", "detect_engine", "is_itl_histogram", "is_ttft_histogram",
            "parse_index", "parse_payload"]

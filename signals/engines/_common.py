@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from signals.histogram import Histogram
-from signals.parsing import Labels, MetricIndex, PayloadError
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.parsing import Labels, MetricIndex, PayloadError
 
 Where = Callable[[Labels], bool] | None
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from signals.model import ReplicaSignal
-from signals.parsing import Labels, MetricIndex, parse_text
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import Labels, MetricIndex, parse_text
 
 GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"

@@ -19,9 +19,9 @@ Samples and their provenance: ``tests/signals/data/epp/README.md``.
 
 from __future__ import annotations
 
-from signals.engines._common import Where, gauge_max, gauge_sum
-from signals.model import GatewaySignal
-from signals.parsing import Labels, MetricIndex, PayloadError, parse_text
+from warmscale.signals.engines._common import Where, gauge_max, gauge_sum
+from warmscale.signals.model import GatewaySignal
+from warmscale.signals.parsing import Labels, MetricIndex, PayloadError, parse_text
 
 QUEUE = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 SATURATION = ("llm_d_epp_flow_control_pool_saturation", "inference_extension_flow_control_pool_saturation")

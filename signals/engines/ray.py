@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from signals.engines import vllm
-from signals.engines._common import counter_sum, gauge_sum, required
-from signals.model import ReplicaSignal
-from signals.parsing import MetricIndex, PayloadError
+from warmscale.signals.engines import vllm
+from warmscale.signals.engines._common import counter_sum, gauge_sum, required
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import MetricIndex, PayloadError
 
 PREFIXES = ("ray_vllm_", "ray_vllm:")
 QUEUED = "ray_serve_deployment_queued_queries"

@@ -10,9 +10,17 @@ that define it so, a histogram (``_sum``/``_count``, in ms) in later ones. KV us
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, ratio, required
-from signals.model import ReplicaSignal
-from signals.parsing import MetricIndex
+from warmscale.signals.engines._common import (
+    counter_sum,
+    first_histogram,
+    fraction,
+    gauge_max,
+    gauge_sum,
+    ratio,
+    required,
+)
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import MetricIndex
 
 P = "sglang:"
 # Extra queues of prefill/decode roles under PD disaggregation (0 on unified engines).

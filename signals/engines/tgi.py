@@ -8,9 +8,9 @@ observation per request, the request's prefill included: an upper bound on its i
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, fraction, gauge_sum, ratio, required
-from signals.model import ReplicaSignal
-from signals.parsing import MetricIndex
+from warmscale.signals.engines._common import counter_sum, fraction, gauge_sum, ratio, required
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import MetricIndex
 
 
 def detect(idx: MetricIndex) -> bool:

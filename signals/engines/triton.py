@@ -9,9 +9,9 @@ running = ``scheduled``. ``nv_inference_pending_request_count`` stays ~0 for the
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, fraction, gauge_max, gauge_mean, gauge_sum, ratio, required
-from signals.model import ReplicaSignal
-from signals.parsing import MetricIndex, label_is
+from warmscale.signals.engines._common import counter_sum, fraction, gauge_max, gauge_mean, gauge_sum, ratio, required
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import MetricIndex, label_is
 
 REQ = "nv_trt_llm_request_metrics"
 KV = "nv_trt_llm_kv_cache_block_metrics"

@@ -7,9 +7,17 @@ queue gauges, so they fail with a :class:`~signals.parsing.PayloadError` (missin
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, ratio, required
-from signals.model import ReplicaSignal
-from signals.parsing import MetricIndex
+from warmscale.signals.engines._common import (
+    counter_sum,
+    first_histogram,
+    fraction,
+    gauge_max,
+    gauge_sum,
+    ratio,
+    required,
+)
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import MetricIndex
 
 P = "trtllm_"
 

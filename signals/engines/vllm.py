@@ -9,9 +9,9 @@ latency is ``inter_token_latency_seconds``, else the older ``time_per_output_tok
 
 from __future__ import annotations
 
-from signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, required
-from signals.model import ReplicaSignal
-from signals.parsing import MetricIndex
+from warmscale.signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, required
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import MetricIndex
 
 PREFIX = "vllm:"
 

@@ -3,8 +3,8 @@ that merges them into a :class:`~signals.model.Snapshot`. Pod discovery from the
 in :mod:`signals.sources.pods` (``KubeDiscovery``, ``PodEndpoints``), imported from there so that
 ``kubernetes_asyncio`` is only loaded by processes that use it."""
 
-from signals.sources.base import Endpoint, EndpointProvider, Source, SourceResult, StaticEndpoints
-from signals.sources.collector import SnapshotCollector, build_collector, build_sources
+from warmscale.signals.sources.base import Endpoint, EndpointProvider, Source, SourceResult, StaticEndpoints
+from warmscale.signals.sources.collector import SnapshotCollector, build_collector, build_sources
 
 __all__ = [
     "Endpoint",

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from signals.histogram import Histogram
-from signals.model import GatewayReading, QueueReading, ReplicaReading
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import GatewayReading, QueueReading, ReplicaReading
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,15 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from scaler.config import ScalerConfig
-from signals.histogram import Histogram
-from signals.model import GatewayReading, QueueReading, ReplicaReading, Snapshot
-from signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
-from signals.sources.gateway import EppPrometheusSource, EppScrapeSource
-from signals.sources.prometheus import PrometheusSource
-from signals.sources.redis_queue import Allows, RedisQueueSource
-from signals.sources.scrape import ParseFn, ScrapeSource
-from signals.sources.shared import SharedReads
+from warmscale.scaler.config import ScalerConfig
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import GatewayReading, QueueReading, ReplicaReading, Snapshot
+from warmscale.signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
+from warmscale.signals.sources.gateway import EppPrometheusSource, EppScrapeSource
+from warmscale.signals.sources.prometheus import PrometheusSource
+from warmscale.signals.sources.redis_queue import Allows, RedisQueueSource
+from warmscale.signals.sources.scrape import ParseFn, ScrapeSource
+from warmscale.signals.sources.shared import SharedReads
 
 
 class MissingProviderSource:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import aiohttp
 
-from signals.engines import epp
-from signals.model import GatewayReading
-from signals.parsing import PayloadError
-from signals.redact import redact
-from signals.sources.base import SourceResult
-from signals.sources.prometheus import PrometheusError, query
-from signals.sources.scrape import ScrapeError, fetch_payload
+from warmscale.signals.engines import epp
+from warmscale.signals.model import GatewayReading
+from warmscale.signals.parsing import PayloadError
+from warmscale.signals.redact import redact
+from warmscale.signals.sources.base import SourceResult
+from warmscale.signals.sources.prometheus import PrometheusError, query
+from warmscale.signals.sources.scrape import ScrapeError, fetch_payload
 
 
 class EppScrapeSource:

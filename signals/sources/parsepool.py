@@ -17,9 +17,9 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from signals.engines import parse_payload
-from signals.model import ReplicaSignal
-from signals.parsing import PayloadError
+from warmscale.signals.engines import parse_payload
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import PayloadError
 
 
 def _parse(text: str, engine: str, max_bytes: int) -> ReplicaSignal:

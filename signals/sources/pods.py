@@ -47,7 +47,7 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from signals.sources.base import Endpoint
+from warmscale.signals.sources.base import Endpoint
 
 log = logging.getLogger("warmscale.signals.pods")
 

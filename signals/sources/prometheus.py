@@ -20,11 +20,11 @@ from urllib.parse import urlencode
 import aiohttp
 import orjson
 
-from signals import promql
-from signals.histogram import Histogram
-from signals.model import ReplicaReading
-from signals.sources.base import SourceResult
-from signals.sources.shared import SharedReads
+from warmscale.signals import promql
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import ReplicaReading
+from warmscale.signals.sources.base import SourceResult
+from warmscale.signals.sources.shared import SharedReads
 
 # A query result larger than this is refused (a Prometheus answer for one ScaledObject is a few kB).
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
@@ -38,7 +38,7 @@ async def query(session: aiohttp.ClientSession, address: str, promql_text: str, 
                 max_bytes: int = MAX_RESPONSE_BYTES) -> list[dict[str, Any]]:
     """``GET /api/v1/query``; the ``result`` list. ``timeout_s`` bounds the whole request, body included."""
     timeout = timeout_s
-    from signals.sources.scrape import ScrapeError, fetch_payload
+    from warmscale.signals.sources.scrape import ScrapeError, fetch_payload
 
     url = f"{address.rstrip('/')}/api/v1/query?" + urlencode({"query": promql_text, "timeout": f"{timeout:g}s"})
     try:

@@ -21,8 +21,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from signals.model import QueueReading
-from signals.sources.base import SourceResult
+from warmscale.signals.model import QueueReading
+from warmscale.signals.sources.base import SourceResult
 
 Allows = Callable[[str], bool]
 """Whether an IP address (text) may be dialled."""

@@ -16,11 +16,11 @@ from dataclasses import replace
 
 import aiohttp
 
-from signals.engines import parse_payload
-from signals.model import ReplicaReading, ReplicaSignal
-from signals.parsing import PayloadError
-from signals.sources.base import Endpoint, EndpointProvider, SourceResult
-from signals.sources.shared import SharedReads
+from warmscale.signals.engines import parse_payload
+from warmscale.signals.model import ReplicaReading, ReplicaSignal
+from warmscale.signals.parsing import PayloadError
+from warmscale.signals.sources.base import Endpoint, EndpointProvider, SourceResult
+from warmscale.signals.sources.shared import SharedReads
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 _CHUNK = 64 * 1024

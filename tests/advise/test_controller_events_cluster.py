@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 
 from tests.cluster import workloads as w
 from tests.cluster.fixtures import wait_for
-from warmpool.controller import Controller, Options, install_priority_class
+from warmscale.warmpool.controller import Controller, Options, install_priority_class
 
 pytestmark = pytest.mark.cluster
 

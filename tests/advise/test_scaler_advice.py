@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from scaler.advice import AdviceBook
-from scaler.metrics import ScalerMetrics
+from warmscale.scaler.advice import AdviceBook
+from warmscale.scaler.metrics import ScalerMetrics
 
 H = 3600.0
 T0 = 1_800_000_000.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.sim.engine import Engine, Request, _blocks
+from warmscale.benchmarks.sim.engine import Engine, Request, _blocks
 
 
 class ReferenceEngine(Engine):

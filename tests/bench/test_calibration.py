@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.calibrate import Case, replay, run_cases, schedule
-from benchmarks.sim.engine import ENGINE_PROFILES
+from warmscale.benchmarks.calibrate import Case, replay, run_cases, schedule
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 
 P = ENGINE_PROFILES["8b-h100"]
 

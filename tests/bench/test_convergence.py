@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.sim.arrivals import load_trace
-from benchmarks.sim.engine import ENGINE_PROFILES
-from benchmarks.sim.runner import BenchConfig, SimSettings, run_all
-from warmpool.startup_model import PROFILES
+from warmscale.benchmarks.sim.arrivals import load_trace
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
+from warmscale.benchmarks.sim.runner import BenchConfig, SimSettings, run_all
 from warmscale.traces import resolve
+from warmscale.warmpool.startup_model import PROFILES
 
 TRACE = resolve("azure_llm_2023_code.csv")
 

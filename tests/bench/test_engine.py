@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.sim.engine import ENGINE_PROFILES, VLLM_TTFT_BUCKETS, Engine, EngineProfile, Request
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, VLLM_TTFT_BUCKETS, Engine, EngineProfile, Request
 
 # Round numbers: every step costs 10 ms + 1 ms per 100 prefill tokens; budget 100 tokens; 4 seqs.
 SIMPLE = EngineProfile(

@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.rpc_load import LOOP_PROBE, ROOT, loop_probe_summary
+from warmscale.benchmarks.rpc_load import LOOP_PROBE, ROOT, loop_probe_summary
 
 SCRIPT = """
 import asyncio, gc, sys, time
-sys.argv[1:] = ["scaler.rpcfront"]  # the role the probe reads from the command line
+sys.argv[1:] = ["warmscale.scaler.rpcfront"]  # the role the probe reads from the command line
 async def main():
     loop = asyncio.get_running_loop()
     loop.call_soon(lambda: sum(i * i for i in range(300_000)))  # a callback holding the loop

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.sim.policies import LlmdQueueGuardPolicy, WvaSaturationPolicy
+from warmscale.benchmarks.sim.policies import LlmdQueueGuardPolicy, WvaSaturationPolicy
 
 
 def _samples(pol, rows, router=0.0, pending=0):  # type: ignore[no-untyped-def]

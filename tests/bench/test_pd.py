@@ -9,10 +9,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from benchmarks.sim.arrivals import Workload
-from benchmarks.sim.engine import ENGINE_PROFILES, Engine
-from benchmarks.sim.exposition import engine_signal, render_vllm
-from benchmarks.sim.pd import (
+from warmscale.benchmarks.sim.arrivals import Workload
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Engine
+from warmscale.benchmarks.sim.exposition import engine_signal, render_vllm
+from warmscale.benchmarks.sim.pd import (
     KV_BYTES_PER_TOKEN,
     DecodeEngine,
     PDFleet,
@@ -21,10 +21,10 @@ from benchmarks.sim.pd import (
     pd_start,
     simulate_pd,
 )
-from benchmarks.sim.runner import SimSettings
-from scaler.pdgroup import Member
-from signals.engines import parse_payload
-from warmpool.startup_model import PROFILES
+from warmscale.benchmarks.sim.runner import SimSettings
+from warmscale.scaler.pdgroup import Member
+from warmscale.signals.engines import parse_payload
+from warmscale.warmpool.startup_model import PROFILES
 
 EP = ENGINE_PROFILES["8b-h100"]
 SP = PROFILES["8b-h100"]
@@ -97,7 +97,7 @@ def test_per_role_run_uses_the_production_trackers_and_the_shared_store() -> Non
 def test_bench_pd_command_prints_the_table_and_writes_json(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     import json
 
-    from benchmarks.cli import main
+    from warmscale.benchmarks.cli import main
 
     trace = tmp_path / "tiny.csv"
     rng = np.random.default_rng(3)
@@ -117,7 +117,7 @@ def test_bench_pd_command_prints_the_table_and_writes_json(tmp_path, capsys) -> 
 def test_bench_trace_pd_flag_is_the_pd_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import json
 
-    from benchmarks.cli import main
+    from warmscale.benchmarks.cli import main
 
     trace = tmp_path / "tiny.csv"
     trace.write_text("timestamp_s,input_tokens,output_tokens\n" + "".join(

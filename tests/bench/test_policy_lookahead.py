@@ -7,11 +7,11 @@ one decision extrapolates at most (scaleUpMaxStep - 1) x today's load instead.""
 
 from __future__ import annotations
 
-from scaler.config import parse_metadata
-from scaler.observation import observe
-from scaler.policy import decide
-from scaler.state import ScalerState
-from signals.model import ReplicaReading, ReplicaSignal, Snapshot
+from warmscale.scaler.config import parse_metadata
+from warmscale.scaler.observation import observe
+from warmscale.scaler.policy import decide
+from warmscale.scaler.state import ScalerState
+from warmscale.signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
 META = {"endpoints": "http://e:8000/metrics", "maxReplicas": "20", "targetInflightPerReplica": "32",
         "trendWindowSeconds": "60"}

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.sim.actuation import HpaBehavior, KedaConfig
-from benchmarks.sim.arrivals import load_trace
-from benchmarks.sim.engine import ENGINE_PROFILES, Engine, Request
-from benchmarks.sim.exposition import PromScrape, engine_signal, render_vllm
-from benchmarks.sim.policies import PromHpaPolicy, WarmscalePolicy, warmscale_metadata
-from benchmarks.sim.runner import SimSettings, simulate
-from signals.engines import parse_payload
-from signals.parsing import parse_text
-from warmpool.startup_model import PROFILES
+from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
+from warmscale.benchmarks.sim.arrivals import load_trace
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Engine, Request
+from warmscale.benchmarks.sim.exposition import PromScrape, engine_signal, render_vllm
+from warmscale.benchmarks.sim.policies import PromHpaPolicy, WarmscalePolicy, warmscale_metadata
+from warmscale.benchmarks.sim.runner import SimSettings, simulate
+from warmscale.signals.engines import parse_payload
+from warmscale.signals.parsing import parse_text
 from warmscale.traces import resolve
+from warmscale.warmpool.startup_model import PROFILES
 
 TRACE = resolve("azure_llm_2023_code.csv")
 

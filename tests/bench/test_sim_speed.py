@@ -16,14 +16,22 @@ from dataclasses import replace
 
 import pytest
 
-import benchmarks.sim.cluster as cluster_mod
-import benchmarks.sim.runner as runner_mod
-from benchmarks.sim.arrivals import load_trace
-from benchmarks.sim.engine import ENGINE_PROFILES, Engine, Request
-from benchmarks.sim.runner import POLICY_NAMES, BenchConfig, SimSettings, build_policies, need_curve, run_all, simulate
+import warmscale.benchmarks.sim.cluster as cluster_mod
+import warmscale.benchmarks.sim.runner as runner_mod
 from tests.bench.reference_engine import ReferenceEngine
-from warmpool.startup_model import PROFILES
+from warmscale.benchmarks.sim.arrivals import load_trace
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Engine, Request
+from warmscale.benchmarks.sim.runner import (
+    POLICY_NAMES,
+    BenchConfig,
+    SimSettings,
+    build_policies,
+    need_curve,
+    run_all,
+    simulate,
+)
 from warmscale.traces import resolve
+from warmscale.warmpool.startup_model import PROFILES
 
 RATE = resolve("servegen_reason_deepseek-r1_rate_600s.csv")
 PROFILE = "8b-h100"

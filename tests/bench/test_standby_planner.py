@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from benchmarks.sim.actuation import HpaBehavior, KedaConfig
-from benchmarks.sim.arrivals import load_trace
-from benchmarks.sim.engine import ENGINE_PROFILES
-from benchmarks.sim.policies import WarmscalePolicy, warmscale_metadata
-from benchmarks.sim.runner import SimSettings, simulate
-from benchmarks.trace_replay import _truncate
-from scaler.bursts import BurstMemory, record
-from scaler.state import ScalerState
-from warmpool.planning import plan
-from warmpool.startup_model import PROFILES
+from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
+from warmscale.benchmarks.sim.arrivals import load_trace
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
+from warmscale.benchmarks.sim.policies import WarmscalePolicy, warmscale_metadata
+from warmscale.benchmarks.sim.runner import SimSettings, simulate
+from warmscale.benchmarks.trace_replay import _truncate
+from warmscale.scaler.bursts import BurstMemory, record
+from warmscale.scaler.state import ScalerState
 from warmscale.traces import resolve
+from warmscale.warmpool.planning import plan
+from warmscale.warmpool.startup_model import PROFILES
 
 PROFILE = "8b-h100"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaler.warm_status import WARM_STATES
-from warmpool.startup_model import (
+from warmscale.scaler.warm_status import WARM_STATES
+from warmscale.warmpool.startup_model import (
     COLD,
     PHASES,
     PLACEHOLDER_STAGED,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import cli
-from benchmarks.sim.arrivals import load_trace
-from benchmarks.sim.runner import POLICY_NAMES
+from warmscale.benchmarks import cli
+from warmscale.benchmarks.sim.arrivals import load_trace
+from warmscale.benchmarks.sim.runner import POLICY_NAMES
 
 KEYS = {"slo_attainment", "gpu_hours", "ttft_p50_s", "ttft_p99_s", "cold_starts", "max_replicas"}
 
@@ -101,16 +101,16 @@ def test_rate_curve_arrivals_are_seeded_poisson(tmp_path: Path) -> None:
 
 
 def test_warmscale_runs_the_production_policy(tmp_path: Path, monkeypatch) -> None:
-    import scaler.policy
+    from warmscale.scaler import policy as policy_module
 
     calls = {"n": 0}
-    real = scaler.policy.decide
+    real = policy_module.decide
 
     def counting(*args, **kwargs):
         calls["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("scaler.tracker.decide", counting)
+    monkeypatch.setattr("warmscale.scaler.tracker.decide", counting)
     trace = _requests_csv(tmp_path / "t.csv")
     # --jobs 1: the policies in this process, where the counter is (with --jobs 2 they run in forked children)
     doc = _run(tmp_path, trace, "w", "--policies", "warmscale,oracle,oracle-instant", "--jobs", "1")

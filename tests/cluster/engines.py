@@ -28,8 +28,8 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from warmpool.kube import cancel_and_wait
 from warmscale.demo.engine import EngineProfile, Request, SimulatedEngine
+from warmscale.warmpool.kube import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

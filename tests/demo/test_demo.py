@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from warmpool.startup_model import PROFILES, time_to_ready_table
 from warmscale.cli import main as cli_main
 from warmscale.demo.run import DemoOptions, format_summary
 from warmscale.traces import PACKAGE_DIR
+from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
 
 
 def test_demo_replays_one_burst_through_both_fleets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -19,9 +19,9 @@ import aiohttp
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from proto import externalscaler_pb2 as pb
-from proto import externalscaler_pb2_grpc as pb_grpc
 from tests.servers import SAMPLES_DIR, free_port
+from warmscale.proto import externalscaler_pb2 as pb
+from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaler.config import ConfigError
 from tests.warmpool.helpers import node, workload
-from warmpool import objects as ob
-from warmpool.annotations import KEYS, PREFIX, AnnotationError, parse_annotations
-from warmpool.model_uri import ModelURIError, cache_dir, parse_model_uri, staged_label_key
-from warmpool.planning import plan
+from warmscale.scaler.config import ConfigError
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import KEYS, PREFIX, AnnotationError, parse_annotations
+from warmscale.warmpool.model_uri import ModelURIError, cache_dir, parse_model_uri, staged_label_key
+from warmscale.warmpool.planning import plan
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 NAMES = [PREFIX + k.name for k in KEYS]

@@ -24,14 +24,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proto import externalscaler_pb2 as pb
-from proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.config import KEYS
-from scaler.target_guard import TargetGuard
-from signals.sources.base import Endpoint
 from tests.faults.scalerproc import Engine, start_scalers, until
 from tests.faults.test_metadata_fuzz import NASTY_NUMBERS, URLS
 from tests.servers import FakeEngine, free_port, running_redis
+from warmscale.proto import externalscaler_pb2 as pb
+from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
+from warmscale.scaler.config import KEYS
+from warmscale.scaler.target_guard import TargetGuard
+from warmscale.signals.sources.base import Endpoint
 
 FAST = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "0.5"}
 
@@ -121,7 +121,7 @@ class _Pods:
         return [Endpoint(replica=f"pod-{i}", url=u) for i, u in enumerate(self.urls)]
 
     async def counts(self) -> Any:
-        from signals.sources.pods import DiscoveryError
+        from warmscale.signals.sources.pods import DiscoveryError
 
         raise DiscoveryError("no counts in this test")
 
@@ -132,8 +132,8 @@ class _Pods:
 async def test_allow_targets_checks_discovered_pod_addresses_at_connection_time(
     fake_engine: Callable[..., FakeEngine]
 ) -> None:
-    from scaler.cli import SourcesReader
-    from scaler.config import parse_metadata
+    from warmscale.scaler.cli import SourcesReader
+    from warmscale.scaler.config import parse_metadata
 
     engine = Engine(fake_engine())
     engine.set(running=20)
@@ -177,8 +177,8 @@ async def test_allow_targets_checks_every_redis_queue_connection(monkeypatch: py
     outside the list is never dialled), and it recovers when the name points back inside."""
     import redis.asyncio as aioredis
 
-    from scaler.cli import SourcesReader
-    from scaler.config import parse_metadata
+    from warmscale.scaler.cli import SourcesReader
+    from warmscale.scaler.config import parse_metadata
 
     names = {"queue.warmscale.test": "127.0.0.1"}
     loop = asyncio.get_running_loop()

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaler.config import KEYS, ConfigError, Range, ScalerConfig, parse_metadata
-from scaler.observation import observe
-from scaler.policy import decide
-from scaler.state import ScalerState
-from signals.model import ReplicaReading, ReplicaSignal, Snapshot
+from warmscale.scaler.config import KEYS, ConfigError, Range, ScalerConfig, parse_metadata
+from warmscale.scaler.observation import observe
+from warmscale.scaler.policy import decide
+from warmscale.scaler.state import ScalerState
+from warmscale.signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
 BASE = {"endpoints": "http://127.0.0.1:9/metrics"}
 NAMES = [k.name for k in KEYS]

@@ -25,9 +25,9 @@ import orjson
 import pytest
 import redis
 
-from scaler.warm_status import WarmStatus
 from tests.faults.scalerproc import Engine, ScalerProcess, start_scalers, until
 from tests.servers import FakeEngine, RedisServer, running_redis
+from warmscale.scaler.warm_status import WarmStatus
 
 pytestmark = pytest.mark.servers
 

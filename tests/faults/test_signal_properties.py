@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from signals.engines import parse_payload
-from signals.parsing import PayloadError, parse_text
-from signals.sources.base import Endpoint
-from signals.sources.scrape import scrape_endpoint
 from tests.servers import FakeEngine
+from warmscale.signals.engines import parse_payload
+from warmscale.signals.parsing import PayloadError, parse_text
+from warmscale.signals.sources.base import Endpoint
+from warmscale.signals.sources.scrape import scrape_endpoint
 
 NAMES = st.sampled_from([
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
@@ -124,8 +124,8 @@ def test_a_malformed_payload_is_an_unknown_replica(engine: FakeEngine, body: str
 def test_the_fast_path_reads_exactly_what_the_full_parser_reads(body: str, prune: bool) -> None:
     """Differential: whenever the regex fast path accepts a payload, pruning + prometheus_client's
     parser give the same samples and types (and never an error)."""
-    from signals.engines import is_ttft_histogram
-    from signals.parsing import _declared_types, _fast_parse, _full_samples, _prune
+    from warmscale.signals.engines import is_ttft_histogram
+    from warmscale.signals.parsing import _declared_types, _fast_parse, _full_samples, _prune
 
     text = VALID + body + "\n"
     keep = is_ttft_histogram if prune else None

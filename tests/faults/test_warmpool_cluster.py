@@ -31,8 +31,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.cluster.harness import Cluster
 from tests.faults import warmpool_support as s
-from warmpool import rbac
-from warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool import rbac
+from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
 
 pytestmark = pytest.mark.cluster
 P = s.P
@@ -266,7 +266,7 @@ def _brief(ev: dict[str, Any]) -> str:
 
 
 async def test_watch_410_and_apiserver_restart(fc: Cluster, tmp_path: Path) -> None:
-    from signals.sources.pods import DiscoveryError, KubeDiscovery
+    from warmscale.signals.sources.pods import DiscoveryError, KubeDiscovery
 
     ns = "ws-restart"
     async with fc.admin_client() as admin:

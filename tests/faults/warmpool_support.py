@@ -26,7 +26,7 @@ from tests.cluster.fixtures import _skip_allowed
 from tests.cluster.fleet import H100
 from tests.cluster.harness import Cluster, ClusterConfig
 from tests.servers import stop_process
-from warmpool import rbac
+from warmscale.warmpool import rbac
 
 ROOT = Path(__file__).resolve().parents[2]
 P = "warmscale.io/"
@@ -113,7 +113,7 @@ async def install(api: client.ApiClient, namespace: str | list[str], cluster_wid
     """What an install gives the controller: the generated RBAC - namespaced for ``namespace`` (one or
     several), or the cluster-wide one (SA in ``warmscale``) -, the shipped node-write policy and the
     shipped PriorityClass."""
-    from warmpool.controller import install_priority_class
+    from warmscale.warmpool.controller import install_priority_class
 
     namespaces = [namespace] if isinstance(namespace, str) else list(namespace)
     await ensure_namespace(api, INSTALL_NS)
@@ -215,6 +215,6 @@ async def strip_finalizers(api: client.ApiClient, ns: str) -> None:
 
 
 def workload_hash(kind: str, namespace: str, name: str) -> str:
-    from warmpool import objects as ob
+    from warmscale.warmpool import objects as ob
 
     return ob.h(f"{kind}/{namespace}/{name}")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from scaler.cli import SourcesReader
+from warmscale.scaler.cli import SourcesReader
 
 DATA = Path(__file__).parents[1] / "signals" / "data" / "epp"
 
@@ -100,8 +100,8 @@ async def test_picker_errors_never_carry_credentials() -> None:
     """An eppAddress with userinfo or a token parameter: the unknown reading's error is redacted."""
     import aiohttp
 
-    from signals.sources.gateway import EppScrapeSource
     from tests.servers import free_port
+    from warmscale.signals.sources.gateway import EppScrapeSource
 
     url = f"http://admin:s3cret@127.0.0.1:{free_port()}/metrics?token=abc"
     async with aiohttp.ClientSession() as session:

@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from signals.engines import epp
-from signals.sources.gateway import EppPrometheusSource
 from tests.servers import FakeEngine, PrometheusServer, free_port
+from warmscale.signals.engines import epp
+from warmscale.signals.sources.gateway import EppPrometheusSource
 
 pytestmark = pytest.mark.servers
 

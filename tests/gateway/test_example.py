@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from scaler.config import parse_metadata
 from tests.manifests.helpers import find, render
-from warmpool.annotations import parse_annotations
-from warmpool.objects import Workload, scaled_object
+from warmscale.scaler.config import parse_metadata
+from warmscale.warmpool.annotations import parse_annotations
+from warmscale.warmpool.objects import Workload, scaled_object
 
 
 def test_pd_example_is_consistent() -> None:

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from scaler.config import parse_metadata
-from scaler.decision_log import DecisionLog
-from scaler.metrics import ScalerMetrics
-from scaler.pdgroup import Member, ratio_floor
-from scaler.store import MemoryStore, RedisStore, Store, StoreError
-from scaler.tracker import TrackerManager
 from tests.scaler.conftest import META, ScriptedReader, eventually
+from warmscale.scaler.config import parse_metadata
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.metrics import ScalerMetrics
+from warmscale.scaler.pdgroup import Member, ratio_floor
+from warmscale.scaler.store import MemoryStore, RedisStore, Store, StoreError
+from warmscale.scaler.tracker import TrackerManager
 
 NOW = 1_000.0
 DEC = parse_metadata({**META, "role": "decode", "pdGroup": "g", "decodePerPrefillMin": "2",
@@ -163,8 +163,7 @@ async def test_ratio_holds_through_real_redis_and_its_outage() -> None:
 async def test_prefill_tracker_reads_the_decode_members_transfer_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The decode member's published KV-transfer time reaches the prefill tracker's snapshot (the TTFT
     budget's input), and it stays while the store is down."""
-    import scaler.tracker as tracker_mod
-
+    import warmscale.scaler.tracker as tracker_mod
     seen: list[float | None] = []
     real = tracker_mod.observe
 

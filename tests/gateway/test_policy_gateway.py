@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from scaler.config import ConfigError, ScalerConfig, parse_metadata
-from scaler.observation import observe
-from scaler.policy import Decision, decide
-from scaler.state import ScalerState
-from signals.model import GatewayReading, GatewaySignal, ReplicaReading, ReplicaSignal, Snapshot
+from warmscale.scaler.config import ConfigError, ScalerConfig, parse_metadata
+from warmscale.scaler.observation import observe
+from warmscale.scaler.policy import Decision, decide
+from warmscale.scaler.state import ScalerState
+from warmscale.signals.model import GatewayReading, GatewaySignal, ReplicaReading, ReplicaSignal, Snapshot
 
 EPP = {"eppAddress": "http://epp.test:9090/metrics", "eppPool": "qwen-chat", "targetInflightPerReplica": "32"}
 ZERO = {**EPP, "scaleToZero": "true", "minReplicas": "0", "idleWindowSeconds": "0", "maxReplicas": "8"}

@@ -141,12 +141,12 @@ def metric_names(expr: str) -> set[str]:
 
 def exported_metrics() -> dict[str, str]:
     """Every sample name the scaler and the warm-pool controller can export -> its module."""
-    from scaler.metrics import ScalerMetrics
-    from warmpool.controller import Metrics as WarmpoolMetrics
+    from warmscale.scaler.metrics import ScalerMetrics
+    from warmscale.warmpool.controller import Metrics as WarmpoolMetrics
 
     out: dict[str, str] = {}
-    for module, registry in (("scaler.metrics", ScalerMetrics().registry),
-                             ("warmpool.controller", WarmpoolMetrics().registry)):
+    for module, registry in (("warmscale.scaler.metrics", ScalerMetrics().registry),
+                             ("warmscale.warmpool.controller", WarmpoolMetrics().registry)):
         for family in registry.collect():
             kind, name = family.type, family.name
             if kind == "counter":

@@ -26,13 +26,13 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from proto import externalscaler_pb2 as pb
-from proto import externalscaler_pb2_grpc as pb_grpc
 from tests.cluster import workloads as w
 from tests.cluster.fixtures import NodePoolFactory, wait_for
 from tests.cluster.fleet import H100
 from tests.cluster.harness import Cluster
 from tests.servers import FakeEngine, PrometheusServer, RedisServer, free_port
+from warmscale.proto import externalscaler_pb2 as pb
+from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
 
 from .helpers import ROOT, RULES, alert_rules, concrete, dashboard_queries, kubectl, metric_names, render
 

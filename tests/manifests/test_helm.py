@@ -134,7 +134,7 @@ def test_chart_installs(k8s_cluster: Any, tmp_path: Path) -> None:
         subprocess.run([helm(), *kc, "uninstall", "warmscale", "--namespace", "default", "--wait"],
                        capture_output=True, text=True, timeout=300)
         # other suites expect the placeholders' PriorityClass (the uninstall removed it)
-        from warmpool import objects as ob
+        from warmscale.warmpool import objects as ob
 
         subprocess.run([kubectl(), *kc, "create", "-f", "-"], input=yaml.safe_dump(ob.priority_class()),
                        capture_output=True, text=True, timeout=60)

@@ -35,8 +35,8 @@ from tests.cluster.fixtures import NodePoolFactory, wait_for
 from tests.cluster.fleet import H100
 from tests.cluster.harness import Cluster
 from tests.servers import RedisServer, free_port, running_redis
-from warmpool.annotations import parse_annotations
-from warmpool.model_uri import staged_label_key
+from warmscale.warmpool.annotations import parse_annotations
+from warmscale.warmpool.model_uri import staged_label_key
 
 from .helpers import ROOT, kubectl, one, render
 from .test_cluster import (
@@ -241,7 +241,7 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 assert pod.spec.init_containers[0].name == "warmscale-ensure-model"
                 assert "--ensure" in pod.spec.init_containers[0].command
                 env_vars = {e.name: e.value for e in pod.spec.containers[0].env}
-                from warmpool.model_uri import cache_dir
+                from warmscale.warmpool.model_uri import cache_dir
 
                 assert env_vars["WARMSCALE_MODEL_PATH"] == cache_dir(cfg.cache_root, cfg.model_uri) + "/data"
                 pref = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
@@ -255,8 +255,8 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 await apps.patch_namespaced_deployment_scale("vllm-llama", EXAMPLE_NS, {"spec": {"replicas": 1}})
 
                 # --- 5. the floor binds: KEDA (this test) asks over mutual TLS with its client certificate
-                from proto import externalscaler_pb2 as pb
-                from proto import externalscaler_pb2_grpc as pbg
+                from warmscale.proto import externalscaler_pb2 as pb
+                from warmscale.proto import externalscaler_pb2_grpc as pbg
 
                 keda = secrets["warmscale-keda-client-tls"]
                 creds = grpc.ssl_channel_credentials(root_certificates=keda["ca.crt"], private_key=keda["tls.key"],
@@ -321,7 +321,7 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
         await _delete_namespace(core, INSTALL_NS)
         await uninstall_cluster_objects(k8s_admin)
         await _strip_finalizers(apps)
-        from warmpool.controller import install_priority_class
+        from warmscale.warmpool.controller import install_priority_class
 
         await install_priority_class(k8s_admin)  # as other suites expect the cluster (it was deleted above)
 

@@ -110,7 +110,7 @@ def test_every_referenced_metric_is_exported() -> None:
         unknown += [f"{where}: {n}" for n in sorted(names - exported.keys() - PROMETHEUS_SYNTHETIC)]
     assert not unknown, "metrics the project does not export:\n" + "\n".join(unknown)
     # And the dashboards cover both components.
-    assert {"scaler.metrics", "warmpool.controller"} <= {exported[n] for n in used if n in exported}
+    assert {"warmscale.scaler.metrics", "warmscale.warmpool.controller"} <= {exported[n] for n in used if n in exported}
 
 
 def test_unknown_metric_is_caught() -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from scaler.config import KEDA_KEYS, parse_metadata
-from warmpool import objects as ob
-from warmpool.annotations import parse_annotations
+from warmscale.scaler.config import KEDA_KEYS, parse_metadata
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import parse_annotations
 
 from .helpers import ENGINES, EXTRAS, INSTALLS, ROOT, find, one, render
 
@@ -111,7 +111,7 @@ def test_webhook_and_mutual_tls_are_the_default() -> None:
     assert svc["spec"]["selector"].items() <= ctl["spec"]["template"]["metadata"]["labels"].items()
     assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in _container(ctl)["ports"]
     # the code's configuration (used on the local cluster) selects the same pods
-    from warmpool.webhook import webhook_configuration
+    from warmscale.warmpool.webhook import webhook_configuration
 
     code = webhook_configuration("x", b"ca", url="https://127.0.0.1/mutate")["webhooks"][0]
     assert code["objectSelector"] == wh["objectSelector"] and code["name"] == wh["name"]
@@ -198,7 +198,7 @@ OWNED = {"sglang", "trtllm-triton"}  # the controller creates their ScaledObject
 def test_example(engine: str) -> None:
     from datetime import UTC, datetime
 
-    from warmpool.controller import workload_from
+    from warmscale.warmpool.controller import workload_from
 
     objs = render(f"manifests/examples/{engine}")
     (deploy,) = find(objs, "Deployment")

@@ -18,14 +18,14 @@ from typing import Any
 import grpc
 import pytest
 
-from proto import externalscaler_pb2 as pb_main
-from proto import externalscaler_pb2_grpc as grpc_main
-from scaler.config import ScalerConfig
-from scaler.server import ScalerServer, ServerOptions
-from scaler.store import MemoryStore, RedisStore, Store
-from signals.model import ReplicaReading, ReplicaSignal, Snapshot
 from tests.scaler.keda_v2_20_2 import externalscaler_pb2 as pb_v2
 from tests.scaler.keda_v2_20_2 import externalscaler_pb2_grpc as grpc_v2
+from warmscale.proto import externalscaler_pb2 as pb_main
+from warmscale.proto import externalscaler_pb2_grpc as grpc_main
+from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.server import ScalerServer, ServerOptions
+from warmscale.scaler.store import MemoryStore, RedisStore, Store
+from warmscale.signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
 # Fast trackers: a decision every 0.1 s. 32 in-flight requests per replica (the targetInflightPerReplica
 # override; these tests are about the tracker, not the capacity model), cold starts not held back

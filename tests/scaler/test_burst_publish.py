@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from scaler.config import parse_metadata
-from scaler.decision_log import DecisionLog
-from scaler.metrics import ScalerMetrics
-from scaler.store import MemoryStore
-from scaler.tracker import BURST_PUBLISH_SECONDS, Tracker, TrackerManager
-from scaler.warm_status import WarmStatus
 from tests.scaler.conftest import META, ScriptedReader
+from warmscale.scaler.config import parse_metadata
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.metrics import ScalerMetrics
+from warmscale.scaler.store import MemoryStore
+from warmscale.scaler.tracker import BURST_PUBLISH_SECONDS, Tracker, TrackerManager
+from warmscale.scaler.warm_status import WarmStatus
 
 
 async def test_tracker_publishes_bursts_from_its_decisions() -> None:

@@ -8,10 +8,10 @@ import uuid
 import orjson
 import pytest
 
-from scaler.bursts import BurstMemory, BurstStats, burst_stats, record
-from scaler.state import ScalerState
-from scaler.store import RedisStore, Store, StoreError
-from scaler.warm_status import WarmStatus
+from warmscale.scaler.bursts import BurstMemory, BurstStats, burst_stats, record
+from warmscale.scaler.state import ScalerState
+from warmscale.scaler.store import RedisStore, Store, StoreError
+from warmscale.scaler.warm_status import WarmStatus
 
 
 def _memory() -> BurstMemory:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaler.bursts import (
+from warmscale.scaler.bursts import (
     CLOSE_GRACE_S,
     WARM_PRIOR_SHARE,
     BurstMemory,
@@ -14,7 +14,7 @@ from scaler.bursts import (
     record,
     warm_and_cold,
 )
-from scaler.state import ScalerState
+from warmscale.scaler.state import ScalerState
 
 
 def replay(series: list[tuple[float, int, int]], window_s: float = 90.0) -> BurstMemory:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from signals.model import ReplicaReading, ReplicaSignal
 from tests.scaler.test_policy import Run, cfg
+from warmscale.signals.model import ReplicaReading, ReplicaSignal
 
 RATE = 14_000.0  # prompt tokens/s the replica prefills when prefill is its bottleneck
 

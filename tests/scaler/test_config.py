@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scaler.config import KEYS, ConfigError, ScalerConfig, defaults_table, parse_metadata
+from warmscale.scaler.config import KEYS, ConfigError, ScalerConfig, defaults_table, parse_metadata
 
 BASE = {"endpoints": "http://e:8000/metrics"}
 
@@ -75,4 +75,4 @@ def test_metadata_doc_is_current() -> None:
     from pathlib import Path
 
     doc = (Path(__file__).parents[2] / "docs" / "metadata.md").read_text()
-    assert defaults_table() in doc, "regenerate docs/metadata.md with python3 -m scaler.config"
+    assert defaults_table() in doc, "regenerate docs/metadata.md with python3 -m warmscale.scaler.config"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from scaler import gctune
+from warmscale.scaler import gctune
 
 
 def test_tune_freezes_start_up_and_raises_the_young_threshold() -> None:

@@ -14,8 +14,8 @@ from aiohttp import ClientSession
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from scaler.hpa import hpa_replicas
 from tests.scaler.conftest import META, META_ZERO, ScriptedReader, eventually
+from warmscale.scaler.hpa import hpa_replicas
 
 VERSIONS = ["main", "v2.20.2"]
 
@@ -396,8 +396,7 @@ async def test_shutdown_is_bounded_when_a_step_hangs(make_server: Any, monkeypat
                                                      caplog: pytest.LogCaptureFixture) -> None:
     """A shutdown step that never finishes (here: the trackers) is cancelled and logged; stop()
     returns within the grace period plus one bounded step, so SIGTERM always ends the process."""
-    import scaler.server as server_module
-
+    import warmscale.scaler.server as server_module
     server = await make_server(ScriptedReader(load=10.0))
     monkeypatch.setattr(server_module, "SHUTDOWN_STEP_SECONDS", 0.3)
 

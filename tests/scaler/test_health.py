@@ -7,7 +7,7 @@ import asyncio
 
 from grpc_health.v1 import health_pb2
 
-from scaler.shutdown import Health
+from warmscale.scaler.shutdown import Health
 
 S = health_pb2.HealthCheckResponse
 

@@ -23,9 +23,6 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from scaler.cli import SourcesReader
-from scaler.config import parse_metadata
-from signals.sources.pods import DiscoveryError, KubeDiscovery, PodCounts, PodEndpoints, selector_string
 from tests.cluster import workloads as w
 from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     SaClientFactory,
@@ -37,6 +34,9 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
 )
 from tests.scaler.conftest import ServerFactory
 from tests.servers import FakeEngine
+from warmscale.scaler.cli import SourcesReader
+from warmscale.scaler.config import parse_metadata
+from warmscale.signals.sources.pods import DiscoveryError, KubeDiscovery, PodCounts, PodEndpoints, selector_string
 
 pytestmark = pytest.mark.cluster
 
@@ -381,7 +381,7 @@ async def test_cli_wiring_kubeconfig_and_no_kubernetes(
     explicit kubeconfig that cannot be loaded stops ``warmscale scaler`` with exit code 2."""
     import argparse
 
-    from scaler.cli import configure, make_discovery, serve
+    from warmscale.scaler.cli import configure, make_discovery, serve
 
     ns = k8s_namespace
     apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)

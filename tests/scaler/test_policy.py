@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from scaler.config import ScalerConfig, parse_metadata
-from scaler.observation import observe
-from scaler.policy import Decision, decide
-from scaler.state import ScalerState
-from signals.histogram import Histogram
-from signals.model import QueueReading, ReplicaReading, ReplicaSignal, Snapshot
+from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.observation import observe
+from warmscale.scaler.policy import Decision, decide
+from warmscale.scaler.state import ScalerState
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import QueueReading, ReplicaReading, ReplicaSignal, Snapshot
 
 TTFT_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -268,7 +268,7 @@ def test_gateway_queue_counts_as_demand() -> None:
     ],
 )
 def test_reported_metric_lands_the_hpa(tolerance: str, current: int, desired: int, lands_on: int) -> None:
-    from scaler.hpa import hpa_replicas
+    from warmscale.scaler.hpa import hpa_replicas
 
     run = Run(cfg(targetInflightPerReplica="1", hpaTolerance=tolerance, maxReplicas="100",
                   scaleDownStabilizationSeconds="0", nodeIdleSeconds="0", timeToReadySeconds="0"))
@@ -405,7 +405,7 @@ def test_window_max_keeps_only_candidates() -> None:
     import itertools
     import random
 
-    from scaler.policy import window_max_push
+    from warmscale.scaler.policy import window_max_push
 
     rng = random.Random(7)
     recs: tuple[tuple[float, int], ...] = ()

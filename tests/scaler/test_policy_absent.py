@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from signals.model import ReplicaReading
 from tests.scaler.test_policy import Run, cfg, replica, unknown
+from warmscale.signals.model import ReplicaReading
 
 ZERO = {"scaleToZero": "true", "minReplicas": "0", "idleWindowSeconds": "5", "scaleDownStabilizationSeconds": "0",
         "nodeIdleSeconds": "0", "timeToReadySeconds": "0", "targetInflightPerReplica": "10"}

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler import capacity as cap
-from scaler.slo import itl_count
-from scaler.state import ReplicaMemory, ScalerState
-from signals.histogram import Histogram
-from signals.model import ReplicaReading, ReplicaSignal
 from tests.scaler.test_policy import Run, cfg, unknown
+from warmscale.scaler import capacity as cap
+from warmscale.scaler.slo import itl_count
+from warmscale.scaler.state import ReplicaMemory, ScalerState
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import ReplicaReading, ReplicaSignal
 
 ITL_BOUNDS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0)
 TRUE_BASE, TRUE_PER_SEQ = 0.007, 0.00015  # the simulated engine's step: 7 ms + 150 us per sequence

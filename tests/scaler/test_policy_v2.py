@@ -8,11 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.ladder import PLACEHOLDER_UNMEASURED, break_even, held_count, longest_hold, time_to_ready, warm_steps
-from scaler.policy import Decision
-from scaler.warm_status import WarmStatus
-from signals.model import QueueReading
 from tests.scaler.test_policy import Run, cfg, replica, unknown
+from warmscale.scaler.ladder import (
+    PLACEHOLDER_UNMEASURED,
+    break_even,
+    held_count,
+    longest_hold,
+    time_to_ready,
+    warm_steps,
+)
+from warmscale.scaler.policy import Decision
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.signals.model import QueueReading
 
 TTR = {"placeholder+staged": 90.0, "staged": 200.0, "cold": 510.0}
 
@@ -127,8 +134,8 @@ def test_unknown_data_never_lowers_the_count(history: list[list[tuple[int, int, 
 
 # ---- capacity in tokens ------------------------------------------------------------------------
 
-from scaler.capacity import PRIORS, Estimate, learn, prior_for  # noqa: E402
-from signals.model import ReplicaReading, ReplicaSignal  # noqa: E402
+from warmscale.scaler.capacity import PRIORS, Estimate, learn, prior_for  # noqa: E402
+from warmscale.signals.model import ReplicaReading, ReplicaSignal  # noqa: E402
 
 
 def engine(name: str, prompt_total: float, waiting: float = 0, running: float = 0, requests: float = 0,
@@ -154,7 +161,7 @@ def test_capacity_estimate_converges_on_a_saturated_engines_counters(true_tps: f
 
 
 def test_capacity_is_kept_per_gpu_product_and_survives_json() -> None:
-    from scaler.state import ScalerState
+    from warmscale.scaler.state import ScalerState
 
     run = Run(cfg(gpuProduct="NVIDIA-H100-80GB-HBM3"))
     run.step([engine("a", 0.0, waiting=5)])
@@ -204,7 +211,7 @@ def test_the_prefill_time_floor_needs_no_queue() -> None:
     without = _lumpy_run(30_000.0, 0.8, 120, 0.0)
     assert without.prefill_tps <= 30_000.0
     # cached prompt tokens were not computed: the floor subtracts every prefix-cache hit
-    from scaler.observation import _prefill_floor
+    from warmscale.scaler.observation import _prefill_floor
 
     sig = ReplicaSignal(engine="vllm", waiting=0, running=1, prefill_prompt_tokens_total=100_000.0,
                         prefix_cache_hits_total=60_000.0, prefill_seconds_total=4.0, prefills_total=50.0)
@@ -235,7 +242,7 @@ def test_the_windowed_prefill_floor_needs_an_engine_without_prefix_hits(hits: fl
 
 
 def test_prefill_floor_table() -> None:
-    from scaler.capacity import prefill_floor
+    from warmscale.scaler.capacity import prefill_floor
 
     assert prefill_floor(20_000.0, 0.0, 2.0, 10.0) == 10_000.0
     assert prefill_floor(20_000.0, 15_000.0, 2.0, 10.0) == 2_500.0  # prefix-cache hits were not computed
@@ -275,7 +282,7 @@ def test_the_same_queue_with_more_prompt_tokens_asks_for_more_replicas(prompt_tp
 
 # ---- SLO model ---------------------------------------------------------------------------------
 
-from scaler.slo import slo_count, wait_quantile  # noqa: E402
+from warmscale.scaler.slo import slo_count, wait_quantile  # noqa: E402
 
 
 def test_wait_quantile_table() -> None:
@@ -491,7 +498,7 @@ def test_scale_from_zero_is_not_held_back() -> None:
 
 # ---- SLO slack: the prefill-bound need at the SLO model's count ----------------------------------
 
-from scaler.slo import PREFILL_MAX_UTILIZATION, prefill_slo_count  # noqa: E402
+from warmscale.scaler.slo import PREFILL_MAX_UTILIZATION, prefill_slo_count  # noqa: E402
 
 
 def _prefill_run(prompt_tps: float, per_request: float, ttft_counts: dict[float, int], seconds: int = 20,

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.config import ScalerConfig, parse_metadata
-from scaler.observation import observe
-from scaler.policy import Decision, decide
-from scaler.roles import ROLE_RULES, select_rules, transfer_seconds, ttft_budget
-from scaler.state import ScalerState
-from signals.histogram import Histogram
-from signals.model import ReplicaReading, ReplicaSignal, Snapshot
+from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.observation import observe
+from warmscale.scaler.policy import Decision, decide
+from warmscale.scaler.roles import ROLE_RULES, select_rules, transfer_seconds, ttft_budget
+from warmscale.scaler.state import ScalerState
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
 BASE = {"endpoints": "http://e:8000/metrics", "engine": "vllm", "maxReplicas": "64"}
 ROLE = {"prefill": {"role": "prefill", "pdGroup": "g"}, "decode": {"role": "decode", "pdGroup": "g"}, "both": {}}

@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from proto import externalscaler_pb2 as pb
 from tests.faults.signalpath import ScalerCLI, until, vllm_payload
 from tests.servers import FakeEngine
+from warmscale.proto import externalscaler_pb2 as pb
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def _nices(pid: int) -> tuple[int, set[int]]:
 
 def _front_pid(pid: int) -> int:
     children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    [front] = [c for c in children if b"scaler.rpcfront" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    [front] = [c for c in children if b"warmscale.scaler.rpcfront" in Path(f"/proc/{c}/cmdline").read_bytes()]
     return front
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from scaler.state import ScalerState
-from scaler.store import RedisStore, Store, StoreError, TrackerRecord
-from scaler.warm_status import WarmStatus
 from tests.scaler.conftest import META, ScriptedReader, eventually
+from warmscale.scaler.state import ScalerState
+from warmscale.scaler.store import RedisStore, Store, StoreError, TrackerRecord
+from warmscale.scaler.warm_status import WarmStatus
 
 
 def _prefix() -> str:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from scaler.config import parse_metadata
-from scaler.observation import observe
-from scaler.policy import decide
-from scaler.state import ScalerState
-from signals.model import ReplicaReading, ReplicaSignal, Snapshot
+from warmscale.scaler.config import parse_metadata
+from warmscale.scaler.observation import observe
+from warmscale.scaler.policy import decide
+from warmscale.scaler.state import ScalerState
+from warmscale.signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
 CFG = parse_metadata({"endpoints": "http://e:1/m", "scaleToZero": "true", "minReplicas": "0",
                       "idleWindowSeconds": "0", "targetInflightPerReplica": "10",

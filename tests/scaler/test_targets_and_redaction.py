@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from scaler.targets import AllowTargets, invalid_ref, ip, url_host
-from signals.redact import redact, redact_value
-from warmpool.kube import EventRecorder
 from warmscale.logs import JsonFormatter
+from warmscale.scaler.targets import AllowTargets, invalid_ref, ip, url_host
+from warmscale.signals.redact import redact, redact_value
+from warmscale.warmpool.kube import EventRecorder
 
 
 def test_allow_targets_parse_and_membership() -> None:

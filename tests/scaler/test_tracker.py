@@ -15,13 +15,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from scaler.decision_log import DecisionLog
-from scaler.metrics import ScalerMetrics
-from scaler.store import MemoryStore
-from scaler.tracker import TrackerManager, decision_from_dict, decision_to_dict, hold_decision, tracker_id
-from scaler.warm_status import WarmStatus
-from signals.model import ReplicaReading, Snapshot
 from tests.scaler.conftest import META, ScriptedReader, eventually, make_client
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.metrics import ScalerMetrics
+from warmscale.scaler.store import MemoryStore
+from warmscale.scaler.tracker import TrackerManager, decision_from_dict, decision_to_dict, hold_decision, tracker_id
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.signals.model import ReplicaReading, Snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,7 +108,7 @@ async def test_decision_log_records_changes_only() -> None:
 
 
 def test_decision_roundtrip_and_hold() -> None:
-    from scaler.config import parse_metadata
+    from warmscale.scaler.config import parse_metadata
 
     cfg = parse_metadata({**META, "minReplicas": "3"})
     h = hold_decision(cfg)

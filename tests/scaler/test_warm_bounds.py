@@ -13,13 +13,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from scaler.decision_log import DecisionLog
-from scaler.metrics import ScalerMetrics
-from scaler.schedule import bounds_at
-from scaler.store import MemoryStore
-from scaler.tracker import WARM_BOUNDS_MAX_AGE, TrackerManager
-from scaler.warm_status import WarmStatus
 from tests.scaler.conftest import META, META_ZERO, ScriptedReader, eventually
+from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.metrics import ScalerMetrics
+from warmscale.scaler.schedule import bounds_at
+from warmscale.scaler.store import MemoryStore
+from warmscale.scaler.tracker import WARM_BOUNDS_MAX_AGE, TrackerManager
+from warmscale.scaler.warm_status import WarmStatus
 
 BERLIN = ZoneInfo("Europe/Berlin")
 VLLM_MIN_READY = "tz=Europe/Berlin; mon-fri 08:00-20:00=2; default=1"  # manifests/examples/vllm
@@ -68,9 +68,9 @@ def _example_metadata(owned: bool) -> dict[str, str]:
 
     import yaml
 
-    from warmpool import objects as ob
-    from warmpool.annotations import parse_annotations
-    from warmpool.controller import workload_from
+    from warmscale.warmpool import objects as ob
+    from warmscale.warmpool.annotations import parse_annotations
+    from warmscale.warmpool.controller import workload_from
 
     d = Path(__file__).resolve().parents[2] / "manifests" / "examples" / "vllm"
     if not owned:

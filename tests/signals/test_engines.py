@@ -7,12 +7,12 @@ import re
 
 import pytest
 
-from signals.engines import dcgm, detect_engine, parse_payload
-from signals.engines.dcgm import gpu_usage
-from signals.model import ReplicaSignal
-from signals.parsing import PayloadError, parse_text
 from tests.servers import SAMPLES_DIR
 from tests.signals.samples import DATA_DIR, DCGM_BY_POD, DCGM_SAMPLE, ENGINE_SAMPLES, Expected
+from warmscale.signals.engines import dcgm, detect_engine, parse_payload
+from warmscale.signals.engines.dcgm import gpu_usage
+from warmscale.signals.model import ReplicaSignal
+from warmscale.signals.parsing import PayloadError, parse_text
 
 IDS = [e.file for e in ENGINE_SAMPLES]
 
@@ -222,7 +222,7 @@ def test_dcgm_falls_back_to_gpu_util_percent_and_lowercase_hostname() -> None:
 @pytest.mark.parametrize("exp", ENGINE_SAMPLES, ids=IDS)
 def test_pruned_parse_equals_full_parse(exp: Expected) -> None:
     """parse_payload skips unused histogram buckets for speed; the signal must not change."""
-    from signals.engines import parse_index
+    from warmscale.signals.engines import parse_index
 
     assert parse_payload(exp.text()) == parse_index(parse_text(exp.text()))
 

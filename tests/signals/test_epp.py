@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from signals.engines import detect_engine, epp
-from signals.parsing import PayloadError
+from warmscale.signals.engines import detect_engine, epp
+from warmscale.signals.parsing import PayloadError
 
 DATA = Path(__file__).parent / "data" / "epp"
 
@@ -111,7 +111,7 @@ def test_prometheus_vector_reads_like_the_payload() -> None:
 def test_vllm_nixl_kv_transfer_counters() -> None:
     """vLLM's NIXL KV connector (P/D): ``vllm:nixl_xfer_time_seconds`` (vllm-project/vllm,
     vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py, NixlPromMetrics)."""
-    from signals.engines import parse_payload
+    from warmscale.signals.engines import parse_payload
 
     base = ('vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
             'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n')

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from signals.engines import parse_payload
-from signals.histogram import Histogram, merge
+from warmscale.signals.engines import parse_payload
+from warmscale.signals.histogram import Histogram, merge
 
 INF = math.inf
 

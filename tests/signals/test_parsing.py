@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from signals.engines import parse_payload
-from signals.parsing import PayloadError, label_is, parse_text
 from tests.signals.samples import ENGINE_SAMPLES
+from warmscale.signals.engines import parse_payload
+from warmscale.signals.parsing import PayloadError, label_is, parse_text
 
 V1 = ENGINE_SAMPLES[0].text()
 TGI = next(e for e in ENGINE_SAMPLES if e.engine == "tgi").text()
@@ -177,7 +177,7 @@ def _comment_line(draw: st.DrawFn) -> str:
 def test_fast_path_comments_read_as_the_full_parser_reads_them(comments: list[str]) -> None:
     """Differential: whenever the fast path accepts a payload with these comment lines, prometheus_client's
     parser gives the same samples and the lax type scan the same declared types."""
-    from signals.parsing import _declared_types, _fast_parse, _full_samples
+    from warmscale.signals.parsing import _declared_types, _fast_parse, _full_samples
 
     text = "".join(c + "\n" for c in comments) + _VALID_SAMPLES
     fast = _fast_parse(text, None)
@@ -201,7 +201,7 @@ def test_fast_path_comments_read_as_the_full_parser_reads_them(comments: list[st
     ("# HELPX anything", {}),
 ])  # fmt: skip
 def test_fast_path_reads_the_comments_every_exporter_writes(comment: str, declared: dict[str, str]) -> None:
-    from signals.parsing import _fast_parse
+    from warmscale.signals.parsing import _fast_parse
 
     fast = _fast_parse(comment + "\n" + _VALID_SAMPLES, None)
     assert fast is not None and fast[1] == declared
@@ -212,6 +212,6 @@ def test_fast_path_reads_the_comments_every_exporter_writes(comment: str, declar
     '# HELP "x" quoted', "# HELP x\x0btext", "# TYPE x\x0bcounter", "# café", "# ctrl \x01", "#\x0bTYPE x counter",
 ])  # fmt: skip
 def test_fast_path_leaves_unusual_comments_to_the_full_parser(comment: str) -> None:
-    from signals.parsing import _fast_parse
+    from warmscale.signals.parsing import _fast_parse
 
     assert _fast_parse(comment + "\n" + _VALID_SAMPLES, None) is None

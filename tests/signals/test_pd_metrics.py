@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from signals.engines import parse_payload
+from warmscale.signals.engines import parse_payload
 
 PD = Path(__file__).parent / "data" / "pd"
 
@@ -59,7 +59,7 @@ def test_sglang_histogram_transfer_latency_reads_sum_and_count_in_ms() -> None:
 
 
 def test_signal_round_trips_the_transfer_fields() -> None:
-    from signals.model import ReplicaSignal
+    from warmscale.signals.model import ReplicaSignal
 
     sig = _read("sglang-pd-prefill.prom", "sglang")
     assert ReplicaSignal.from_dict(sig.to_dict()) == sig

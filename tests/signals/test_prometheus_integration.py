@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from scaler.config import parse_metadata
-from signals.sources import build_collector
-from signals.sources.prometheus import PrometheusSource
 from tests.servers import FakeEngine, PrometheusServer, free_port, sample
 from tests.signals.samples import DCGM_SAMPLE, ENGINE_SAMPLES, Expected
+from warmscale.scaler.config import parse_metadata
+from warmscale.signals.sources import build_collector
+from warmscale.signals.sources.prometheus import PrometheusSource
 
 pytestmark = pytest.mark.servers
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from signals import promql
+from warmscale.signals import promql
 
 ENGINES = ["vllm", "sglang", "tgi", "trtllm", "triton", "ray"]
 

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from scaler.config import parse_metadata
-from signals.sources import build_collector
-from signals.sources.redis_queue import RedisQueueSource
 from tests.servers import RedisServer, free_port
+from warmscale.scaler.config import parse_metadata
+from warmscale.signals.sources import build_collector
+from warmscale.signals.sources.redis_queue import RedisQueueSource
 
 pytestmark = pytest.mark.servers
 
@@ -109,7 +109,7 @@ async def test_collector_reads_the_gateway_queue(redis_server: RedisServer, clie
 def test_checked_connections_refuse_unix_sockets_and_keep_the_tls_host_name() -> None:
     from redis.asyncio.connection import SSLConnection
 
-    from signals.sources.redis_queue import CheckedSSLConnection, checked_pool
+    from warmscale.signals.sources.redis_queue import CheckedSSLConnection, checked_pool
 
     with pytest.raises(ValueError, match="allow-targets"):
         checked_pool("unix:///tmp/redis.sock", lambda _: True)

@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import aiohttp
 import pytest
 
-from scaler.config import parse_metadata
-from signals.model import ReplicaReading, ReplicaSignal
-from signals.sources import (
+from tests.servers import FakeEngine, free_port
+from tests.signals.samples import ENGINE_SAMPLES
+from warmscale.scaler.config import parse_metadata
+from warmscale.signals.model import ReplicaReading, ReplicaSignal
+from warmscale.signals.sources import (
     Endpoint,
     SnapshotCollector,
     SourceResult,
@@ -19,9 +21,7 @@ from signals.sources import (
     build_collector,
     build_sources,
 )
-from signals.sources.scrape import ScrapeSource, scrape_endpoint
-from tests.servers import FakeEngine, free_port
-from tests.signals.samples import ENGINE_SAMPLES
+from warmscale.signals.sources.scrape import ScrapeSource, scrape_endpoint
 
 Factory = Callable[..., FakeEngine]
 V1 = ENGINE_SAMPLES[0].text()

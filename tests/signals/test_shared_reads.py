@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from signals.sources.shared import SharedReads
+from warmscale.signals.sources.shared import SharedReads
 
 
 async def test_concurrent_and_fresh_reads_share_one_fetch() -> None:
@@ -58,7 +58,7 @@ async def test_failures_propagate_and_are_not_left_unretrieved() -> None:
 async def test_isolated_resolver_resolves_and_shares_one_lookup_per_name() -> None:
     import socket
 
-    from signals.sources.resolver import IsolatedResolver
+    from warmscale.signals.sources.resolver import IsolatedResolver
 
     r = IsolatedResolver(workers=2)
     got = await asyncio.gather(*(r.resolve("localhost", 80, socket.AF_INET) for _ in range(20)))

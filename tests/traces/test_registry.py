@@ -71,13 +71,14 @@ def test_bench_trace_runs_a_shipped_trace_by_name_without_shared(no_shared: Path
     env = {"PATH": "/usr/bin:/bin", "HOME": str(no_shared), "PYTHONPATH": str(REPO)}
     out = no_shared / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cli", "trace", "--trace", "azure-code", "--hours", "0.1", "--quiet",
+        [sys.executable, "-m", "warmscale.benchmarks.cli", "trace", "--trace", "azure-code", "--hours", "0.1",
+         "--quiet",
          "--policies", "warmscale,keda-prometheus-queue", "--oracle-iterations", "1", "--json", str(out)],
         cwd=no_shared, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["trace"] == "azure_llm_2023_code.csv" and doc["requests"] > 100
-    bad = subprocess.run([sys.executable, "-m", "benchmarks.cli", "trace", "--trace", "azure-2024-conv-week",
+    bad = subprocess.run([sys.executable, "-m", "warmscale.benchmarks.cli", "trace", "--trace", "azure-2024-conv-week",
                           "--quiet"], cwd=no_shared, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "WARMSCALE_SHARED" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -97,8 +98,8 @@ def test_no_runtime_module_defaults_to_a_folder_beside_the_repository() -> None:
 
 
 def test_benchmark_samples_ship_in_the_package() -> None:
-    from benchmarks import engine_farm, rpc_load
-    from benchmarks.samples import SAMPLES_DIR
+    from warmscale.benchmarks import engine_farm, rpc_load
+    from warmscale.benchmarks.samples import SAMPLES_DIR
 
     assert rpc_load.SAMPLES == engine_farm.SAMPLES == SAMPLES_DIR
     for name in ("vllm-v1-load.prom", "vllm-idle.prom"):

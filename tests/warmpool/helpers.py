@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from warmpool.objects import Workload
+from warmscale.warmpool.objects import Workload
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_TOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

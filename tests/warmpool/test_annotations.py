@@ -2,7 +2,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from warmpool.annotations import AnnotationError, defaults_table, is_enabled, parse_annotations, parse_min_ready
+from warmscale.warmpool.annotations import (
+    AnnotationError,
+    defaults_table,
+    is_enabled,
+    parse_annotations,
+    parse_min_ready,
+)
 
 P = "warmscale.io/"
 

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from cryptography import x509
 
-from warmpool.certs import (
+from warmscale.warmpool.certs import (
     CA_SECRET,
     KEDA_CLIENT_SECRET,
     SCALER_SECRET,
@@ -101,9 +101,9 @@ def _write(d: Path, data: dict[str, bytes]) -> None:
 async def test_scaler_serves_a_rotated_certificate_without_restart(tmp_path: Path, rotate_ca: bool) -> None:
     """The scaler's mTLS files are rewritten (as the kubelet does for a mounted Secret); new
     connections get the new certificate, KEDA's client certificate from the same CA is accepted."""
-    from scaler.server import ScalerServer, ServerOptions
-    from scaler.store import MemoryStore
     from tests.scaler.conftest import ScriptedReader
+    from warmscale.scaler.server import ScalerServer, ServerOptions
+    from warmscale.scaler.store import MemoryStore
 
     now = dt.datetime.now(dt.UTC)
     spec = CertSpec(leaf_validity=dt.timedelta(days=8), ca_validity=dt.timedelta(days=9),
@@ -176,8 +176,8 @@ async def test_rotation_through_the_api_reaches_the_webhook_and_its_configuratio
     from kubernetes_asyncio import client
 
     from tests.cluster.fixtures import wait_for
-    from warmpool.certs import CertManager, SecretCertificate
-    from warmpool.webhook import serve, webhook_configuration
+    from warmscale.warmpool.certs import CertManager, SecretCertificate
+    from warmscale.warmpool.webhook import serve, webhook_configuration
 
     ns = k8s_namespace
     adm = client.AdmissionregistrationV1Api(k8s_admin)

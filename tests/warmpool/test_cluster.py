@@ -27,10 +27,10 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     wait_for,
 )
 from tests.cluster.fleet import H100
-from warmpool import objects as ob
-from warmpool.controller import Controller, Options, install_priority_class
-from warmpool.kube import LeaderElector
-from warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.controller import Controller, Options, install_priority_class
+from warmscale.warmpool.kube import LeaderElector
+from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
 
 pytestmark = pytest.mark.cluster
 P = "warmscale.io/"
@@ -402,7 +402,7 @@ async def test_webhook_prefers_staged_node(
 ) -> None:
     import socket
 
-    from warmpool.webhook import WorkloadLister, self_signed, serve, webhook_configuration
+    from warmscale.warmpool.webhook import WorkloadLister, self_signed, serve, webhook_configuration
 
     ns = k8s_namespace
     nodes = await k8s_node_pool(replace(H100, count=3))
@@ -477,7 +477,7 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
     import socket
     import sys
 
-    from warmpool.webhook import (
+    from warmscale.warmpool.webhook import (
         ENSURE_CONTAINER,
         MODEL_PATH_ENV,
         WorkloadLister,
@@ -535,7 +535,7 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
     engine = spec["containers"][0]
     env = {e["name"]: e.get("value") for e in engine["env"]}
     model_path = env[MODEL_PATH_ENV]
-    from warmpool.model_uri import cache_dir
+    from warmscale.warmpool.model_uri import cache_dir
 
     assert model_path == cache_dir(str(cache), parse_model_uri(uri)) + "/data"
     assert {"name": "warmscale-model-cache", "mountPath": str(cache), "readOnly": True} in engine["volumeMounts"]

@@ -2,7 +2,7 @@ import posixpath
 
 import pytest
 
-from warmpool.model_uri import ModelURIError, cache_dir, parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import ModelURIError, cache_dir, parse_model_uri, staged_label_key
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.warmpool.helpers import node, pod_spec, workload
-from warmpool import objects as ob
-from warmpool.model_uri import parse_model_uri, staged_label_key
-from warmpool.planning import (
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.planning import (
     TimeToReady,
     plan,
     pod_time_to_ready,
@@ -253,7 +253,7 @@ def test_stale_stage_labels() -> None:
 
 def test_manifests() -> None:
     wl = workload(BASE)
-    from warmpool.annotations import parse_annotations
+    from warmscale.warmpool.annotations import parse_annotations
 
     cfg = parse_annotations(BASE)
     ph = ob.placeholder_pod(wl, 0, ["h1", "h2"])
@@ -287,7 +287,7 @@ def test_manifests() -> None:
 
 
 def _staged_node(name: str, key: str, ns: str | None = "ns") -> dict[str, Any]:
-    from warmpool.objects import staged_record
+    from warmscale.warmpool.objects import staged_record
 
     n = node(name, labels={key: "true"})
     if ns is not None:
@@ -301,8 +301,8 @@ def _job(ns: str, name: str, cond: str | None) -> dict[str, Any]:
 
 
 def test_cleanup_plan_evicts_then_unlabels() -> None:
-    from warmpool.objects import evict_job_name
-    from warmpool.planning import cleanup_plan
+    from warmscale.warmpool.objects import evict_job_name
+    from warmscale.warmpool.planning import cleanup_plan
 
     old, new = "warmscale.io/staged-aaaa", "warmscale.io/staged-bbbb"
     nodes = [_staged_node("n1", old), _staged_node("n2", new), _staged_node("n3", old, ns=None)]
@@ -326,7 +326,7 @@ def test_cleanup_plan_evicts_then_unlabels() -> None:
 
 
 def test_evict_job_is_unowned_and_pinned() -> None:
-    from warmpool.objects import evict_job
+    from warmscale.warmpool.objects import evict_job
 
     j = evict_job("ns", "warmscale.io/staged-aaaa", "hf://org/old@r1", "/var/lib/warmscale/models", "n1", "img")
     assert "ownerReferences" not in j["metadata"]

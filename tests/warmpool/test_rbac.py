@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from warmpool import rbac
+from warmscale.warmpool import rbac
 
 ROOT = Path(__file__).resolve().parents[2]
 

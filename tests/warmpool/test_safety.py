@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.warmpool.helpers import GPU_TAINT, node, workload
-from warmpool import objects as ob
-from warmpool.annotations import parse_annotations
-from warmpool.cache_roots import cache_root_problem, parse_allow_list, system_path_conflict
-from warmpool.cli import lease_namespace
-from warmpool.planning import cleanup_plan, plan
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import parse_annotations
+from warmscale.warmpool.cache_roots import cache_root_problem, parse_allow_list, system_path_conflict
+from warmscale.warmpool.cli import lease_namespace
+from warmscale.warmpool.planning import cleanup_plan, plan
 
 P = "warmscale.io/"
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -120,7 +120,7 @@ def test_lease_namespace(argv: dict[str, str], env: dict[str, str], want: str, m
 
 
 def test_webhook_mounts_no_refused_cache_root() -> None:
-    from warmpool.webhook import config_for, review_response
+    from warmscale.warmpool.webhook import config_for, review_response
 
     def wl(root: str) -> dict:
         return {"metadata": {"name": "llm", "annotations": {**BASE, P + "cache-root": root}},

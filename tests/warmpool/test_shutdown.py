@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from warmpool.kube import cancel_and_wait, wait_event
+from warmscale.warmpool.kube import cancel_and_wait, wait_event
 
 
 async def test_cancel_and_wait_cancels_again_a_task_that_swallowed_it() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from warmpool import stager as stager_cli
-from warmpool.model_uri import ModelURI, cache_dir, parse_model_uri
-from warmpool.stager import (
+from warmscale.warmpool import stager as stager_cli
+from warmscale.warmpool.model_uri import ModelURI, cache_dir, parse_model_uri
+from warmscale.warmpool.stager import (
     OWNER,
     READY,
     BudgetError,
@@ -193,7 +193,7 @@ def test_cli(tmp_path: Path) -> None:
 
 
 def test_evict_removes_only_that_model(tmp_path: Path) -> None:
-    from warmpool.stager import remove
+    from warmscale.warmpool.stager import remove
 
     a, b = make_model(tmp_path / "a"), make_model(tmp_path / "b", n=2)
     ua, ub = parse_model_uri(f"file://{a}"), parse_model_uri(f"file://{b}")
@@ -215,7 +215,7 @@ def test_evict_removes_only_that_model(tmp_path: Path) -> None:
 
 def test_ensure_returns_at_once_when_ready_and_stages_otherwise(tmp_path: Path) -> None:
     """The init container's mode, in process (the process itself: tests/warmpool/test_cluster.py)."""
-    from warmpool.stager import _locked, ensure, fetch
+    from warmscale.warmpool.stager import _locked, ensure, fetch
 
     src = tmp_path / "src"
     src.mkdir()
@@ -236,7 +236,7 @@ def test_ensure_returns_at_once_when_ready_and_stages_otherwise(tmp_path: Path) 
         again = ensure(uri, root, fetcher=fetcher)
     assert again.already and calls == [uri.canonical] and again.path == first.path
     # a copy that does not match the expected size is not "ready": re-staged (and verified)
-    from warmpool.stager import VerifyError
+    from warmscale.warmpool.stager import VerifyError
 
     with pytest.raises(VerifyError):
         ensure(uri, root, size=1, fetcher=fetcher)
@@ -290,7 +290,7 @@ def test_foreign_data_never_deleted_evicted_or_counted(tmp_path: Path) -> None:
     assert _snapshot(root, files) == files  # every foreign byte is still there
     # the budget counts our own entries only (the foreign 4 KB do not make 600 bytes not fit)
     assert {e.path.name for e in entries(root)} == {Path(cache_dir(str(root), b)).name}
-    from warmpool.stager import remove
+    from warmscale.warmpool.stager import remove
 
     assert remove(b, root) and _snapshot(root, files) == files
 
@@ -322,7 +322,7 @@ def test_entry_name_taken_by_foreign_dir_is_refused_untouched(tmp_path: Path) ->
     with pytest.raises(OccupiedError) as exc:
         stage(uri, root, fetcher=lambda *_: None)
     assert exc.value.exit_code == 6
-    from warmpool.stager import remove
+    from warmscale.warmpool.stager import remove
 
     assert not remove(uri, root)
     assert (final / "data" / "keep").read_bytes() == b"k" and (final / READY).exists()
@@ -353,7 +353,7 @@ def test_system_roots_refused_before_touching_anything(bad: str) -> None:
     uri = parse_model_uri("hf://org/m@r")
     with pytest.raises(RootError):
         stage(uri, Path(bad), fetcher=lambda *_: pytest.fail("fetched"))
-    from warmpool.stager import remove
+    from warmscale.warmpool.stager import remove
 
     with pytest.raises(RootError):
         remove(uri, Path(bad))

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scaler.bursts import BurstMemory, BurstStats, burst_stats, record
 from tests.warmpool.helpers import workload
-from warmpool import objects as ob
-from warmpool.annotations import AnnotationError, parse_annotations
-from warmpool.planning import MIN_EVIDENCE_S, MISS_WEIGHT, StandbyEvidence, auto_standby, plan
+from warmscale.scaler.bursts import BurstMemory, BurstStats, burst_stats, record
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import AnnotationError, parse_annotations
+from warmscale.warmpool.planning import MIN_EVIDENCE_S, MISS_WEIGHT, StandbyEvidence, auto_standby, plan
 
 P = "warmscale.io/"
 NOW = datetime(2026, 1, 5, 3, 0, tzinfo=UTC)  # a Monday night

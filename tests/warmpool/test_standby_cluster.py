@@ -15,9 +15,6 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from scaler.bursts import BurstStats
-from scaler.store import RedisStore
-from scaler.warm_status import WarmStatus
 from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     NodePoolFactory,
     k8s_admin,
@@ -28,7 +25,10 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
 )
 from tests.cluster.fleet import H100
 from tests.warmpool.test_cluster import gpu_deployment, managed_pods, strip_finalizers
-from warmpool.controller import Controller, Options, install_priority_class
+from warmscale.scaler.bursts import BurstStats
+from warmscale.scaler.store import RedisStore
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.warmpool.controller import Controller, Options, install_priority_class
 
 pytestmark = pytest.mark.cluster
 P = "warmscale.io/"

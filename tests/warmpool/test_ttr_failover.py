@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
-from scaler.store import MemoryStore
-from scaler.warm_status import WarmStatus
-from warmpool import objects as ob
-from warmpool.controller import Controller, Options
-from warmpool.planning import TimeToReady, TimeToReadyByGpu
+from warmscale.scaler.store import MemoryStore
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.controller import Controller, Options
+from warmscale.warmpool.planning import TimeToReady, TimeToReadyByGpu
 
 
 def test_seed_counts_as_one_sample_per_state() -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 
-from warmpool import objects as ob
-from warmpool.model_uri import parse_model_uri, staged_label_key
-from warmpool.webhook import affinity_patch, review_response, self_signed, serve, staged_key_for
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.webhook import affinity_patch, review_response, self_signed, serve, staged_key_for
 
 URI = "hf://org/model@rev1"
 KEY = staged_label_key(parse_model_uri(URI))
@@ -151,9 +151,9 @@ def _jsonpatch(p: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]
 def test_engine_pod_loads_the_staged_copy() -> None:
     """The pod gets the cache volume, WARMSCALE_MODEL_PATH (replacing the template's fallback), a
     read-only mount at the cache root and the ensure-mode init container first."""
-    from warmpool.annotations import parse_annotations
-    from warmpool.model_uri import cache_dir
-    from warmpool.webhook import ENSURE_CONTAINER, MODEL_PATH_ENV, engine_patch, model_path
+    from warmscale.warmpool.annotations import parse_annotations
+    from warmscale.warmpool.model_uri import cache_dir
+    from warmscale.warmpool.webhook import ENSURE_CONTAINER, MODEL_PATH_ENV, engine_patch, model_path
 
     ann = {**ON, P + "model-size": "16Gi", P + "cache-root": "/var/lib/warmscale/models"}
     cfg = parse_annotations(ann)

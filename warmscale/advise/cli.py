@@ -84,8 +84,8 @@ def render_text(findings: list[Finding], notes: list[str]) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    from scaler.kube import load_api_client
     from warmscale.advise.collect import read_signals
+    from warmscale.scaler.kube import load_api_client
 
     try:
         loaded = await load_api_client(args.kubeconfig)

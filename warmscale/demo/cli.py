@@ -8,7 +8,7 @@ from warmscale.demo.burst import DEFAULT_TRACE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from warmpool.startup_model import PROFILES
+    from warmscale.warmpool.startup_model import PROFILES
 
     parser.add_argument("--trace", default=DEFAULT_TRACE,
                         help=f"a per-request trace: a shipped one by name (default {DEFAULT_TRACE}; also azure-conv, "
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
         from warmscale.demo.cluster import run_cluster
 
         return run_cluster(args)
-    from scaler.config import ConfigError
     from warmscale.demo.run import DemoError, DemoOptions, run_demo
+    from warmscale.scaler.config import ConfigError
     from warmscale.traces import TraceNotFound
 
     try:

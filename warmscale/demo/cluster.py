@@ -86,9 +86,9 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 async def _demo(run: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.cold_vs_warm import CaseHooks, run_case
-    from warmpool.cli import make_api_client
-    from warmpool.startup_model import profile
+    from warmscale.benchmarks.cold_vs_warm import CaseHooks, run_case
+    from warmscale.warmpool.cli import make_api_client
+    from warmscale.warmpool.startup_model import profile
 
     prof = profile("8b-h100-fastload")
     factor = float(args.cluster_time_factor)

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from warmpool.startup_model import COLD, PLACEHOLDER_STAGED, StartupProfile, staging_time, time_to_ready
 from warmscale.demo.engine import EngineProfile, Request, SimulatedEngine
+from warmscale.warmpool.startup_model import COLD, PLACEHOLDER_STAGED, StartupProfile, staging_time, time_to_ready
 
 
 @dataclass

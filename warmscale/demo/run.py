@@ -23,13 +23,6 @@ import grpc
 import orjson
 from aiohttp import web
 
-from proto import externalscaler_pb2 as pb
-from scaler.config import ScalerConfig, parse_metadata
-from scaler.server import ScalerServer, ServerOptions
-from scaler.warm_status import WarmStatus
-from signals.model import Snapshot
-from signals.sources import Endpoint, build_collector
-from warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
 from warmscale.demo.actuation import (
     KEDA_POLLING_S,
     KEDA_PROMETHEUS_THRESHOLD,
@@ -41,7 +34,14 @@ from warmscale.demo.actuation import (
 from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, window_start
 from warmscale.demo.engine import Request
 from warmscale.demo.fleet import Fleet
+from warmscale.proto import externalscaler_pb2 as pb
+from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.server import ScalerServer, ServerOptions
+from warmscale.scaler.warm_status import WarmStatus
+from warmscale.signals.model import Snapshot
+from warmscale.signals.sources import Endpoint, build_collector
 from warmscale.traces import resolve
+from warmscale.warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
 
 TICK_S = 0.02  # wall seconds per loop turn
 SAMPLE_S = 5.0  # trace seconds between timeline samples (JSON, plot)

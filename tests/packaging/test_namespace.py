@@ -1,0 +1,66 @@
+"""The installed distribution holds one import name, ``warmscale``; its subpackages come from the
+design's top-level folders (pyproject's package-dir), and a checkout reaches them the same way."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FOLDERS = ("signals", "scaler", "warmpool", "proto", "benchmarks")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = tmp_path_factory.mktemp("build")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(out), str(REPO)], check=True, cwd=build, capture_output=True, timeout=300)
+    [whl] = out.glob("warmscale-*.whl")
+    return whl
+
+
+def test_the_wheel_installs_one_top_level_name(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"warmscale"}
+    for folder in FOLDERS:
+        assert f"warmscale/{folder}/__init__.py" in names, folder
+    assert "warmscale/proto/externalscaler.proto" in names
+    assert any(n.startswith("warmscale/traces/") and n.endswith(".csv") for n in names)
+
+
+def test_the_wheel_imports_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    probe = ("import warmscale.signals.model, warmscale.scaler.policy, warmscale.warmpool.planning, "
+             "warmscale.proto.externalscaler_pb2_grpc, warmscale.benchmarks.cli, sys; "
+             "import importlib.util as u; "
+             "assert all(u.find_spec(n) is None for n in ('signals', 'scaler', 'warmpool', 'benchmarks')); "
+             "print(warmscale.signals.model.__file__)")
+    # -I: isolated (no cwd, no user site); the wheel's target first, then the dependencies we run with.
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    code = f"import sys; sys.path[:0] = {[str(target), *deps]!r}; " + probe
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith(str(target / "warmscale" / "signals"))
+
+
+def test_a_checkout_maps_each_folder_into_the_namespace() -> None:
+    for folder in FOLDERS:
+        link = REPO / "warmscale" / folder
+        assert link.is_symlink() and link.resolve() == (REPO / folder).resolve(), folder
+
+
+def test_python_m_runs_from_a_checkout_without_an_install(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "warmscale.scaler.config"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("| key | default |")
