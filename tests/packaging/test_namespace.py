@@ -3,6 +3,7 @@ design's top-level folders (pyproject's package-dir), and a checkout reaches the
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,9 +18,14 @@ FOLDERS = ("signals", "scaler", "warmpool", "proto", "benchmarks")
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(REPO)], check=True, cwd=build, capture_output=True, timeout=300)
+    build_dir = REPO / "build"  # setuptools' build directory, in the source tree: leave it as it was
+    existed = build_dir.exists()
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(out), str(REPO)], check=True, cwd=out, capture_output=True, timeout=300)
+    finally:
+        if not existed:
+            shutil.rmtree(build_dir, ignore_errors=True)
     [whl] = out.glob("warmscale-*.whl")
     return whl
 
