@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.counts import ceil_count
 from warmscale.signals.model import Snapshot
 
 STAGE_OF_ROLE = {"prefill": "prefill", "decode": "decode", "both": "effective"}
@@ -67,5 +67,5 @@ def saturation_rule(saturation: float | None, stale: float, ready: int, provisio
     ``None`` when it does not apply (no saturation, nothing ready: an empty pool reads 1.0, stale endpoints)."""
     if saturation is None or ready <= 0 or stale > 0 or saturation <= cfg.epp_saturation_target:
         return None
-    need = math.ceil(ready * saturation / cfg.epp_saturation_target - 1e-9)
-    return max(provisioned, min(need, math.ceil(ready * cfg.scale_up_max_step - 1e-9)))
+    need = ceil_count(ready * saturation / cfg.epp_saturation_target)
+    return max(provisioned, min(need, ceil_count(ready * cfg.scale_up_max_step)))

@@ -19,11 +19,11 @@ prefill role's TTFT budget knows the handoff it is followed by (scaler/roles.py)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.counts import ceil_count
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,9 @@ def ratio_floor(cfg: ScalerConfig, members: dict[str, Member], now: float) -> tu
     lo = cfg.decode_per_prefill_min if cfg.decode_per_prefill_min is not None else other.lo
     hi = cfg.decode_per_prefill_max if cfg.decode_per_prefill_max is not None else other.hi
     if cfg.role == "decode" and lo is not None:
-        return math.ceil(lo * other.desired - 1e-9), f"decode >= {lo:g} x {other.desired} prefill"
+        return ceil_count(lo * other.desired), f"decode >= {lo:g} x {other.desired} prefill"
     if cfg.role == "prefill" and hi is not None:
-        return math.ceil(other.desired / hi - 1e-9), f"prefill >= {other.desired} decode / {hi:g}"
+        return ceil_count(other.desired / hi), f"prefill >= {other.desired} decode / {hi:g}"
     return None, ""
 
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import grpc
 import orjson
 
+from warmscale.scaler.counts import ceil_count
 from warmscale.scaler.hpa import unsized_message
 from warmscale.scaler.inflight import UnaryInflight
 
@@ -414,7 +415,7 @@ class FrontService:
                 await self._abort(context, grpc.StatusCode.UNAVAILABLE, unsized_message(request.scaledObjectRef))
             value = e.answer[1]
             return self.pb.GetMetricsResponse(metricValues=[self.pb.MetricValue(
-                metricName=e.answer[4], metricValue=math.ceil(value - 1e-9), metricValueFloat=value)])
+                metricName=e.answer[4], metricValue=ceil_count(value), metricValueFloat=value)])
 
         return await self._unary("GetMetrics", context, body)
 

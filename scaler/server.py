@@ -32,6 +32,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
 from warmscale.scaler.config import ConfigError
+from warmscale.scaler.counts import ceil_count
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hpa import unsized_message
 from warmscale.scaler.inflight import UnaryInflight
@@ -122,7 +123,7 @@ class ExternalScalerService:
                 await self._abort(context, grpc.StatusCode.UNAVAILABLE, unsized_message(request.scaledObjectRef))
             value = d.metric_value
             return pb.GetMetricsResponse(metricValues=[
-                pb.MetricValue(metricName=tracker.cfg.metric_name, metricValue=math.ceil(value - 1e-9),
+                pb.MetricValue(metricName=tracker.cfg.metric_name, metricValue=ceil_count(value),
                                metricValueFloat=value)
             ])
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+from warmscale.scaler.counts import ceil_count
+
 
 def wait_quantile(n: int, prompt_tps: float, capacity_tps: float, per_request: float, q: float) -> float:
     """The q-quantile of the prefill wait with ``n`` replicas (``inf`` when they cannot keep up)."""
@@ -72,7 +74,7 @@ def prefill_slo_count(prompt_tps: float, capacity_tps: float, per_request: float
     base = per_request / capacity_tps
     if base >= slo:
         return None
-    lo = max(1, math.ceil(prompt_tps / (PREFILL_MAX_UTILIZATION * capacity_tps) - 1e-9))
+    lo = max(1, ceil_count(prompt_tps / (PREFILL_MAX_UTILIZATION * capacity_tps)))
     for n in range(lo, most + 1):
         if base + wait_quantile(n, prompt_tps, capacity_tps, per_request, q) <= slo:
             return n
@@ -97,5 +99,5 @@ def itl_count(sequences: float, slo: float, base_s: float, per_seq_s: float, fac
     room = slo / factor - base_s  # the share of a step the batch may take
     if room <= 0:
         return None
-    n = math.ceil(sequences * per_seq_s / room - 1e-9)
+    n = ceil_count(sequences * per_seq_s / room)
     return max(1, min(n, max(most, 1)))

@@ -87,7 +87,7 @@ class ScalerState:
     completions: tuple[tuple[float, float], ...] = ()
     preemption_events: tuple[tuple[float, float], ...] = ()
     recommendations: tuple[tuple[float, int], ...] = ()
-    # (time, the rules' need before bounds and holds) over 2 x burstConfirmSeconds (scaler.policy._confirm_cold)
+    # (time, the rules' need before bounds and holds) over 2 x burstConfirmSeconds (scaler/decide/confirm.py)
     needs: tuple[tuple[float, int], ...] = ()
     # (bucket start, the largest need in it), buckets of burstWindowSeconds over the longest hold
     need_peaks: tuple[tuple[float, int], ...] = ()

@@ -58,7 +58,9 @@ its last decision and counts a scrape error."""
 
 MetaKey = tuple[str, str, tuple[tuple[str, str], ...]]
 
-_DECISION_FIELDS = tuple(f.name for f in fields(Decision))
+# What the store keeps of a decision: the answer and its inputs' summary, not the trace (a trace is
+# served by the replica that computed it; scaler replicas behind a lease share only the answer).
+_DECISION_FIELDS = tuple(f.name for f in fields(Decision) if f.name != "trace")
 # How often a tracker refreshes its registry entry (last time KEDA asked) in the store.
 REGISTRY_TOUCH_SECONDS = 10.0
 # A warm status not republished for this long belongs to a workload the controller no longer manages
@@ -601,12 +603,22 @@ class Tracker:
         s.decision_age.set(at)
         if computed:
             s.decision(decision.reason).inc()
+        trace = [step.as_dict() for step in decision.trace]
         self.manager.decisions.record(self.id, {
             "ts": at, "namespace": self.namespace, "name": self.name, "desired": decision.desired,
             "active": decision.active, "reason": decision.reason, "metric_value": decision.metric_value,
             "rules": decision.rules, "ready": decision.ready, "starting": decision.starting,
             "time_to_ready_s": decision.time_to_ready_s, "computed_here": computed,
+            # Only the replica that computed a decision has its trace (the store keeps the answer).
+            "trace": trace,
         })
+        if old is None or old.desired != decision.desired:
+            # One line per change of the desired count, with every step that moved it (docs/policy.md).
+            log.info("desired replicas changed", extra={
+                "tracker": self.id, "from": None if old is None else old.desired, "to": decision.desired,
+                "reason": decision.reason, "active": decision.active, "computed_here": computed,
+                "steps": [f"{t['step']}: {t['before']} -> {t['after']} ({t['why']})" for t in trace
+                          if t["before"] != t["after"]]})
         if old is None or _answer(old) != _answer(decision):
             self.version += 1
             self.wake()

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
              "namespace) or its node-write admission policy"),
     "stage": ("warmscale.warmpool.stager", "stage model weights into a node-local cache (runs in a Job)"),
     "advise": ("warmscale.advise.cli", "which orchestration layer repeated failures ask for (read-only)"),
+    "explain": ("warmscale.explain", "why a running scaler asks for its count: the last decisions' traces"),
     "bench": ("warmscale.benchmarks.cli", "run a benchmark (trace replay, cold vs warm start)"),
 }
 

@@ -59,7 +59,21 @@ class Run:
                                                          for r in replicas), **snap)  # type: ignore[arg-type]
         obs, self.state = observe(snapshot, self.state, self.cfg)
         decision, self.state = decide(obs, self.state, self.cfg, now)
+        check_trace(decision)
         return decision
+
+
+def check_trace(d: Decision) -> None:
+    """Every decision's trace is a chain: ``need`` first, each step starting where the one before ended,
+    ``landing`` last at the decided count, and the reason the last step that set one gave."""
+    steps = [s.step for s in d.trace]
+    assert steps[0] == "need" and steps[-1] == "landing", steps
+    assert d.trace[0].before is None
+    for prev, cur in zip(d.trace, d.trace[1:], strict=False):
+        assert cur.before == prev.after, (prev, cur)
+    assert d.trace[-1].after == d.desired
+    said = [s.why for s in d.trace[:-1] if s.why != "ok"]
+    assert said[-1] == d.reason, (said, d.reason)
 
 
 def cfg(**meta: str) -> ScalerConfig:

@@ -1,0 +1,29 @@
+"""Step 4, ``bounds``: scale to zero, minReplicas (raised by the warm pool's floor), maxReplicas (pure)."""
+
+from __future__ import annotations
+
+from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.decide.fleet import Fleet
+from warmscale.scaler.decide.trace import Step
+from warmscale.scaler.observation import Observation
+
+
+def bounds(desired: int, reason: str, obs: Observation, cfg: ScalerConfig, fleet: Fleet) -> tuple[int, bool, str, Step]:
+    """Zero only where allowed, every input is known and the workload has been idle for
+    ``idleWindowSeconds``; otherwise at least ``max(1, minReplicas, warm floor)``; at most
+    ``maxReplicas``. Returns (count, active, reason, step)."""
+    before = desired
+    idle = desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
+    active = True
+    if fleet.may_zero and idle and not obs.uncertain:
+        desired, active, reason = 0, False, "idle"
+    else:
+        lower = max(1, fleet.min_replicas)
+        if desired < lower:
+            desired, reason = lower, "warm-floor" if lower > max(1, cfg.min_replicas) else "min-replicas"
+    if desired > cfg.max_replicas:
+        desired, reason = cfg.max_replicas, "max-replicas"
+    step = Step("bounds", before, desired, reason if desired != before or not active else "ok",
+                {"min_replicas": fleet.min_replicas, "max_replicas": cfg.max_replicas, "may_zero": fleet.may_zero,
+                 "load": obs.load, "idle_for_s": obs.idle_for, "idle_window_s": cfg.idle_window_seconds})
+    return desired, active, reason, step

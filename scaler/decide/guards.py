@@ -1,0 +1,29 @@
+"""Step 3, ``guards``: what the need alone must not do (pure).
+
+- ``partial-data``: replicas whose signals are unknown block any scale-down (unknown is never idle).
+- ``pd-ratio``: the prefill/decode ratio bound of the pdGroup raises a lagging role, never lowers one.
+"""
+
+from __future__ import annotations
+
+from warmscale.scaler.decide.trace import Step
+from warmscale.scaler.observation import Observation
+from warmscale.scaler.state import ScalerState
+
+
+def partial_data(desired: int, reason: str, obs: Observation, state: ScalerState) -> tuple[int, str, Step]:
+    last = state.last_desired
+    before = desired
+    if obs.uncertain and last is not None and desired < last:
+        desired, reason = last, "partial-data-hold"
+    return desired, reason, Step("partial-data", before, desired, reason if desired != before else "ok",
+                                 {"uncertain": obs.uncertain, "unknown_replicas": obs.unknown_replicas,
+                                  "last_desired": last})
+
+
+def pd_ratio(desired: int, reason: str, obs: Observation) -> tuple[int, str, Step]:
+    before = desired
+    if obs.pd_floor is not None and desired < obs.pd_floor:
+        desired, reason = obs.pd_floor, "pd-ratio"
+    return desired, reason, Step("pd-ratio", before, desired, reason if desired != before else "ok",
+                                 {"pd_floor": obs.pd_floor})
