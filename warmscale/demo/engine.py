@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from warmscale.warmpool.hot.surface import SLEEP_STATES_BY_LEVEL
+
 VLLM_TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
@@ -66,6 +68,17 @@ class EngineProfile:
     prefill_tps: float = 16_000.0
     tpot_base_s: float = 0.007
     tpot_per_seq_s: float = 0.00015
+    # Sleep mode (docs/hot-tier.md): an 8B's level-1 sleep copies its weights to host RAM in ~10 s and
+    # wakes in ~2 s; level 2 sleeps in 0.3 s and wakes (reload included) in ~6.5 s (vllm PR #48337, an
+    # 8B on an A100: 10.57 / 2.19 s and 0.31 / 6.53 s).
+    sleep_l1_s: float = 10.0
+    wake_l1_s: float = 2.2
+    sleep_l2_s: float = 0.3
+    wake_l2_s: float = 6.5
+
+
+# What the simulated engine's greedy canary completion returns (docs/hot-tier.md, "Canary").
+CANARY_TEXT = " Paris. It is"
 
 
 @dataclass
@@ -92,6 +105,16 @@ class SimulatedEngine:
     ttfts: list[float] = field(default_factory=list)
     last_step: float | None = None
     prefill_busy_until: float = 0.0
+    # Sleep mode: 0 awake, else the level it sleeps at; no request is admitted or decoded unless awake.
+    sleep_level: int = 0
+    paused: bool = False  # SGLang's /pause_generation
+    draining: bool = False  # vLLM's /sleep?mode=wait: finishing what it holds, taking nothing new
+    dead: bool = False  # an SGLang release with a request in flight aborts the engine process
+    corrupt_after_wake: bool = False  # fault injection: wrong output after the next wake (vllm#16234)
+    serving_wrong_output: bool = False
+    # A level-2 wake: /wake_up?tags=weights allocates the weights' memory, reload_weights fills it.
+    weights_allocated: bool = False
+    weights_reloaded: bool = False
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -107,12 +130,48 @@ class SimulatedEngine:
                                 registry=self.registry)
         self._preempt = Counter("vllm:num_preemptions", "Preemptions", labels, registry=self.registry)
         self._lv = {"model_name": MODEL, "engine": "0"}
+        self._sleep_state = Gauge("vllm:engine_sleep_state", "Sleep state (1 for the current one)",
+                                  [*labels, "sleep_state"], registry=self.registry)
+        self._sleep_ops = Histogram("vllm:sleep_mode_operation_duration_seconds", "Sleep mode operations",
+                                    [*labels, "operation"], buckets=(0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+                                    registry=self.registry)
+        self._show_sleep_state()
         self._itl = ItlHistogram(self._lv)
         self.registry.register(self._itl)
 
     @property
     def in_flight(self) -> int:
         return len(self.waiting) + len(self.running)
+
+    @property
+    def awake(self) -> bool:
+        return self.sleep_level == 0 and not self.paused and not self.dead
+
+    @property
+    def takes_requests(self) -> bool:
+        """Whether a gateway may route to it: awake, not draining for a sleep."""
+        return self.awake and not self.draining
+
+    def _show_sleep_state(self) -> None:
+        for level, state in enumerate(SLEEP_STATES_BY_LEVEL):
+            self._sleep_state.labels(**self._lv, sleep_state=state).set(1 if level == self.sleep_level else 0)
+
+    def fall_asleep(self, level: int, took_s: float) -> None:
+        """Level 1 keeps the weights in host RAM, level 2 drops them; either drops the KV cache."""
+        self.sleep_level, self.draining = level, False
+        self._sleep_ops.labels(**self._lv, operation="sleep").observe(took_s)
+        self._show_sleep_state()
+
+    def wake_up(self, took_s: float) -> None:
+        self.sleep_level = 0
+        self.weights_allocated = self.weights_reloaded = False
+        self.serving_wrong_output, self.corrupt_after_wake = self.corrupt_after_wake, False
+        self._sleep_ops.labels(**self._lv, operation="wake").observe(took_s)
+        self._show_sleep_state()
+
+    def completion(self) -> str:
+        """The greedy completion of the canary prompt (wrong after a faulty wake)."""
+        return "\ufffd\ufffd" if self.serving_wrong_output else CANARY_TEXT
 
     def kv_used(self) -> int:
         return sum(r.kv_tokens for r in self.running)
@@ -128,6 +187,9 @@ class SimulatedEngine:
         p = self.profile
         # Admit in FIFO order while a slot and the KV tokens are free; prefill is serialised, and a
         # request stays waiting until its prefill starts within this step (as vLLM V1 counts it).
+        if not self.awake:  # asleep, paused or dead: nothing is admitted or decoded
+            self._publish()
+            return
         while self.waiting and len(self.running) < p.max_num_seqs and self.prefill_busy_until <= now + dt:
             head = self.waiting[0]
             if self.kv_used() + head.kv_tokens > p.kv_capacity_tokens and self.running:
@@ -164,9 +226,21 @@ class SimulatedEngine:
             for r in done:
                 self.running.remove(r)
                 self._success.labels(**self._lv, finished_reason="stop").inc()
+        self._publish()
+
+    def _publish(self) -> None:
         self._waiting.labels(**self._lv).set(len(self.waiting))
         self._running.labels(**self._lv).set(len(self.running))
-        self._kv.labels(**self._lv).set(round(self.kv_used() / p.kv_capacity_tokens, 4))
+        self._kv.labels(**self._lv).set(round(self.kv_used() / self.profile.kv_capacity_tokens, 4))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def sglang_exposition(self) -> bytes:
+        """The gauges an SGLang server exports for what it holds (a stand-in's subset: the hot tier's
+        idle check reads these; the scaler's full SGLang parse is tested on real captures)."""
+        labels = f'{{model_name="{MODEL}"}}'
+        kv = round(self.kv_used() / self.profile.kv_capacity_tokens, 4)
+        return (f"sglang:num_running_reqs{labels} {len(self.running)}\n"
+                f"sglang:num_queue_reqs{labels} {len(self.waiting)}\n"
+                f"sglang:token_usage{labels} {kv}\n").encode()
