@@ -14,7 +14,6 @@ from warmscale.signals.engines._common import counter_sum, fraction, gauge_sum, 
 from warmscale.signals.model import ReplicaSignal
 from warmscale.signals.parsing import MetricIndex, label_is
 
-
 # ``tgi_request_failure{err=...}`` (router/src/infer/mod.rs ``InferError::error_type``): only these
 # failed *after* the batch took the request (they used engine time, as a completion does). The others
 # (``validation``, ``overloaded``, ``template_error``, ``tool_error``, ``missing_template_variable``...)

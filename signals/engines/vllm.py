@@ -1,8 +1,10 @@
 """vLLM (V1 and V0; current and legacy ``gpu_*`` names). ``engine-metrics.md`` section 1.
 
 Queue and running counts are summed over ``engine`` (data-parallel) series; KV usage is the maximum
-of ``kv_cache_usage_perc``, falling back to the legacy ``gpu_cache_usage_perc`` only when the
-current name is absent (0.9.2-0.10 emit both: never combine them). With a KV-transfer connector (P/D
+of ``kv_cache_usage_perc``, falling back to the legacy ``gpu_cache_usage_perc`` for the series (engines)
+that lack the current name (0.9.2-0.10 emit both: never combine them; several engines of different
+releases in one payload each read their own). Counters and histograms with former names are chosen
+the same way, per series. With a KV-transfer connector (P/D
 disaggregation, NIXL) the transfer-time histogram's ``_sum``/``_count`` are read as counters. Inter-token
 latency is ``inter_token_latency_seconds``, else the older ``time_per_output_token_seconds``.
 """
@@ -26,8 +28,9 @@ def read(idx: MetricIndex, prefix: str = PREFIX, engine: str = "vllm") -> Replic
     waiting_name, running_name = p + "num_requests_waiting", p + "num_requests_running"
     waiting = required(gauge_sum(idx, waiting_name if waiting_name in idx else None), "waiting", (waiting_name,))
     running = required(gauge_sum(idx, running_name if running_name in idx else None), "running", (running_name,))
-    kv_name = idx.first_present(p + "kv_cache_usage_perc", p + "gpu_cache_usage_perc")
-    kv = fraction(kv_name or "kv", gauge_max(idx, kv_name))
+    # The current KV name, else the legacy one, chosen per engine series (a Ray node can run engines
+    # of several vLLM releases side by side).
+    kv = fraction(p + "kv_cache_usage_perc", gauge_max(idx, (p + "kv_cache_usage_perc", p + "gpu_cache_usage_perc")))
     ttft = idx.histogram(p + "time_to_first_token_seconds")
     return ReplicaSignal(
         engine=engine,
