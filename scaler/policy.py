@@ -256,6 +256,10 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     # Partial data: unknown replicas block any scale-down.
     if obs.uncertain and last is not None and desired < last:
         desired, reason = last, "partial-data-hold"
+    # Unknown running requests (a gateway-only pool whose picker does not report them) never read as
+    # idle, from the first decision on: what runs is the floor (issue 20 item 9).
+    if obs.running_unknown and last is None and obs.current_replicas is not None and desired < obs.current_replicas:
+        desired, reason = obs.current_replicas, "partial-data-hold"
 
     # Prefill/decode ratio bound of the pdGroup (raises a lagging role, never lowers one).
     if obs.pd_floor is not None and desired < obs.pd_floor:

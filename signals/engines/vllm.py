@@ -11,11 +11,14 @@ latency is ``inter_token_latency_seconds``, else the older ``time_per_output_tok
 
 from __future__ import annotations
 
+import math
+
 from warmscale.signals.engines._common import counter_sum, first_histogram, fraction, gauge_max, gauge_sum, required
 from warmscale.signals.model import ReplicaSignal
-from warmscale.signals.parsing import MetricIndex
+from warmscale.signals.parsing import MetricIndex, PayloadError
 
 PREFIX = "vllm:"
+AWAKE = "awake"  # the ``sleep_state`` of an engine that serves
 
 
 def detect(idx: MetricIndex) -> bool:
@@ -55,7 +58,26 @@ def read(idx: MetricIndex, prefix: str = PREFIX, engine: str = "vllm") -> Replic
         prefill_prompt_tokens_total=counter_sum(idx, p + "request_prompt_tokens_sum"),
         prefix_cache_hits_total=counter_sum(idx, p + "prefix_cache_hits_total", p + "prefix_cache_hits",
                                             p + "gpu_prefix_cache_hits_total", p + "gpu_prefix_cache_hits"),
+        sleeping=_sleeping(idx, p + "engine_sleep_state"),
     )
+
+
+def _sleeping(idx: MetricIndex, name: str) -> bool | None:
+    """Whether an engine of the replica sleeps: ``engine_sleep_state`` is one-hot per engine over
+    ``sleep_state`` = ``awake`` / ``weights_offloaded`` (sleep level 1) / ``discard_all`` (level 2).
+    A sleeping engine serves nothing, and the replica is not ready while any engine sleeps. ``None``
+    without the family (releases before sleep-state metrics); a NaN/Inf/negative value raises."""
+    values = idx.series(name)
+    if not values:
+        return None
+    asleep = False
+    for labels, v in values:
+        if not math.isfinite(v) or v < 0:
+            raise PayloadError(f"{name}{{sleep_state={labels.get('sleep_state')!r}}} = {v}: expected 0 or 1")
+        awake_series = labels.get("sleep_state", "") == AWAKE
+        if (awake_series and v == 0) or (not awake_series and v > 0):  # vLLM: "awake = 0 means sleeping"
+            asleep = True
+    return asleep
 
 
 def parse(idx: MetricIndex) -> ReplicaSignal:
