@@ -404,8 +404,10 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         running = gw.running  # no engine read directly: the picker's in-flight requests
     if gateway_only and gw.engine_waiting is not None:
         waiting = gw.engine_waiting  # ... and the requests waiting in the engines it reports
-    # A picker that does not say what runs leaves it unknown (never 0), unless nothing runs (at zero).
-    running_unknown = gateway_only and gw.running is None and not gw.unknown and not at_zero
+    # A picker that does not say what runs leaves it unknown (never 0), unless nothing can run: the
+    # workload is at zero, or no endpoint is ready (the picker's or the API server's count is 0).
+    nothing_ready = snapshot.ready_replicas == 0 or gw.ready_endpoints == 0
+    running_unknown = gateway_only and gw.running is None and not gw.unknown and not at_zero and not nothing_ready
     ready_replicas = snapshot.ready_replicas if snapshot.ready_replicas is not None else gw.ready_endpoints
     kvs = [r.signal.kv_usage for r in known if r.signal is not None and r.signal.kv_usage is not None]
 

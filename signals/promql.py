@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from warmscale.signals.engines import tgi
 from warmscale.signals.histogram import Histogram
 from warmscale.signals.model import ReplicaReading, ReplicaSignal
 
@@ -75,7 +76,9 @@ SPECS: dict[str, EngineSpec] = {
         "vllm",
         waiting=(_t("vllm:num_requests_waiting"),),
         running=(_t("vllm:num_requests_running"),),
-        kv=(_t("vllm:kv_cache_usage_perc"), _t("vllm:gpu_cache_usage_perc")),
+        # One max over both KV names (0.9.2-0.10 export both, equal): an engine exporting only the old
+        # one is read too, where alternatives joined with ``or`` would drop it beside a newer engine.
+        kv=(_t("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),),
         requests=(_t("vllm:request_success_total"),),
         prompt_tokens=(_t("vllm:prompt_tokens_total"),),
         generation_tokens=(_t("vllm:generation_tokens_total"),),
@@ -93,8 +96,9 @@ SPECS: dict[str, EngineSpec] = {
                 "sglang:num_decode_prealloc_queue_reqs",
                 "sglang:num_decode_transfer_queue_reqs",
             ),
+            _t("sglang:num_requests_waiting"),  # SGLang 0.3
         ),
-        running=(_t("sglang:num_running_reqs"),),
+        running=(_t("sglang:num_running_reqs"), _t("sglang:num_requests_running")),
         kv=(
             _t("sglang:token_usage"),
             Ratio(_t("sglang:num_used_tokens"), _t("sglang:max_total_num_tokens")),
@@ -112,7 +116,10 @@ SPECS: dict[str, EngineSpec] = {
         waiting=(_t("tgi_queue_size"),),
         running=(_t("tgi_batch_current_size"),),
         kv=(Ratio(_t("tgi_batch_current_max_tokens"), _t("tgi_batch_max_total_tokens")),),
-        requests=(_t("tgi_request_success", "tgi_request_failure"),),
+        # Successes and the failures after the batch took the request (not validation/overloaded...);
+        # the success series carry no ``err`` label (it matches "").
+        requests=(_t("tgi_request_success", "tgi_request_failure",
+                     m=f'err=~"|{"|".join(tgi.SERVED_FAILURES)}"'),),
         prompt_tokens=(_t("tgi_request_input_length_sum"),),
         generation_tokens=(_t("tgi_request_generated_tokens_sum"),),
         itl=("tgi_request_mean_time_per_token_duration",),
@@ -161,7 +168,8 @@ SPECS: dict[str, EngineSpec] = {
             _t("ray_vllm_num_requests_running", "ray_vllm:num_requests_running"),
             _t("ray_serve_num_ongoing_requests_at_replicas"),
         ),
-        kv=(_t("ray_vllm_kv_cache_usage_perc", "ray_vllm:kv_cache_usage_perc"),),
+        kv=(_t("ray_vllm_kv_cache_usage_perc", "ray_vllm:kv_cache_usage_perc", "ray_vllm_gpu_cache_usage_perc",
+               "ray_vllm:gpu_cache_usage_perc"),),
         requests=(_t("ray_serve_deployment_request_counter_total"),),
         prompt_tokens=(_t("ray_vllm_prompt_tokens_total"),),
         generation_tokens=(_t("ray_vllm_generation_tokens_total"),),
