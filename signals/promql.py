@@ -62,6 +62,7 @@ class EngineSpec:
     generation_tokens: tuple[Alt, ...] = ()
     preemptions: tuple[Alt, ...] = ()
     max_running: tuple[Alt, ...] = ()
+    asleep: tuple[Alt, ...] = ()  # > 0: an engine of the replica sleeps (vLLM sleep mode)
     ttft: str | None = None  # histogram base name
     ttft_scale: float = 1.0  # bucket bounds -> seconds
     itl: tuple[str, ...] = ()  # inter-token latency histogram base names, renamed ones as alternatives
@@ -83,6 +84,8 @@ SPECS: dict[str, EngineSpec] = {
         prompt_tokens=(_t("vllm:prompt_tokens_total"),),
         generation_tokens=(_t("vllm:generation_tokens_total"),),
         preemptions=(_t("vllm:num_preemptions_total"),),
+        # One-hot over sleep_state: a sleeping engine has weights_offloaded or discard_all at 1.
+        asleep=(_t("vllm:engine_sleep_state", m='sleep_state!="awake"'),),
         ttft="vllm:time_to_first_token_seconds",
         itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     ),
@@ -174,6 +177,7 @@ SPECS: dict[str, EngineSpec] = {
         prompt_tokens=(_t("ray_vllm_prompt_tokens_total"),),
         generation_tokens=(_t("ray_vllm_generation_tokens_total"),),
         preemptions=(_t("ray_vllm_num_preemptions_total"),),
+        asleep=(_t("ray_vllm_engine_sleep_state", m='sleep_state!="awake"'),),
         ttft="ray_vllm_time_to_first_token_seconds",
         itl=("ray_vllm_inter_token_latency_seconds", "ray_vllm_time_per_output_token_seconds"),
     ),
@@ -189,8 +193,9 @@ SIGNALS: tuple[tuple[str, str], ...] = (
     ("generation_tokens", "sum"),
     ("preemptions", "sum"),
     ("max_running", "sum"),
+    ("asleep", "max"),
 )
-_MAX_SIGNALS = frozenset({"kv", "timestamp"})
+_MAX_SIGNALS = frozenset({"kv", "timestamp", "asleep"})
 
 
 def _quote(value: str) -> str:
@@ -396,6 +401,7 @@ def decode_replicas(result: Iterable[Mapping[str, Any]], now: float) -> tuple[Re
             requests_total=per.get("requests"),
             preemptions_total=per.get("preemptions"),
             max_running=per.get("max_running"),
+            sleeping=per["asleep"] > 0 if "asleep" in per else None,
         )
         out.append(ReplicaReading(key, observed, sig))
     return tuple(out)

@@ -265,3 +265,21 @@ def test_sleeping_replica_is_not_idle_ready_capacity() -> None:
     lone = [alone.step([ReplicaReading("asleep", 0.0, asleep)], dt=1.0, ready_replicas=1, current_replicas=1)
             for _ in range(20)]
     assert all(d.desired >= 1 and d.active for d in lone), [(d.desired, d.reason) for d in lone]
+
+
+def test_prometheus_path_reads_the_sleep_state() -> None:
+    """The same signal through Prometheus: ``max(vllm:engine_sleep_state{sleep_state!="awake"})``."""
+    from warmscale.signals import promql
+
+    q = promql.replica_query("vllm")
+    assert 'vllm:engine_sleep_state{sleep_state!="awake"}' in q and '"asleep"' in q
+
+    def sig(name: str, value: float, pod: str) -> dict[str, object]:
+        return {"metric": {"pod": pod, promql.SIGNAL_LABEL: name, promql.ENGINE_LABEL: "vllm"},
+                "value": [1000.0, str(value)]}
+
+    result = [sig("waiting", 0, "a"), sig("running", 0, "a"), sig("asleep", 1, "a"),
+              sig("waiting", 0, "b"), sig("running", 0, "b"), sig("asleep", 0, "b"),
+              sig("waiting", 0, "c"), sig("running", 0, "c")]
+    got = {r.replica: r.signal.sleeping for r in promql.decode_replicas(result, now=1000.0) if r.signal}
+    assert got == {"a": True, "b": False, "c": None}
