@@ -227,8 +227,6 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
             rec = obs.ttft_recent
             q_recent = rec.quantile(cfg.ttft_quantile) if rec is not None and rec.count > 0 else None
             q = None if q is None or q_recent is None else min(q, q_recent)
-            # A quantile above the histogram's top bound is ``inf`` (signals/histogram.py): a breach of
-            # any SLO, sized by the step bound (the model cannot say how far above it is).
             if q is not None and q > budget and budget <= 0:
                 rules["ttft"] = provisioned  # the handoff alone exceeds the SLO: no prefill replica helps
             elif q is not None and q > budget:
@@ -330,7 +328,7 @@ def _prefill_slo_slack(obs: Observation, cfg: ScalerConfig, n_util: int, arrivin
     if rec is not None and rec.count > 0:
         recent = rec.quantile(cfg.ttft_quantile)
         observed = None if observed is None or recent is None else max(observed, recent)
-    if observed is None or observed > budget:  # ``inf``: above the top bucket, a breach (no slack)
+    if observed is None or observed > budget:
         return None
     n_slo = prefill_slo_count(arriving, obs.prefill_tps, obs.prompt_per_request, budget, cfg.ttft_quantile,
                               n_util)
