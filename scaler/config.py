@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 from warmscale.scaler.capacity import MODEL_PROFILES
 from warmscale.signals.model import ENGINES
 from warmscale.signals.redact import redact
+from warmscale.signals.selector import parse_selector
 
 
 class ConfigError(ValueError):
@@ -34,6 +35,7 @@ class ScalerConfig:
     endpoints: tuple[str, ...] = ()
     prometheus_address: str | None = None
     prometheus_selector: str = ""
+    series_selector: str = ""
     redis_address: str | None = None
     redis_queue: str | None = None
     redis_queue_type: str = "auto"
@@ -253,6 +255,11 @@ class Key:
         return bool(self.check(value))
 
 
+def _parse_series_selector(raw: str) -> str:
+    parse_selector(raw)  # raises ValueError naming what is wrong
+    return raw.strip()
+
+
 def _parse_profile(raw: str) -> str:
     p = raw.strip().lower()
     if p not in MODEL_PROFILES:
@@ -280,6 +287,10 @@ KEYS: tuple[Key, ...] = (
         "Prometheus base URL; the scaler queries per-pod aggregates built for the engine."),
     Key("prometheusSelector", "prometheus_selector", str.strip, None,
         'Extra PromQL label matchers added to every query, e.g. `namespace="llm",service="vllm"`.'),
+    Key("seriesSelector", "series_selector", _parse_series_selector, None,
+        'Label matchers every series of a directly scraped payload (endpoints, podSelector, metricsPort) '
+        'must match, e.g. `model_name="llama-8b"`: one model of several served on one node (else their '
+        'series add up to one replica). PromQL syntax: `=`, `!=`, `=~`, `!~`; a missing label reads "".'),
     Key("redisAddress", "redis_address", _parse_redis_address, None,
         "Redis holding a gateway queue (host:port or redis:// URL). Needs redisQueue."),
     Key("redisQueue", "redis_queue", str.strip, bool, "Key of the gateway queue (a list or a stream)."),
@@ -452,6 +463,9 @@ def _check_consistency(cfg: ScalerConfig) -> None:
             "endpoints",
             "no signal source: set endpoints, prometheusAddress, redisAddress, podSelector, metricsPort or eppAddress",
         )
+    if cfg.series_selector and not (cfg.endpoints or cfg.pod_selector or cfg.metrics_port):
+        raise ConfigError("seriesSelector", "applies to a direct scrape (endpoints, podSelector or metricsPort); "
+                          "on the Prometheus path use prometheusSelector")
     if cfg.epp_pool is not None and not (cfg.epp_address or cfg.prometheus_address):
         raise ConfigError("eppPool", "needs eppAddress or prometheusAddress")
     _check_pd(cfg)

@@ -6,7 +6,9 @@
   capacity: they hold scale-down and scale to zero, and they disable the saturation rule (a stale-driven
   saturation is a metrics problem, not load).
 - The picker's ready endpoints stand in for the ready replica count when the API server gave none, and
-  its running requests for the engines' when no engine is read directly.
+  its running requests (and the engines' queue it reports) for the engines' when no engine is read
+  directly. A picker that does not report running requests then leaves them unknown, never 0: no
+  scale-down, no scale to zero (issue 20 item 9).
 - The saturation of the stage a ScaledObject serves (``role``: prefill -> ``prefill``, decode ->
   ``decode``, both -> ``effective``) sizes the pool proportionally above ``eppSaturationTarget``.
 """
@@ -30,6 +32,7 @@ class GatewayView:
     ready_endpoints: int | None = None
     stale_endpoints: float = 0.0
     saturation: float | None = None
+    engine_waiting: float | None = None
 
 
 def gateway_view(snapshot: Snapshot, cfg: ScalerConfig) -> GatewayView:
@@ -40,6 +43,7 @@ def gateway_view(snapshot: Snapshot, cfg: ScalerConfig) -> GatewayView:
     queue, stale = 0.0, 0.0
     unknown = False
     running: float | None = None
+    waiting: float | None = None
     ready: int | None = None
     sats: list[float] = []
     for g in snapshot.gateways:
@@ -52,13 +56,15 @@ def gateway_view(snapshot: Snapshot, cfg: ScalerConfig) -> GatewayView:
             stale += sig.stale_endpoints
         if sig.running is not None:
             running = (running or 0.0) + sig.running
+        if sig.engine_waiting is not None:
+            waiting = (waiting or 0.0) + sig.engine_waiting
         if sig.ready_endpoints is not None:
             ready = (ready or 0) + round(sig.ready_endpoints)
         s = sig.stage_saturation(stage)
         if s is not None:
             sats.append(s)
     return GatewayView(queue=queue, unknown=unknown, running=running, ready_endpoints=ready, stale_endpoints=stale,
-                       saturation=max(sats) if sats else None)
+                       saturation=max(sats) if sats else None, engine_waiting=waiting)
 
 
 def saturation_rule(saturation: float | None, stale: float, ready: int, provisioned: int,

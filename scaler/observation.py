@@ -81,12 +81,18 @@ class Observation:
     ttft_recent: Histogram | None = None
     # Mean running requests per known engine at the previous scrape (None: no earlier reading).
     running_before: float | None = None
+    # No engine is read directly and the endpoint picker does not report running requests: they are
+    # unknown (never 0), as an unknown replica's are.
+    running_unknown: bool = False
+    # Replicas whose engine sleeps (vLLM sleep mode): not ready, not capacity, not idle (left out of the
+    # known replicas and of the ready count; they hold scale-down and scale to zero).
+    sleeping_replicas: int = 0
 
     @property
     def uncertain(self) -> bool:
         """Some of the data is unknown: no scale-down, no zero (partial-data rules)."""
         return (self.unknown_replicas > 0 or self.queue_unknown or self.absent or self.stale_endpoints > 0
-                or self.itl_unknown)
+                or self.itl_unknown or self.running_unknown or self.sleeping_replicas > 0)
 
     @property
     def all_unknown(self) -> bool:
@@ -235,6 +241,18 @@ def idle_gap_seconds(cfg: ScalerConfig) -> float:
     return max(3.0 * cfg.scrape_interval_seconds, cfg.scrape_interval_seconds + 2.0)
 
 
+def _without_sleeping(snapshot: Snapshot) -> tuple[Snapshot, int]:
+    """The snapshot without the replicas whose engine sleeps, and how many they were. Until the hot tier
+    exists, a sleeping replica is not ready: its zero load is no capacity and no idle evidence (issue 20
+    item 17). The API server's ready count, which includes it, is lowered by as many."""
+    asleep = {r.replica for r in snapshot.replicas if r.signal is not None and r.signal.sleeping}
+    if not asleep:
+        return snapshot, 0
+    ready = snapshot.ready_replicas
+    return replace(snapshot, replicas=tuple(r for r in snapshot.replicas if r.replica not in asleep),
+                   ready_replicas=max(0, ready - len(asleep)) if ready is not None else None), len(asleep)
+
+
 def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[Observation, ScalerState]:
     """Turn a snapshot into an observation and the state to keep.
 
@@ -244,6 +262,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     missing from a snapshot are *absent*, unknown, unless the workload was scaled to zero (the last
     decision was 0: no replica is there to report)."""
     now = snapshot.taken_at
+    snapshot, sleeping = _without_sleeping(snapshot)
     known = snapshot.known
     memory = dict(state.replicas)
     ttft_deltas = list(state.ttft_deltas)
@@ -379,20 +398,28 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
     gw = gateway_view(snapshot, cfg)
     queue_unknown = any(q.length is None for q in snapshot.queues) or gw.unknown
     queue = float(sum(queue_lengths)) + gw.queue  # the endpoint picker's flow-control queue is demand
-    if not known and not snapshot.replicas and gw.running is not None:
+    at_zero = state.last_desired == 0
+    gateway_only = not known and not snapshot.replicas and bool(snapshot.gateways) and not sleeping
+    if gateway_only and gw.running is not None:
         running = gw.running  # no engine read directly: the picker's in-flight requests
+    if gateway_only and gw.engine_waiting is not None:
+        waiting = gw.engine_waiting  # ... and the requests waiting in the engines it reports
+    # A picker that does not say what runs leaves it unknown (never 0), unless nothing can run: the
+    # workload is at zero, or no endpoint is ready (the picker's or the API server's count is 0).
+    nothing_ready = snapshot.ready_replicas == 0 or gw.ready_endpoints == 0
+    running_unknown = gateway_only and gw.running is None and not gw.unknown and not at_zero and not nothing_ready
     ready_replicas = snapshot.ready_replicas if snapshot.ready_replicas is not None else gw.ready_endpoints
     kvs = [r.signal.kv_usage for r in known if r.signal is not None and r.signal.kv_usage is not None]
 
     n_known, n_unknown = len(known), len(snapshot.replicas) - len(known)
-    at_zero = state.last_desired == 0
     absent = not at_zero and (bool(snapshot.absent)
                               or (not snapshot.replicas and not snapshot.queues and not snapshot.gateways))
     gap = state.last_decision_at is not None and now - state.last_decision_at > idle_gap_seconds(cfg)
     # Ready pods the sources did not report at all (the API counts them): their load is unknown too.
     unseen = snapshot.ready_replicas is not None and snapshot.ready_replicas > len(snapshot.replicas) > 0
     itl_unknown = itl_lost and cfg.itl_slo_seconds is not None
-    uncertain = n_unknown > 0 or queue_unknown or absent or gap or unseen or gw.stale_endpoints > 0 or itl_unknown
+    uncertain = (n_unknown > 0 or queue_unknown or absent or gap or unseen or gw.stale_endpoints > 0 or itl_unknown
+                 or running_unknown or sleeping > 0)
     # Unknown replicas are assumed as loaded as the known ones (never idle).
     scale = (n_known + n_unknown) / n_known if n_known else 1.0
     load = (waiting + running) * scale + queue
@@ -476,6 +503,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         pd_transfer_s=snapshot.pd_transfer_s,
         ttft_recent=recent,
         running_before=sum(held_before) / len(held_before) if held_before else None,
+        running_unknown=running_unknown,
+        sleeping_replicas=sleeping,
         warm_floor=snapshot.warm_floor,
         pd_floor=snapshot.pd_floor,
         zero_allowed=snapshot.zero_allowed,

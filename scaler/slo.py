@@ -39,9 +39,13 @@ def slo_count(observed_q: float, slo: float, q: float, ready: int, prompt_tps: f
               per_request: float, most: int) -> int | None:
     """Smallest count in ``[ready, most]`` whose corrected prediction meets ``slo``; ``most`` when
     none does but more replicas still help; ``None`` when the model cannot say (no queueing in the
-    model at ``ready``) or no count helps (a request's own prefill alone exceeds the SLO)."""
+    model at ``ready``) or no count helps (a request's own prefill alone exceeds the SLO).
+    An ``observed_q`` of ``inf`` (above the histogram's top bound, :meth:`Histogram.quantile`) says
+    nothing of how far above: the model cannot be corrected by it, so the answer is ``most``."""
     if ready <= 0 or per_request <= 0 or capacity_tps <= 0 or prompt_tps < 0:
         return None
+    if not math.isfinite(observed_q):
+        return max(ready, most)
     base = per_request / capacity_tps
     if base >= slo:
         return ready  # more replicas do not shorten a prefill: hold, do not chase the SLO

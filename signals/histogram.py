@@ -68,7 +68,12 @@ class Histogram:
 
     def quantile(self, q: float) -> float | None:
         """The q-quantile, interpolated linearly within its bucket as PromQL's histogram_quantile;
-        ``None`` without observations. A quantile in the +Inf bucket returns the largest finite bound."""
+        ``None`` without observations.
+
+        A quantile in the +Inf bucket is *above the top finite bound* (:meth:`top_bound`): it returns
+        ``math.inf``, never the bound itself (PromQL's answer), nor 0 when no finite bucket exists. Real
+        layouts top out at 10 s (vLLM <= 0.6, Ray) or 30 s (SGLang <= 0.4): under an overload most first
+        tokens can be slower than that, and a finite answer would hide an SLO breach."""
         if self.count <= 0 or not self.buckets:
             return None
         rank = q * self.count
@@ -76,12 +81,18 @@ class Histogram:
         for le, c in self.buckets:
             if c >= rank and c > lower_count:
                 if math.isinf(le):
-                    return lower_bound
+                    return math.inf
                 if le <= 0:
                     return le
                 return lower_bound + (le - lower_bound) * (rank - lower_count) / (c - lower_count)
             lower_bound, lower_count = (le if not math.isinf(le) else lower_bound), c
-        return lower_bound
+        return math.inf
+
+    def top_bound(self) -> float | None:
+        """The largest finite bucket bound (what a quantile of ``inf`` is known to exceed); ``None``
+        for a histogram with only the +Inf bucket."""
+        finite = [le for le, _ in self.buckets if math.isfinite(le)]
+        return max(finite) if finite else None
 
     def fraction_above(self, threshold: float) -> float | None:
         """Share of observations above ``threshold`` (interpolated within its bucket)."""

@@ -58,6 +58,9 @@ class ReplicaSignal:
     prefills_total: float | None = None
     prefill_prompt_tokens_total: float | None = None
     prefix_cache_hits_total: float | None = None
+    # The engine sleeps (vLLM sleep mode, ``vllm:engine_sleep_state``: weights offloaded or discarded):
+    # it serves nothing until woken. ``None``: the engine does not say (it is awake as far as we know).
+    sleeping: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in _SCALAR_FIELDS}
@@ -91,6 +94,7 @@ _SCALAR_FIELDS = (
     "prefills_total",
     "prefill_prompt_tokens_total",
     "prefix_cache_hits_total",
+    "sleeping",
 )
 
 
@@ -136,6 +140,9 @@ class GatewaySignal:
     ``saturation``: pool saturation by stage (``prefill``, ``decode``, ``effective``); 1.0 is the
     picker's gating set point, above it the pool is oversubscribed; an empty pool reads 1.0.
     ``stale_endpoints``: endpoints whose metrics the picker has not refreshed (it scores them saturated).
+    ``running``: requests in flight through the picker; ``None`` when it does not say (unknown, never 0).
+    ``engine_waiting``: requests waiting inside the pool's engines (the picker's mean engine queue x its
+    ready endpoints), for a ScaledObject that reads no engine directly.
     """
 
     flavor: str
@@ -144,6 +151,7 @@ class GatewaySignal:
     running: float | None = None
     ready_endpoints: float | None = None
     stale_endpoints: float | None = None
+    engine_waiting: float | None = None
 
     def stage_saturation(self, stage: str) -> float | None:
         """Saturation of ``stage`` (``prefill``/``decode``), else of the whole pool (``effective``)."""

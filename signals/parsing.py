@@ -53,6 +53,15 @@ class MetricIndex:
                 return n
         return None
 
+    def select(self, where: Callable[[Labels], bool]) -> MetricIndex:
+        """The series ``where`` accepts (every family, the declared types kept)."""
+        kept: dict[str, tuple[Series, ...]] = {}
+        for name, got in self.samples.items():
+            chosen = tuple(s for s in got if where(s[0]))
+            if chosen:
+                kept[name] = chosen
+        return MetricIndex(samples=kept, types=self.types)
+
     def has_prefix(self, *prefixes: str) -> bool:
         return any(n.startswith(prefixes) for n in self.samples)
 

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from warmscale.signals.engines import tgi
 from warmscale.signals.histogram import Histogram
 from warmscale.signals.model import ReplicaReading, ReplicaSignal
 
@@ -61,6 +62,7 @@ class EngineSpec:
     generation_tokens: tuple[Alt, ...] = ()
     preemptions: tuple[Alt, ...] = ()
     max_running: tuple[Alt, ...] = ()
+    asleep: tuple[Alt, ...] = ()  # > 0: an engine of the replica sleeps (vLLM sleep mode)
     ttft: str | None = None  # histogram base name
     ttft_scale: float = 1.0  # bucket bounds -> seconds
     itl: tuple[str, ...] = ()  # inter-token latency histogram base names, renamed ones as alternatives
@@ -75,11 +77,15 @@ SPECS: dict[str, EngineSpec] = {
         "vllm",
         waiting=(_t("vllm:num_requests_waiting"),),
         running=(_t("vllm:num_requests_running"),),
-        kv=(_t("vllm:kv_cache_usage_perc"), _t("vllm:gpu_cache_usage_perc")),
+        # One max over both KV names (0.9.2-0.10 export both, equal): an engine exporting only the old
+        # one is read too, where alternatives joined with ``or`` would drop it beside a newer engine.
+        kv=(_t("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),),
         requests=(_t("vllm:request_success_total"),),
         prompt_tokens=(_t("vllm:prompt_tokens_total"),),
         generation_tokens=(_t("vllm:generation_tokens_total"),),
         preemptions=(_t("vllm:num_preemptions_total"),),
+        # One-hot over sleep_state: a sleeping engine has weights_offloaded or discard_all at 1.
+        asleep=(_t("vllm:engine_sleep_state", m='sleep_state!="awake"'),),
         ttft="vllm:time_to_first_token_seconds",
         itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     ),
@@ -93,8 +99,9 @@ SPECS: dict[str, EngineSpec] = {
                 "sglang:num_decode_prealloc_queue_reqs",
                 "sglang:num_decode_transfer_queue_reqs",
             ),
+            _t("sglang:num_requests_waiting"),  # SGLang 0.3
         ),
-        running=(_t("sglang:num_running_reqs"),),
+        running=(_t("sglang:num_running_reqs"), _t("sglang:num_requests_running")),
         kv=(
             _t("sglang:token_usage"),
             Ratio(_t("sglang:num_used_tokens"), _t("sglang:max_total_num_tokens")),
@@ -112,7 +119,10 @@ SPECS: dict[str, EngineSpec] = {
         waiting=(_t("tgi_queue_size"),),
         running=(_t("tgi_batch_current_size"),),
         kv=(Ratio(_t("tgi_batch_current_max_tokens"), _t("tgi_batch_max_total_tokens")),),
-        requests=(_t("tgi_request_success", "tgi_request_failure"),),
+        # Successes and the failures after the batch took the request (not validation/overloaded...);
+        # the success series carry no ``err`` label (it matches "").
+        requests=(_t("tgi_request_success", "tgi_request_failure",
+                     m=f'err=~"|{"|".join(tgi.SERVED_FAILURES)}"'),),
         prompt_tokens=(_t("tgi_request_input_length_sum"),),
         generation_tokens=(_t("tgi_request_generated_tokens_sum"),),
         itl=("tgi_request_mean_time_per_token_duration",),
@@ -161,11 +171,13 @@ SPECS: dict[str, EngineSpec] = {
             _t("ray_vllm_num_requests_running", "ray_vllm:num_requests_running"),
             _t("ray_serve_num_ongoing_requests_at_replicas"),
         ),
-        kv=(_t("ray_vllm_kv_cache_usage_perc", "ray_vllm:kv_cache_usage_perc"),),
+        kv=(_t("ray_vllm_kv_cache_usage_perc", "ray_vllm:kv_cache_usage_perc", "ray_vllm_gpu_cache_usage_perc",
+               "ray_vllm:gpu_cache_usage_perc"),),
         requests=(_t("ray_serve_deployment_request_counter_total"),),
         prompt_tokens=(_t("ray_vllm_prompt_tokens_total"),),
         generation_tokens=(_t("ray_vllm_generation_tokens_total"),),
         preemptions=(_t("ray_vllm_num_preemptions_total"),),
+        asleep=(_t("ray_vllm_engine_sleep_state", m='sleep_state!="awake"'),),
         ttft="ray_vllm_time_to_first_token_seconds",
         itl=("ray_vllm_inter_token_latency_seconds", "ray_vllm_time_per_output_token_seconds"),
     ),
@@ -181,8 +193,9 @@ SIGNALS: tuple[tuple[str, str], ...] = (
     ("generation_tokens", "sum"),
     ("preemptions", "sum"),
     ("max_running", "sum"),
+    ("asleep", "max"),
 )
-_MAX_SIGNALS = frozenset({"kv", "timestamp"})
+_MAX_SIGNALS = frozenset({"kv", "timestamp", "asleep"})
 
 
 def _quote(value: str) -> str:
@@ -388,6 +401,7 @@ def decode_replicas(result: Iterable[Mapping[str, Any]], now: float) -> tuple[Re
             requests_total=per.get("requests"),
             preemptions_total=per.get("preemptions"),
             max_running=per.get("max_running"),
+            sleeping=per["asleep"] > 0 if "asleep" in per else None,
         )
         out.append(ReplicaReading(key, observed, sig))
     return tuple(out)

@@ -16,9 +16,13 @@ def partial_data(desired: int, reason: str, obs: Observation, state: ScalerState
     before = desired
     if obs.uncertain and last is not None and desired < last:
         desired, reason = last, "partial-data-hold"
+    # Unknown running requests (a gateway-only pool whose picker does not report them) never read as
+    # idle, from the first decision on: what runs is the floor.
+    if obs.running_unknown and last is None and obs.current_replicas is not None and desired < obs.current_replicas:
+        desired, reason = obs.current_replicas, "partial-data-hold"
     return desired, reason, Step("partial-data", before, desired, reason if desired != before else "ok",
                                  {"uncertain": obs.uncertain, "unknown_replicas": obs.unknown_replicas,
-                                  "last_desired": last})
+                                  "running_unknown": obs.running_unknown, "last_desired": last})
 
 
 def pd_ratio(desired: int, reason: str, obs: Observation) -> tuple[int, str, Step]:

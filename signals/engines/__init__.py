@@ -14,6 +14,7 @@ from collections.abc import Callable
 from warmscale.signals.engines import dcgm, ray, sglang, tgi, triton, trtllm, vllm
 from warmscale.signals.model import ReplicaSignal
 from warmscale.signals.parsing import MetricIndex, PayloadError, parse_text
+from warmscale.signals.selector import matches, parse_selector
 
 __all__ = ["DETECTORS", "PARSERS", "PayloadError", "detect_engine", "is_itl_histogram", "is_ttft_histogram",
            "parse_index", "parse_payload"]
@@ -86,6 +87,20 @@ def _keep_buckets(base: str) -> bool:
     return is_ttft_histogram(base) or is_itl_histogram(base)
 
 
-def parse_payload(text: str, engine: str = "auto", *, max_bytes: int | None = None) -> ReplicaSignal:
-    """Parse one exposition payload into a :class:`ReplicaSignal`; raises :class:`PayloadError`."""
-    return parse_index(parse_text(text, max_bytes=max_bytes, keep_buckets=_keep_buckets), engine)
+def parse_payload(text: str, engine: str = "auto", *, max_bytes: int | None = None,
+                  selector: str = "") -> ReplicaSignal:
+    """Parse one exposition payload into a :class:`ReplicaSignal`; raises :class:`PayloadError`.
+
+    ``selector`` (PromQL label matchers, :mod:`signals.selector`; the ``seriesSelector`` metadata key)
+    keeps only the series that match: one model of several a node serves. An invalid selector, or
+    one that no series matches, raises :class:`PayloadError`."""
+    idx = parse_text(text, max_bytes=max_bytes, keep_buckets=_keep_buckets)
+    if selector.strip():
+        try:
+            matchers = parse_selector(selector)
+        except ValueError as exc:
+            raise PayloadError(f"seriesSelector: {exc}") from None
+        idx = idx.select(lambda labels: matches(labels, matchers))
+        if not idx.samples:
+            raise PayloadError(f"no series in the payload matches seriesSelector {selector.strip()[:200]!r}")
+    return parse_index(idx, engine)

@@ -12,7 +12,9 @@ both spellings, as the llm-d router does while it keeps the deprecated copies, i
 - stale endpoints: ``llm_d_epp_flow_control_stale_endpoints`` (``detector``), the maximum;
 - running requests: ``llm_d_epp_request_running``, ``inference_objective_running_requests``, summed (these
   carry no pool label: one picker serves one pool);
-- ready endpoints: ``llm_d_epp_ready_endpoints``, ``inference_pool_ready_pods`` (``name`` = the pool).
+- running requests: also ``inference_model_running_requests`` (GAIE <= 1.0, ``model_name``);
+- ready endpoints: ``llm_d_epp_ready_endpoints``, ``inference_pool_ready_pods`` (``name`` = the pool);
+- requests waiting in the engines: ``inference_pool_average_queue_size`` (``name``) x ready endpoints.
 
 Samples and their provenance: ``tests/signals/data/epp/README.md``.
 """
@@ -26,18 +28,23 @@ from warmscale.signals.parsing import Labels, MetricIndex, PayloadError, parse_t
 QUEUE = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 SATURATION = ("llm_d_epp_flow_control_pool_saturation", "inference_extension_flow_control_pool_saturation")
 STALE = ("llm_d_epp_flow_control_stale_endpoints",)
-RUNNING = ("llm_d_epp_request_running", "inference_objective_running_requests")
+# GAIE <= 1.0 (before InferenceModel became InferenceObjective) named it ``inference_model_running_requests``.
+RUNNING = ("llm_d_epp_request_running", "inference_objective_running_requests", "inference_model_running_requests")
 READY = ("llm_d_epp_ready_endpoints", "inference_pool_ready_pods")
+# The mean engine queue over the pool's ready endpoints (``name`` = the pool): requests waiting inside
+# the engines, which a gateway-only ScaledObject (no engine read directly) sees nowhere else.
+POOL_QUEUE = ("inference_pool_average_queue_size",)
 INFO = ("llm_d_epp_info", "inference_extension_info")
 STAGES = ("prefill", "decode", "effective")
 
 # Every metric name read here (the Prometheus-backed source asks for exactly these).
-NAMES: tuple[str, ...] = (*QUEUE, *SATURATION, *STALE, *RUNNING, *READY, *INFO)
+NAMES: tuple[str, ...] = (*QUEUE, *SATURATION, *STALE, *RUNNING, *READY, *POOL_QUEUE, *INFO)
 
 
 def detect(idx: MetricIndex) -> bool:
-    """A payload of an endpoint picker: any of its flow-control, pool or build-info families."""
-    return any(n in idx for n in (*QUEUE, *SATURATION, *READY, *INFO))
+    """A payload of an endpoint picker: any of its flow-control, pool, request or build-info families
+    (GAIE 1.0 has no flow control: its running requests and pool gauges identify it)."""
+    return any(n in idx for n in (*QUEUE, *SATURATION, *READY, *RUNNING, *POOL_QUEUE, *INFO))
 
 
 def _pool_where(label: str, pool: str | None) -> Where:
@@ -62,13 +69,13 @@ def parse(idx: MetricIndex, pool: str | None = None) -> GatewaySignal:
     Raises :class:`PayloadError` for a payload of no picker, invalid gauges, or a named pool the
     picker does not report while it reports others (a typo must not read as an empty queue)."""
     if not detect(idx):
-        raise PayloadError("not an endpoint-picker payload: none of " + ", ".join(QUEUE + SATURATION + READY))
+        raise PayloadError("not an endpoint-picker payload: none of " + ", ".join(QUEUE + SATURATION + READY + RUNNING))
     queue_name = idx.first_present(*QUEUE)
     sat_name = idx.first_present(*SATURATION)
     ready_name = idx.first_present(*READY)
     if pool is not None:
         seen = _pools_seen(idx, sat_name, "inference_pool") | _pools_seen(idx, queue_name, "inference_pool")
-        seen |= _pools_seen(idx, ready_name, "name")
+        seen |= _pools_seen(idx, ready_name, "name") | _pools_seen(idx, idx.first_present(*POOL_QUEUE), "name")
         if seen and pool not in seen:
             raise PayloadError(
                 f"InferencePool {pool!r} not in the picker's metrics (it reports {', '.join(sorted(seen))})")
@@ -87,13 +94,16 @@ def parse(idx: MetricIndex, pool: str | None = None) -> GatewaySignal:
     if "effective" not in saturation and saturation:
         saturation["effective"] = max(saturation.values())
 
+    ready = gauge_max(idx, ready_name, _pool_where("name", pool))
+    mean_queue = gauge_sum(idx, idx.first_present(*POOL_QUEUE), _pool_where("name", pool))
     return GatewaySignal(
         flavor="llm-d" if idx.has_prefix("llm_d_epp_") else "gaie",
         queue=queue,
         saturation=saturation,
         running=gauge_sum(idx, idx.first_present(*RUNNING)),
-        ready_endpoints=gauge_max(idx, ready_name, _pool_where("name", pool)),
+        ready_endpoints=ready,
         stale_endpoints=gauge_max(idx, idx.first_present(*STALE)),
+        engine_waiting=mean_queue * ready if mean_queue is not None and ready is not None else None,
     )
 
 

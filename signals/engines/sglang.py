@@ -1,4 +1,4 @@
-"""SGLang (``--enable-metrics``). ``engine-metrics.md`` section 2.
+"""SGLang (``--enable-metrics``), 0.3 and later. ``engine-metrics.md`` section 2.
 
 Scheduler gauges are summed over ``dp_rank`` series (only attention-TP-rank-0 schedulers report);
 PD-disaggregation queues add to the queue signal (each server exposes its own role's: prealloc and
@@ -32,8 +32,15 @@ PD_QUEUES = (
 )
 
 
+# Waiting and running requests, newest name first: SGLang 0.3 spelled them ``num_requests_waiting`` /
+# ``num_requests_running`` (label ``name`` = the model); 0.4 renamed them (label ``model_name``).
+# Chosen per series (never both added). 0.3's ``queue_req`` gauge is the same queue again: not read.
+WAITING = (P + "num_queue_reqs", P + "num_requests_waiting")
+RUNNING = (P + "num_running_reqs", P + "num_requests_running")
+
+
 def detect(idx: MetricIndex) -> bool:
-    return P + "num_running_reqs" in idx or P + "num_queue_reqs" in idx
+    return any(n in idx for n in (*WAITING, *RUNNING))
 
 
 XFER = P + "kv_transfer_latency_ms"
@@ -50,11 +57,10 @@ def _transfer(idx: MetricIndex) -> tuple[float | None, float | None, float | Non
 
 
 def parse(idx: MetricIndex) -> ReplicaSignal:
-    queue = gauge_sum(idx, P + "num_queue_reqs")
-    waiting = required(queue, "waiting", (P + "num_queue_reqs",))
+    waiting = required(gauge_sum(idx, WAITING), "waiting", WAITING)
     for name in PD_QUEUES:
         waiting += gauge_sum(idx, name) or 0.0
-    running = required(gauge_sum(idx, P + "num_running_reqs"), "running", (P + "num_running_reqs",))
+    running = required(gauge_sum(idx, RUNNING), "running", RUNNING)
     kv = gauge_max(idx, P + "token_usage")
     if kv is None:
         kv = ratio(gauge_sum(idx, P + "num_used_tokens"), gauge_sum(idx, P + "max_total_num_tokens"))

@@ -79,6 +79,7 @@ def build_sources(
             shared=shared,
             fresh_for=fresh_for,
             parse=parse,
+            selector=cfg.series_selector,
         )
 
     direct = False

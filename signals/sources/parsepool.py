@@ -22,8 +22,8 @@ from warmscale.signals.model import ReplicaSignal
 from warmscale.signals.parsing import PayloadError
 
 
-def _parse(text: str, engine: str, max_bytes: int) -> ReplicaSignal:
-    return parse_payload(text, engine, max_bytes=max_bytes)
+def _parse(text: str, engine: str, max_bytes: int, selector: str) -> ReplicaSignal:
+    return parse_payload(text, engine, max_bytes=max_bytes, selector=selector)
 
 
 def default_workers() -> int:
@@ -42,12 +42,12 @@ class ParsePool:
                                                  mp_context=multiprocessing.get_context("spawn"))
         return self._executor
 
-    async def parse(self, text: str, engine: str, max_bytes: int) -> ReplicaSignal:
+    async def parse(self, text: str, engine: str, max_bytes: int, selector: str = "") -> ReplicaSignal:
         if len(text) < self.inline_below:
-            return parse_payload(text, engine, max_bytes=max_bytes)
+            return parse_payload(text, engine, max_bytes=max_bytes, selector=selector)
         pool = self._pool()
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, _parse, text, engine, max_bytes)
+            return await asyncio.get_running_loop().run_in_executor(pool, _parse, text, engine, max_bytes, selector)
         except BrokenProcessPool as exc:
             if self._executor is pool:
                 self._executor = None

@@ -25,13 +25,14 @@ from warmscale.signals.sources.shared import SharedReads
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 _CHUNK = 64 * 1024
 
-ParseFn = Callable[[str, str, int], Awaitable[ReplicaSignal]]
-"""``await parse(text, engine, max_bytes)``: parse one payload (inline, or in a worker process:
-:class:`signals.sources.parsepool.ParsePool`); raises :class:`~signals.parsing.PayloadError`."""
+ParseFn = Callable[[str, str, int, str], Awaitable[ReplicaSignal]]
+"""``await parse(text, engine, max_bytes, selector)``: parse one payload, keeping the series that match
+``selector`` (``seriesSelector``; "" keeps all), inline or in a worker process
+(:class:`signals.sources.parsepool.ParsePool`); raises :class:`~signals.parsing.PayloadError`."""
 
 
-async def parse_inline(text: str, engine: str, max_bytes: int) -> ReplicaSignal:
-    return parse_payload(text, engine, max_bytes=max_bytes)
+async def parse_inline(text: str, engine: str, max_bytes: int, selector: str = "") -> ReplicaSignal:
+    return parse_payload(text, engine, max_bytes=max_bytes, selector=selector)
 
 
 class ScrapeError(Exception):
@@ -80,6 +81,7 @@ async def scrape_endpoint(
     timeout_s: float = 2.0,
     max_bytes: int = 4 * 1024 * 1024,
     parse: ParseFn | None = None,
+    selector: str = "",
 ) -> ReplicaReading:
     """Scrape and parse one endpoint into a reading observed at ``now`` (unknown on any failure).
     ``timeout_s`` bounds the whole: connection, body (a trickling one too) and parsing."""
@@ -89,7 +91,7 @@ async def scrape_endpoint(
         text = await fetch_payload(session, endpoint.url, timeout_s=timeout_s, max_bytes=max_bytes)
         try:
             async with asyncio.timeout_at(deadline):
-                signal = await (parse or parse_inline)(text, engine, max_bytes)
+                signal = await (parse or parse_inline)(text, engine, max_bytes, selector)
         except TimeoutError:
             raise ScrapeError(f"timed out after {timeout_s:g}s (parsing)") from None
     except ScrapeError as exc:
@@ -122,8 +124,10 @@ class ScrapeSource:
         shared: SharedReads | None = None,
         fresh_for: float = 0.0,
         parse: ParseFn | None = None,
+        selector: str = "",
     ) -> None:
         self.name = name
+        self._selector = selector
         self._provider = provider
         self._session = session
         self._engine = engine
@@ -135,11 +139,11 @@ class ScrapeSource:
         self._parse = parse
 
     async def _one(self, ep: Endpoint, now: float) -> ReplicaReading:
-        key = ("scrape", ep.url, self._engine, self._max_bytes, self._timeout)
+        key = ("scrape", ep.url, self._engine, self._max_bytes, self._timeout, self._selector)
 
         def fetch() -> Awaitable[ReplicaReading]:
             return scrape_endpoint(self._session, ep, now, engine=self._engine, timeout_s=self._timeout,
-                                   max_bytes=self._max_bytes, parse=self._parse)
+                                   max_bytes=self._max_bytes, parse=self._parse, selector=self._selector)
 
         try:
             reading: ReplicaReading = await self._shared.get(key, fetch, wait=self._wait, fresh_for=self._fresh_for)

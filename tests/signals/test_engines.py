@@ -151,9 +151,10 @@ def _v1() -> str:
 def test_vllm_both_kv_names_read_once_new_name_wins() -> None:
     text = _v1() + (
         "# TYPE vllm:gpu_cache_usage_perc gauge\n"
-        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.95\n'
-        'vllm:gpu_cache_usage_perc{engine="1",model_name="m"} 0.97\n'
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.95\n'
+        'vllm:gpu_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.97\n'
     )
+    # The same engines under both names (0.9.2-0.10): the new name's value, per engine series.
     assert parse_payload(text).kv_usage == pytest.approx(0.6127)
 
 

@@ -34,9 +34,13 @@ def test_quantile_interpolates_like_histogram_quantile(q: float, expected: float
     assert BASE.quantile(q) == pytest.approx(expected)
 
 
-def test_quantile_in_inf_bucket_is_largest_finite_bound() -> None:
+def test_quantile_in_inf_bucket_is_above_the_top_bound() -> None:
+    """Issue 20 item 13: not the top finite bound (PromQL's answer), nor 0 without a finite bucket."""
     tail = h((0.1, 1), (1.0, 2), (INF, 10))
-    assert tail.quantile(0.99) == 1.0
+    assert tail.quantile(0.99) == INF and tail.top_bound() == 1.0
+    only_inf = h((INF, 10))
+    assert only_inf.quantile(0.5) == INF and only_inf.top_bound() is None
+    assert tail.quantile(0.2) == 1.0  # rank 2: still the finite bucket
 
 
 def test_quantile_without_observations_is_none() -> None:
@@ -52,8 +56,8 @@ def test_delta_between_scrapes() -> None:
     # 12 new observations (2 <= 0.1, 8 in (0.5, 1], 2 above 1): the median (rank 6) is in (0.5, 1]:
     # 0.5 + 0.5 * (6 - 2) / 8
     assert d.quantile(0.5) == pytest.approx(0.75)
-    # p95: rank 11.4 lands in +Inf bucket -> largest finite bound
-    assert d.quantile(0.95) == 1.0
+    # p95: rank 11.4 lands in the +Inf bucket -> above the top bound (1 s)
+    assert d.quantile(0.95) == INF
     # share above 0.75 s: below = 2 + 8 * 0.5 = 6 of 12
     assert d.fraction_above(0.75) == pytest.approx(0.5)
 

@@ -16,12 +16,13 @@ ENGINES = ["vllm", "sglang", "tgi", "trtllm", "triton", "ray"]
     ("engine", "fragments"),
     [
         ("vllm", ["sum by (pod, instance) (vllm:num_requests_waiting{",
-                  "max by (pod, instance) (vllm:kv_cache_usage_perc{ns}) or max by (pod, instance) "
-                  "(vllm:gpu_cache_usage_perc{ns})"]),
+                  # both KV names under one max: an engine with only the old name is read (issue 20)
+                  'max by (pod, instance) ({__name__=~"vllm:kv_cache_usage_perc|vllm:gpu_cache_usage_perc",ns})']),
         ("sglang", ['__name__=~"sglang:num_queue_reqs|sglang:num_prefill_prealloc_queue_reqs|',
                     "(max by (pod, instance) (sglang:num_used_tokens{ns}) / max by (pod, instance) "
                     "(sglang:max_total_num_tokens{ns}))"]),
-        ("tgi", ["tgi_queue_size{ns}", '__name__=~"tgi_request_success|tgi_request_failure"']),
+        ("tgi", ["tgi_queue_size{ns}",
+                 '{__name__=~"tgi_request_success|tgi_request_failure",err=~"|generation|incomplete_generation",ns}']),
         ("trtllm", ["trtllm_num_requests_waiting{ns}", "trtllm_kv_cache_utilization{ns}"]),
         ("triton", ['nv_trt_llm_request_metrics{request_type="waiting",ns}',
                     'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",ns}']),
