@@ -359,11 +359,12 @@ class CertManager:
             self.rotations += 1
             log.info("certificate Secret written", extra={"secret": f"{ns}/{name}"})
         if self.webhook_configuration:
-            await self._patch_ca_bundle(want.ca_bundle)
+            await self.patch_ca_bundle(want.ca_bundle)
         merged = {**current, **{k: dict(v) for k, v in want.write.items()}}
         return next_check(merged, now)
 
-    async def _patch_ca_bundle(self, bundle: bytes) -> None:
+    async def patch_ca_bundle(self, bundle: bytes) -> bool:
+        """Set every webhook's ``caBundle`` of the configuration to ``bundle``; False when it does not exist."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         from warmscale.warmpool.kube import read_raw
@@ -374,12 +375,12 @@ class CertManager:
         except ApiException as exc:
             if exc.status == 404:
                 log.warning("webhook configuration not found; caBundle not set", extra={"configuration": name})
-                return
+                return False
             raise
         want = base64.b64encode(bundle).decode()
         hooks = cfg.get("webhooks") or []
         if all((h.get("clientConfig") or {}).get("caBundle") == want for h in hooks):
-            return
+            return True
         patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": cfg["metadata"]["resourceVersion"]}]
         patch += [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": want}
                   for i in range(len(hooks))]
@@ -390,6 +391,7 @@ class CertManager:
         except ApiException as exc:
             if exc.status not in (409, 422):
                 raise
+        return True
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()

@@ -102,6 +102,11 @@ class Options:
         return tuple(n.strip() for n in (self.namespace or "").split(",") if n.strip())
 
 
+def priority_class_refused(exc: ApiException) -> bool:
+    """The API server refused a pod because its PriorityClass does not exist (403, admission plugin Priority)."""
+    return exc.status == 403 and "no PriorityClass with name" in str(exc.body or "")
+
+
 async def install_priority_class(api: client.ApiClient) -> None:
     """Create the placeholders' PriorityClass as the install does (admin credentials: tests, benchmarks)."""
     sched: Any = client.SchedulingV1Api(api)
@@ -337,6 +342,11 @@ class Controller:
                 return None
             raise
 
+    async def _priority_class_missing(self, inv: dict[str, Any]) -> None:
+        await self.events.emit(inv, "Warning", "PriorityClassMissing",
+                               f"PriorityClass {ob.PRIORITY_CLASS} does not exist (part of the install): "
+                               "placeholders not created")
+
     def _involved(self, wl: ob.Workload) -> dict[str, Any]:
         return {"apiVersion": wl.api_version, "kind": wl.kind, "name": wl.name, "namespace": wl.namespace,
                 "uid": wl.uid}
@@ -387,12 +397,21 @@ class Controller:
         for name in p.delete_placeholders:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
         if p.create_placeholders and not self.priority_class_ok:
-            await self.events.emit(inv, "Warning", "PriorityClassMissing",
-                                   f"PriorityClass {ob.PRIORITY_CLASS} does not exist (part of the install): "
-                                   "placeholders not created")
+            await self._priority_class_missing(inv)
         else:
             for i in p.create_placeholders:
-                await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)), 409)
+                try:
+                    await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)),
+                                        409)
+                except ApiException as exc:
+                    if not priority_class_refused(exc):
+                        raise
+                    # removed since the last check: the same as missing at the start, not a reconcile error
+                    log.error("PriorityClass missing: placeholders are not created until it exists",
+                              extra={"priorityclass": ob.PRIORITY_CLASS})
+                    self.priority_class_ok = False
+                    await self._priority_class_missing(inv)
+                    break
 
         if p.scaledobject == "create" and p.scaledobject_body is not None:
             await ignore_status(self.custom.create_namespaced_custom_object(
