@@ -113,9 +113,8 @@ def make_sink(redis_address: str | None) -> Any:
 async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from kubernetes_asyncio import client
 
-    from warmscale.warmpool.certs import CertMetrics
     from warmscale.warmpool.controller import Controller, Metrics, Options
-    from warmscale.warmpool.http_limits import HttpMetrics, serve_metrics
+    from warmscale.warmpool.http_limits import serve_metrics
     from warmscale.warmpool.kube import LeaderElector, LeaseNamespaceMissing
 
     try:
@@ -125,12 +124,10 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         print(f"warmscale warmpool: {exc}", file=sys.stderr)
         return 2
     metrics = Metrics()
-    http_metrics = HttpMetrics(metrics.registry)  # both listeners' bounds
-    cert_metrics = CertMetrics(metrics.registry)
     metrics_runner = None
     if args.metrics_port:  # bounded: connections capped, slow clients closed (warmpool/http_limits.py)
         metrics_runner, _ = await serve_metrics(metrics.registry, args.metrics_address, args.metrics_port,
-                                                metrics=http_metrics)
+                                                metrics=metrics.http)
     api = await make_api_client(args.kubeconfig)
     sink = make_sink(args.redis_address)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -145,7 +142,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         metrics.leader.set(1)
         cert_task = None
         if getattr(args, "manage_certs", False):
-            cert_task = asyncio.create_task(cert_manager(args, api, cert_metrics).run(), name="certs")
+            cert_task = asyncio.create_task(cert_manager(args, api, metrics.certs).run(), name="certs")
         try:
             await Controller(api, opts, sink=sink, metrics=metrics).run()
         finally:
@@ -154,7 +151,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 cert_task.cancel()
                 await asyncio.gather(cert_task, return_exceptions=True)
 
-    webhook_task = asyncio.create_task(run_webhook(args, api, stop, metrics.registry, http_metrics), name="webhook") \
+    webhook_task = asyncio.create_task(run_webhook(args, api, stop, metrics.webhook, metrics.http), name="webhook") \
         if getattr(args, "webhook_port", 0) else None
     try:
         await elector.run(lead, stop)
@@ -189,18 +186,18 @@ def cert_manager(args: argparse.Namespace, api: Any, metrics: Any = None) -> Any
                        metrics=metrics)
 
 
-async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event, registry: Any = None,
+async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event, metrics: Any = None,
                       http_metrics: Any = None) -> None:
     """The webhook on every replica; with --webhook-tls-secret it starts once that Secret exists (the
     leader's certificate manager writes it; until then failurePolicy Ignore admits pods unchanged).
 
-    ``registry``: the controller's metrics registry (reviews, the certificate state); ``http_metrics``: the
-    connection bounds' counters."""
+    ``metrics``: reviews and the certificate state (:class:`WebhookMetrics`); ``http_metrics``: the
+    connection bounds' counters (both on the controller's registry, ``controller.Metrics``)."""
     from warmscale.warmpool.http_limits import HttpMetrics
     from warmscale.warmpool.webhook import WebhookMetrics
 
-    metrics = WebhookMetrics(registry)
-    http_metrics = http_metrics or HttpMetrics(metrics.registry)
+    metrics = metrics or WebhookMetrics()
+    http_metrics = http_metrics or HttpMetrics()
     if not args.webhook_tls_secret:
         runner = await start_webhook(args, api, metrics, http_metrics)
         try:

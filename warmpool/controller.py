@@ -83,6 +83,15 @@ class Metrics:
         self.reconciles = Counter("warmscale_reconcile_total", "Reconciles by result", ["result"],
                                   registry=self.registry)
         self.leader = Gauge("warmscale_leader", "1 while this replica leads", registry=self.registry)
+        # the rest of the process on the same registry: webhook reviews and certificate, certificate
+        # manager, listener bounds
+        from warmscale.warmpool.certs import CertMetrics
+        from warmscale.warmpool.http_limits import HttpMetrics
+        from warmscale.warmpool.webhook import WebhookMetrics
+
+        self.webhook = WebhookMetrics(self.registry)
+        self.certs = CertMetrics(self.registry)
+        self.http = HttpMetrics(self.registry)
 
 
 @dataclass

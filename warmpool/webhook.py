@@ -284,7 +284,7 @@ class WebhookMetrics:
         self.registry = registry or CollectorRegistry()
         self.reviews = Counter("warmscale_webhook_reviews_total", "Admission reviews by result: mutated, "
                                "unchanged, and admitted unmutated because of a problem (list_failed, malformed, "
-                               "too_large, volume_conflict, error)", ["result"], registry=self.registry)
+                               "too_large, volume_conflict)", ["result"], registry=self.registry)
         self.certificate_ok = Gauge("warmscale_webhook_certificate_ok", "1 while the webhook serves the "
                                     "certificate of its Secret; 0 while the Secret's certificate cannot be "
                                     "loaded (the previous one is still served)", registry=self.registry)
