@@ -235,7 +235,8 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int,
                         limits: ConnectionLimits = METRICS_LIMITS,
                         metrics: HttpMetrics | None = None) -> tuple[web.AppRunner, int]:
-    """``/metrics`` of ``registry`` over plain HTTP under ``limits``; returns the runner and the bound port."""
+    """``/metrics`` of ``registry`` and ``/healthz`` over plain HTTP under ``limits``; returns the runner and
+    the bound port."""
     from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
     async def handler(_request: web.Request) -> web.Response:
@@ -243,8 +244,13 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int,
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
     app = web.Application()
     app.router.add_get("/metrics", handler)
+    app.router.add_get("/", handler)  # prometheus_client's server answered any path with the metrics
+    app.router.add_get("/healthz", healthz)  # the Deployment's liveness probe (manifests/base/controller.yaml)
     runner = make_runner(app, limits)
     await runner.setup()
     site = BoundedSite(runner, host, port, limits=limits, name="metrics", metrics=metrics)

@@ -348,7 +348,10 @@ async def test_slow_clients_are_bounded_on_the_metrics_port() -> None:
     site = next(iter(runner.sites))
     try:
         await _slow_clients(port, None, b"GET /metrics HTTP/1.1\r\nX-Slow: ", lambda: site.active)
-        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as resp:
-            assert resp.status == 200 and "warmscale_http_connections_refused_total" in await resp.text()
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                assert resp.status == 200 and "warmscale_http_connections_refused_total" in await resp.text()
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:  # the liveness probe's path
+                assert resp.status == 200
     finally:
         await runner.cleanup()
