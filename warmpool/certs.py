@@ -415,7 +415,7 @@ class SecretCertificate:
     A certificate and key are first loaded into a scratch context: a pair that does not load (corrupt, or
     a key of another certificate) is refused and the previous one stays served (loading it into the live
     context would leave that context with the new certificate and the old key, and fail every handshake).
-    ``metrics.certificate_ok`` is 0 while the Secret holds such a pair."""
+    ``metrics.certificate_refused`` is 1 while the Secret holds such a pair."""
 
     def __init__(self, api: Any, namespace: str, name: str = WEBHOOK_SECRET, every_s: float = 30.0,
                  metrics: Any = None) -> None:
@@ -448,7 +448,7 @@ class SecretCertificate:
         if not crt or not key:
             problem: str | None = "tls.crt or tls.key is empty"
         elif crt + key == self._loaded:
-            self.metrics.certificate_ok.set(1)
+            self.metrics.certificate_refused.set(0)
             return True
         else:
             problem = pair_problem(crt, key)
@@ -459,7 +459,7 @@ class SecretCertificate:
             except (ssl.SSLError, ValueError, OSError) as exc:
                 problem = f"it does not load: {exc}"
         if problem is not None:
-            self.metrics.certificate_ok.set(0)
+            self.metrics.certificate_refused.set(1)
             seen = (crt or b"") + (key or b"")
             if seen != self._refused:  # once per content, not every refresh
                 self._refused = seen
@@ -475,7 +475,7 @@ class SecretCertificate:
         cert = _load(crt)
         if cert is not None:
             self.metrics.certificate_not_after.set(cert.not_valid_after_utc.timestamp())
-        self.metrics.certificate_ok.set(1)
+        self.metrics.certificate_refused.set(0)
         log.info("webhook certificate loaded", extra={"secret": f"{self.namespace}/{self.name}"})
         return True
 

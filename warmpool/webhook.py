@@ -285,9 +285,9 @@ class WebhookMetrics:
         self.reviews = Counter("warmscale_webhook_reviews_total", "Admission reviews by result: mutated, "
                                "unchanged, and admitted unmutated because of a problem (list_failed, malformed, "
                                "too_large, volume_conflict)", ["result"], registry=self.registry)
-        self.certificate_ok = Gauge("warmscale_webhook_certificate_ok", "1 while the webhook serves the "
-                                    "certificate of its Secret; 0 while the Secret's certificate cannot be "
-                                    "loaded (the previous one is still served)", registry=self.registry)
+        self.certificate_refused = Gauge("warmscale_webhook_certificate_refused", "1 while the certificate in "
+                                         "the webhook's Secret cannot be loaded (the previous one is still "
+                                         "served, if any); 0 otherwise", registry=self.registry)
         self.certificate_not_after = Gauge("warmscale_webhook_certificate_expiry_timestamp_seconds",
                                            "Expiry of the certificate the webhook serves", registry=self.registry)
 

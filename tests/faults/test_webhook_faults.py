@@ -146,7 +146,7 @@ async def test_a_bad_reload_keeps_the_previous_certificate(caplog: pytest.LogCap
         for crt, key in [(good["tls.crt"], b"corrupt"), (good["tls.crt"], other_key), (b"garbage", good["tls.key"]),
                          (other_crt, good["tls.key"]), (b"", b"")]:
             assert source.offer(crt, key)  # still serving
-            assert metrics.certificate_ok._value.get() == 0
+            assert metrics.certificate_refused._value.get() == 1
             assert await asyncio.to_thread(_served_serial, port, ca) == first
         assert source.refusals == 5 and source.loads == 1
         source.offer(b"", b"")  # the same bad content again: no new log line
@@ -154,7 +154,7 @@ async def test_a_bad_reload_keeps_the_previous_certificate(caplog: pytest.LogCap
         # a good new pair is served at once
         renewed = desired_secrets({**state, (NS, WEBHOOK_SECRET): None}, SPEC, T0).write[(NS, WEBHOOK_SECRET)]
         assert source.offer(renewed["tls.crt"], renewed["tls.key"])
-        assert metrics.certificate_ok._value.get() == 1
+        assert metrics.certificate_refused._value.get() == 0
         assert await asyncio.to_thread(_served_serial, port, ca) == x509.load_pem_x509_certificate(
             renewed["tls.crt"]).serial_number
     finally:
