@@ -137,6 +137,30 @@ def _load(pem: bytes | None) -> x509.Certificate | None:
         return None
 
 
+def key_matches(cert: x509.Certificate, key_pem: bytes | None) -> bool:
+    """``key_pem`` is a readable private key whose public half is the certificate's."""
+    if not key_pem:
+        return False
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError, Exception):  # UnsupportedAlgorithm is not a ValueError
+        return False
+    try:
+        return bool(key.public_key() == cert.public_key())
+    except (ValueError, TypeError):
+        return False
+
+
+def pair_problem(crt: bytes | None, key: bytes | None) -> str | None:
+    """Why a certificate and its key cannot serve TLS, or None."""
+    cert = _load(crt)
+    if cert is None:
+        return "the certificate is missing or unreadable"
+    if not key_matches(cert, key):
+        return "the private key is missing, unreadable or not the certificate's"
+    return None
+
+
 def renew_at(cert: x509.Certificate) -> dt.datetime:
     """When ``RENEW_AT`` of the certificate's lifetime (from its issuance, not counting the back-dating)
     has passed."""
@@ -181,6 +205,8 @@ class Desired:
 
     write: dict[tuple[str, str], dict[str, bytes]] = field(default_factory=dict)
     ca_bundle: bytes = b""
+    # what was found broken and is repaired by ``write``: (secret "ns/name", problem)
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
 
 def desired_secrets(current: Mapping[tuple[str, str], Data | None], spec: CertSpec, now: dt.datetime) -> Desired:
@@ -190,7 +216,11 @@ def desired_secrets(current: Mapping[tuple[str, str], Data | None], spec: CertSp
     ca_cert, ca_key = ca_data.get("tls.crt", b""), ca_data.get("tls.key", b"")
     ca = _load(ca_cert)
     bundle = [c for c in _split_bundle(ca_data.get("ca.crt", b"")) if c.not_valid_after_utc > now]
-    if ca is None or not ca_key or due(ca, now):
+    if ca is not None and not key_matches(ca, ca_key):  # corrupt, or another pair's: it cannot sign for this CA
+        out.problems.append((f"{spec.namespace}/{CA_SECRET}", "the CA's private key is unreadable or not the "
+                             "CA certificate's: a new CA is made (the old one stays in the bundle)"))
+        log.warning("CA key unusable: rotating to a new CA", extra={"secret": f"{spec.namespace}/{CA_SECRET}"})
+    if ca is None or not key_matches(ca, ca_key) or due(ca, now):
         ca_cert, ca_key = new_ca(now, spec.ca_validity)
         ca = _load(ca_cert)
         assert ca is not None
@@ -215,7 +245,12 @@ def desired_secrets(current: Mapping[tuple[str, str], Data | None], spec: CertSp
     for key, cn, dns, server, client in leaves:
         data = dict(current.get(key) or {})
         cert = _load(data.get("tls.crt"))
-        ok = (cert is not None and data.get("tls.key") and not due(cert, now) and _issued_by(cert, ca)
+        problem = pair_problem(data.get("tls.crt"), data.get("tls.key")) if data else None
+        if problem is not None:
+            out.problems.append((f"{key[0]}/{key[1]}", f"{problem}: re-issued"))
+            log.warning("certificate Secret broken: re-issuing", extra={"secret": f"{key[0]}/{key[1]}",
+                                                                       "problem": problem})
+        ok = (cert is not None and problem is None and not due(cert, now) and _issued_by(cert, ca)
               and _sans(cert) == sorted(dns))
         if ok:
             new = {**data, "ca.crt": ca_bundle}
@@ -249,12 +284,28 @@ def _decode(secret: Mapping[str, Any] | None) -> dict[str, bytes] | None:
     return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
 
+class CertMetrics:
+    """The certificate manager's passes (leader only)."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter
+
+        self.registry = registry or CollectorRegistry()
+        self.repairs = Counter("warmscale_certificate_repairs_total", "Certificate Secrets found broken (a key "
+                               "that is unreadable or not the certificate's) and re-issued", ["secret"],
+                               registry=self.registry)
+        self.sync_errors = Counter("warmscale_certificate_sync_errors_total", "Certificate passes that failed "
+                                   "(retried after 10 s)", registry=self.registry)
+
+
 class CertManager:
     """Leader only: keep the Secrets of :class:`CertSpec` current and the webhook's ``caBundle`` patched."""
 
-    def __init__(self, api: Any, spec: CertSpec, webhook_configuration: str | None = "warmscale-webhook") -> None:
+    def __init__(self, api: Any, spec: CertSpec, webhook_configuration: str | None = "warmscale-webhook",
+                 metrics: CertMetrics | None = None) -> None:
         from kubernetes_asyncio import client
 
+        self.metrics = metrics or CertMetrics()
         self.core: Any = client.CoreV1Api(api)
         self.adm: Any = client.AdmissionregistrationV1Api(api)
         self.spec = spec
@@ -281,6 +332,8 @@ class CertManager:
         raw = {key: await self._read(*key) for key in self.spec.secrets()}
         current = {key: _decode(s) for key, s in raw.items()}
         want = desired_secrets(current, self.spec, now)
+        for secret, _problem in want.problems:
+            self.metrics.repairs.labels(secret).inc()
         for (ns, name), data in want.write.items():
             body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                     "metadata": {"name": name, "namespace": ns,
@@ -306,11 +359,12 @@ class CertManager:
             self.rotations += 1
             log.info("certificate Secret written", extra={"secret": f"{ns}/{name}"})
         if self.webhook_configuration:
-            await self._patch_ca_bundle(want.ca_bundle)
+            await self.patch_ca_bundle(want.ca_bundle)
         merged = {**current, **{k: dict(v) for k, v in want.write.items()}}
         return next_check(merged, now)
 
-    async def _patch_ca_bundle(self, bundle: bytes) -> None:
+    async def patch_ca_bundle(self, bundle: bytes) -> bool:
+        """Set every webhook's ``caBundle`` of the configuration to ``bundle``; False when it does not exist."""
         from kubernetes_asyncio.client.exceptions import ApiException
 
         from warmscale.warmpool.kube import read_raw
@@ -321,12 +375,12 @@ class CertManager:
         except ApiException as exc:
             if exc.status == 404:
                 log.warning("webhook configuration not found; caBundle not set", extra={"configuration": name})
-                return
+                return False
             raise
         want = base64.b64encode(bundle).decode()
         hooks = cfg.get("webhooks") or []
         if all((h.get("clientConfig") or {}).get("caBundle") == want for h in hooks):
-            return
+            return True
         patch = [{"op": "test", "path": "/metadata/resourceVersion", "value": cfg["metadata"]["resourceVersion"]}]
         patch += [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": want}
                   for i in range(len(hooks))]
@@ -337,6 +391,7 @@ class CertManager:
         except ApiException as exc:
             if exc.status not in (409, 422):
                 raise
+        return True
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
@@ -344,6 +399,7 @@ class CertManager:
             try:
                 wait = await self.sync()
             except Exception as exc:  # the API server away: try again soon
+                self.metrics.sync_errors.inc()
                 log.warning("certificate sync failed", extra={"error": str(exc)[:300]})
                 wait = 10.0
             try:
@@ -354,37 +410,82 @@ class CertManager:
 
 class SecretCertificate:
     """The webhook's serving certificate read from its Secret through the API (every replica, leader
-    or not), loaded into one SSL context that is updated in place when the Secret changes."""
+    or not), loaded into one SSL context that is updated in place when the Secret changes.
 
-    def __init__(self, api: Any, namespace: str, name: str = WEBHOOK_SECRET, every_s: float = 30.0) -> None:
+    A certificate and key are first loaded into a scratch context: a pair that does not load (corrupt, or
+    a key of another certificate) is refused and the previous one stays served (loading it into the live
+    context would leave that context with the new certificate and the old key, and fail every handshake).
+    ``metrics.certificate_refused`` is 1 while the Secret holds such a pair."""
+
+    def __init__(self, api: Any, namespace: str, name: str = WEBHOOK_SECRET, every_s: float = 30.0,
+                 metrics: Any = None) -> None:
         from kubernetes_asyncio import client
 
-        self.core: Any = client.CoreV1Api(api)
+        from warmscale.warmpool.webhook import WebhookMetrics
+
+        self.core: Any = client.CoreV1Api(api) if api is not None else None  # None: only :meth:`offer`
         self.namespace, self.name, self.every_s = namespace, name, every_s
+        self.metrics = metrics or WebhookMetrics()
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self._dir = Path(tempfile.mkdtemp(prefix="warmscale-webhook-tls-"))
         self._loaded: bytes | None = None
+        self._refused: bytes | None = None
         self.loads = 0
+        self.refusals = 0
+
+    def _load_into(self, context: ssl.SSLContext, crt: bytes, key: bytes) -> None:
+        cert_file, key_file = self._dir / "tls.crt", self._dir / "tls.key"
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(key)
+        cert_file.write_bytes(crt)
+        try:
+            context.load_cert_chain(cert_file, key_file)
+        finally:
+            key_file.unlink(missing_ok=True)
+
+    def offer(self, crt: bytes | None, key: bytes | None) -> bool:
+        """Serve ``crt``/``key`` if they load (else keep the previous pair); True when a pair is served."""
+        if not crt or not key:
+            problem: str | None = "tls.crt or tls.key is empty"
+        elif crt + key == self._loaded:
+            self.metrics.certificate_refused.set(0)
+            return True
+        else:
+            problem = pair_problem(crt, key)
+        if problem is None:
+            assert crt and key
+            try:
+                self._load_into(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH), crt, key)
+            except (ssl.SSLError, ValueError, OSError) as exc:
+                problem = f"it does not load: {exc}"
+        if problem is not None:
+            self.metrics.certificate_refused.set(1)
+            seen = (crt or b"") + (key or b"")
+            if seen != self._refused:  # once per content, not every refresh
+                self._refused = seen
+                self.refusals += 1
+                log.warning("webhook certificate in the Secret refused; the previous one is still served",
+                            extra={"secret": f"{self.namespace}/{self.name}", "problem": problem[:200],
+                                   "serving": self._loaded is not None})
+            return self._loaded is not None
+        assert crt and key
+        self._load_into(self.context, crt, key)  # new handshakes use it at once
+        self._loaded, self._refused = crt + key, None
+        self.loads += 1
+        cert = _load(crt)
+        if cert is not None:
+            self.metrics.certificate_not_after.set(cert.not_valid_after_utc.timestamp())
+        self.metrics.certificate_refused.set(0)
+        log.info("webhook certificate loaded", extra={"secret": f"{self.namespace}/{self.name}"})
+        return True
 
     async def refresh(self) -> bool:
-        """Load the Secret's certificate if it changed; True when a certificate is loaded."""
+        """Load the Secret's certificate if it changed; True when a certificate is served."""
         from warmscale.warmpool.kube import read_raw
 
         secret = await read_raw(self.core.read_namespaced_secret, self.name, self.namespace)
         data = _decode(secret) or {}
-        crt, key = data.get("tls.crt"), data.get("tls.key")
-        if not crt or not key:
-            return self._loaded is not None
-        if crt + key != self._loaded:
-            cert_file, key_file = self._dir / "tls.crt", self._dir / "tls.key"
-            key_file.touch(mode=0o600)
-            key_file.write_bytes(key)
-            cert_file.write_bytes(crt)
-            self.context.load_cert_chain(cert_file, key_file)  # new handshakes use it at once
-            self._loaded = crt + key
-            self.loads += 1
-            log.info("webhook certificate loaded", extra={"secret": f"{self.namespace}/{self.name}"})
-        return True
+        return self.offer(data.get("tls.crt"), data.get("tls.key"))
 
     async def wait_ready(self, stop: asyncio.Event) -> bool:
         while not stop.is_set():

@@ -112,9 +112,9 @@ def make_sink(redis_address: str | None) -> Any:
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from kubernetes_asyncio import client
-    from prometheus_client import start_http_server
 
     from warmscale.warmpool.controller import Controller, Metrics, Options
+    from warmscale.warmpool.http_limits import serve_metrics
     from warmscale.warmpool.kube import LeaderElector, LeaseNamespaceMissing
 
     try:
@@ -124,8 +124,10 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         print(f"warmscale warmpool: {exc}", file=sys.stderr)
         return 2
     metrics = Metrics()
-    if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.metrics_address, registry=metrics.registry)
+    metrics_runner = None
+    if args.metrics_port:  # bounded: connections capped, slow clients closed (warmpool/http_limits.py)
+        metrics_runner, _ = await serve_metrics(metrics.registry, args.metrics_address, args.metrics_port,
+                                                metrics=metrics.http)
     api = await make_api_client(args.kubeconfig)
     sink = make_sink(args.redis_address)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -140,7 +142,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         metrics.leader.set(1)
         cert_task = None
         if getattr(args, "manage_certs", False):
-            cert_task = asyncio.create_task(cert_manager(args, api).run(), name="certs")
+            cert_task = asyncio.create_task(cert_manager(args, api, metrics.certs).run(), name="certs")
         try:
             await Controller(api, opts, sink=sink, metrics=metrics).run()
         finally:
@@ -149,7 +151,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 cert_task.cancel()
                 await asyncio.gather(cert_task, return_exceptions=True)
 
-    webhook_task = asyncio.create_task(run_webhook(args, api, stop), name="webhook") \
+    webhook_task = asyncio.create_task(run_webhook(args, api, stop, metrics.webhook, metrics.http), name="webhook") \
         if getattr(args, "webhook_port", 0) else None
     try:
         await elector.run(lead, stop)
@@ -163,11 +165,13 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
             await asyncio.gather(webhook_task, return_exceptions=True)
         if sink is not None and hasattr(sink, "close"):
             await sink.close()
+        if metrics_runner is not None:
+            await metrics_runner.cleanup()
         await api.close()
     return 0
 
 
-def cert_manager(args: argparse.Namespace, api: Any) -> Any:
+def cert_manager(args: argparse.Namespace, api: Any, metrics: Any = None) -> Any:
     import datetime as dt
 
     from warmscale.warmpool.certs import CertManager, CertSpec
@@ -178,41 +182,59 @@ def cert_manager(args: argparse.Namespace, api: Any) -> Any:
                     ca_validity=dt.timedelta(days=args.ca_validity_days),
                     extra_webhook_names=tuple(h for h in args.webhook_cert_hosts.split(",") if h),
                     extra_scaler_names=tuple(h for h in args.scaler_cert_hosts.split(",") if h))
-    return CertManager(api, spec, webhook_configuration=args.webhook_configuration or None)
+    return CertManager(api, spec, webhook_configuration=args.webhook_configuration or None,
+                       metrics=metrics)
 
 
-async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event) -> None:
+async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event, metrics: Any = None,
+                      http_metrics: Any = None) -> None:
     """The webhook on every replica; with --webhook-tls-secret it starts once that Secret exists (the
-    leader's certificate manager writes it; until then failurePolicy Ignore admits pods unchanged)."""
+    leader's certificate manager writes it; until then failurePolicy Ignore admits pods unchanged).
+
+    ``metrics``: reviews and the certificate state (:class:`WebhookMetrics`); ``http_metrics``: the
+    connection bounds' counters (both on the controller's registry, ``controller.Metrics``)."""
+    from warmscale.warmpool.http_limits import HttpMetrics
+    from warmscale.warmpool.webhook import WebhookMetrics
+
+    metrics = metrics or WebhookMetrics()
+    http_metrics = http_metrics or HttpMetrics()
     if not args.webhook_tls_secret:
-        runner = await start_webhook(args, api)
+        runner = await start_webhook(args, api, metrics, http_metrics)
         try:
             await stop.wait()
         finally:
             await runner.cleanup()
         return
     from warmscale.warmpool.certs import SecretCertificate
-    from warmscale.warmpool.webhook import WorkloadLister
-    from warmscale.warmpool.webhook import serve as serve_webhook
 
-    source = SecretCertificate(api, args.cert_namespace, args.webhook_tls_secret)
+    source = SecretCertificate(api, args.cert_namespace, args.webhook_tls_secret, metrics=metrics)
     if not await source.wait_ready(stop):
         return
-    runner = await serve_webhook(WorkloadLister(api), args.webhook_port, None, None, host=args.webhook_address,
-                                 image=args.stager_image, context=source.context)
+    runner = await _serve_webhook(args, api, metrics, http_metrics, context=source.context)
     try:
         await source.run(stop)
     finally:
         await runner.cleanup()
 
 
-async def start_webhook(args: argparse.Namespace, api: Any) -> Any:
+async def _serve_webhook(args: argparse.Namespace, api: Any, metrics: Any, http_metrics: Any, *,
+                         cert: str | None = None, key: str | None = None, context: Any = None) -> Any:
+    """The webhook server as every mode runs it (one place for its options: the cache-root allow-list, the
+    stager image, the metrics)."""
+    from warmscale.warmpool.webhook import WorkloadLister
+    from warmscale.warmpool.webhook import serve as serve_webhook
+
+    return await serve_webhook(WorkloadLister(api), args.webhook_port, cert, key, host=args.webhook_address,
+                               image=args.stager_image, allowed_roots=parse_allow_list(args.cache_root_allow),
+                               context=context, metrics=metrics, http_metrics=http_metrics)
+
+
+async def start_webhook(args: argparse.Namespace, api: Any, metrics: Any = None, http_metrics: Any = None) -> Any:
     """Serve the webhook on every replica (not only the leader): it reads workloads from the API itself."""
     import tempfile
     from pathlib import Path
 
-    from warmscale.warmpool.webhook import WorkloadLister, self_signed
-    from warmscale.warmpool.webhook import serve as serve_webhook
+    from warmscale.warmpool.webhook import self_signed
 
     cert, key = args.webhook_cert, args.webhook_key
     if not cert or not key:
@@ -220,8 +242,7 @@ async def start_webhook(args: argparse.Namespace, api: Any) -> Any:
         cert_path, key_path, _ = self_signed([h for h in args.webhook_hosts.split(",") if h], directory)
         cert, key = str(cert_path), str(key_path)
         log.info("self-signed webhook certificate", extra={"cert": cert})
-    return await serve_webhook(WorkloadLister(api), args.webhook_port, cert, key, host=args.webhook_address,
-                               image=args.stager_image, allowed_roots=parse_allow_list(args.cache_root_allow))
+    return await _serve_webhook(args, api, metrics, http_metrics, cert=cert, key=key)
 
 
 def run(args: argparse.Namespace) -> int:

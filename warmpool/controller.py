@@ -83,6 +83,15 @@ class Metrics:
         self.reconciles = Counter("warmscale_reconcile_total", "Reconciles by result", ["result"],
                                   registry=self.registry)
         self.leader = Gauge("warmscale_leader", "1 while this replica leads", registry=self.registry)
+        # the rest of the process on the same registry: webhook reviews and certificate, certificate
+        # manager, listener bounds
+        from warmscale.warmpool.certs import CertMetrics
+        from warmscale.warmpool.http_limits import HttpMetrics
+        from warmscale.warmpool.webhook import WebhookMetrics
+
+        self.webhook = WebhookMetrics(self.registry)
+        self.certs = CertMetrics(self.registry)
+        self.http = HttpMetrics(self.registry)
 
 
 @dataclass
@@ -100,6 +109,11 @@ class Options:
     def namespaces(self) -> tuple[str, ...]:
         """The watched namespaces; () means all."""
         return tuple(n.strip() for n in (self.namespace or "").split(",") if n.strip())
+
+
+def priority_class_refused(exc: ApiException) -> bool:
+    """The API server refused a pod because its PriorityClass does not exist (403, admission plugin Priority)."""
+    return exc.status == 403 and "no PriorityClass with name" in str(exc.body or "")
 
 
 async def install_priority_class(api: client.ApiClient) -> None:
@@ -337,6 +351,11 @@ class Controller:
                 return None
             raise
 
+    async def _priority_class_missing(self, inv: dict[str, Any]) -> None:
+        await self.events.emit(inv, "Warning", "PriorityClassMissing",
+                               f"PriorityClass {ob.PRIORITY_CLASS} does not exist (part of the install): "
+                               "placeholders not created")
+
     def _involved(self, wl: ob.Workload) -> dict[str, Any]:
         return {"apiVersion": wl.api_version, "kind": wl.kind, "name": wl.name, "namespace": wl.namespace,
                 "uid": wl.uid}
@@ -387,12 +406,21 @@ class Controller:
         for name in p.delete_placeholders:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
         if p.create_placeholders and not self.priority_class_ok:
-            await self.events.emit(inv, "Warning", "PriorityClassMissing",
-                                   f"PriorityClass {ob.PRIORITY_CLASS} does not exist (part of the install): "
-                                   "placeholders not created")
+            await self._priority_class_missing(inv)
         else:
             for i in p.create_placeholders:
-                await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)), 409)
+                try:
+                    await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)),
+                                        409)
+                except ApiException as exc:
+                    if not priority_class_refused(exc):
+                        raise
+                    # removed since the last check: the same as missing at the start, not a reconcile error
+                    log.error("PriorityClass missing: placeholders are not created until it exists",
+                              extra={"priorityclass": ob.PRIORITY_CLASS})
+                    self.priority_class_ok = False
+                    await self._priority_class_missing(inv)
+                    break
 
         if p.scaledobject == "create" and p.scaledobject_body is not None:
             await ignore_status(self.custom.create_namespaced_custom_object(

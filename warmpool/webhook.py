@@ -16,20 +16,31 @@ controller serves the webhook, leader or not, so it does not depend on the leade
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import ipaddress
 import json
 import logging
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
 from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
+from warmscale.warmpool.http_limits import (
+    BodyTooLarge,
+    BoundedSite,
+    ConnectionLimits,
+    HttpMetrics,
+    make_runner,
+    read_body,
+)
 from warmscale.warmpool.model_uri import cache_dir, staged_label_key
 
 log = logging.getLogger("warmscale.warmpool.webhook")
@@ -159,24 +170,86 @@ def affinity_patch(pod: Obj, key: str) -> list[dict[str, Any]]:
              "value": term}]
 
 
-def review_response(review: Obj, workloads: Sequence[Obj], image: str | None = None,
-                    allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> dict[str, Any]:
+def reserved_volume_clash(pod: Obj) -> str | None:
+    """The name of a volume the pod already has under a name the webhook reserves for its own cache or
+    source volume, or None. The engine mutation is then left out (never stage into a user's volume)."""
+    spec = pod.get("spec") or {}
+    if any(c.get("name") == ENSURE_CONTAINER for c in spec.get("initContainers") or []):
+        return None  # already ours (engine_patch leaves such a pod as is)
+    names = {v.get("name") for v in spec.get("volumes") or []}
+    return next((n for n in (CACHE_VOLUME, SOURCE_VOLUME) if n in names), None)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A review's AdmissionReview and how it ended (``result``: a label of ``warmscale_webhook_reviews_total``)."""
+
+    review: dict[str, Any]
+    result: str
+
+
+def answer(review: Obj, workloads: Sequence[Obj], image: str | None = None,
+           allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Answer:
     """AdmissionReview (v1) in -> AdmissionReview out. Always allows; patches only matching pod CREATEs:
-    the preferred affinity on staged nodes, and (with the stager ``image``) the engine's staged copy."""
+    the preferred affinity on staged nodes, and (with the stager ``image``) the engine's staged copy.
+
+    A pod with a volume of a reserved name (:func:`reserved_volume_clash`) gets the affinity only, and a
+    warning in the response."""
     req = review.get("request") or {}
     resp: dict[str, Any] = {"uid": req.get("uid", ""), "allowed": True}
     pod = req.get("object") or {}
+    result = "unchanged"
     if req.get("operation") == "CREATE" and (req.get("kind") or {}).get("kind") == "Pod" and not req.get(
             "subResource"):
         key = staged_key_for(pod, workloads, allowed_roots)
         patch = affinity_patch(pod, key) if key else []
         cfg = config_for(pod, workloads, allowed_roots) if image else None
-        if cfg is not None and image:
+        clash = reserved_volume_clash(pod) if cfg is not None else None
+        if clash is not None:
+            result = "volume_conflict"
+            resp["warnings"] = [f"warmscale: the pod already has a volume named {clash!r} (reserved for the "
+                                "warm-pool's model cache): the staged copy is not mounted; rename the volume"]
+        elif cfg is not None and image:
             patch += engine_patch(pod, cfg, image)
         if patch:
             resp["patchType"] = "JSONPatch"
             resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+            result = "mutated" if result == "unchanged" else result
+    return Answer({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}, result)
+
+
+def review_response(review: Obj, workloads: Sequence[Obj], image: str | None = None,
+                    allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> dict[str, Any]:
+    """The AdmissionReview of :func:`answer`."""
+    return answer(review, workloads, image, allowed_roots).review
+
+
+def review_problem(review: Any) -> str | None:
+    """What makes ``review`` unanswerable (no AdmissionReview request with a uid), or None."""
+    if not isinstance(review, dict):
+        return "the body is not a JSON object"
+    req = review.get("request")
+    if not isinstance(req, dict):
+        return "the AdmissionReview has no request object"
+    if not isinstance(req.get("uid"), str) or not req["uid"]:
+        return "request.uid is missing or not a string"
+    return None
+
+
+def allowed_unchanged(uid: str, warning: str) -> dict[str, Any]:
+    """An AdmissionReview admitting the pod without a patch, with a warning for whoever created it."""
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": uid, "allowed": True, "warnings": [warning]}}
+
+
+_UID = re.compile(rb'"uid"\s*:\s*"([0-9A-Za-z-]{1,128})"')
+
+
+def uid_in_prefix(prefix: bytes) -> str | None:
+    """The request uid of a truncated AdmissionReview (the API server writes it first in the request)."""
+    at = prefix.find(b'"request"')
+    m = _UID.search(prefix, at if at >= 0 else 0)
+    return m.group(1).decode() if m else None
 
 
 class WorkloadLister:
@@ -202,24 +275,97 @@ class WorkloadLister:
         return out
 
 
-def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Any:
+class WebhookMetrics:
+    """What the webhook answered, and the state of its serving certificate (every replica)."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = registry or CollectorRegistry()
+        self.reviews = Counter("warmscale_webhook_reviews_total", "Admission reviews by result: mutated, "
+                               "unchanged, and admitted unmutated because of a problem (list_failed, malformed, "
+                               "too_large, volume_conflict)", ["result"], registry=self.registry)
+        self.certificate_refused = Gauge("warmscale_webhook_certificate_refused", "1 while the certificate in "
+                                         "the webhook's Secret cannot be loaded (the previous one is still "
+                                         "served, if any); 0 otherwise", registry=self.registry)
+        self.certificate_not_after = Gauge("warmscale_webhook_certificate_expiry_timestamp_seconds",
+                                           "Expiry of the certificate the webhook serves", registry=self.registry)
+
+
+# The API server's own limit on a request body is 3 MiB (kube-apiserver --max-request-bytes default), so a
+# review of a pod it accepted fits; the rest is the AdmissionReview envelope.
+MAX_REVIEW_BYTES = 3 * 1024 * 1024 + 256 * 1024
+# Reviews read and answered at once: bounds the memory of large reviews (each parses to ~10x its size).
+REVIEWS_IN_FLIGHT = 16
+
+
+def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
+             metrics: WebhookMetrics | None = None, body_timeout_s: float = ConnectionLimits().body_timeout_s,
+             max_review_bytes: int = MAX_REVIEW_BYTES) -> Any:
     from aiohttp import web
 
+    counts = metrics or WebhookMetrics()
+    gate = asyncio.Semaphore(REVIEWS_IN_FLIGHT)
+
+    def reply(body: dict[str, Any], result: str, status: int = 200) -> web.Response:
+        counts.reviews.labels(result).inc()
+        return web.json_response(body, status=status)
+
     async def mutate(request: web.Request) -> web.Response:
-        review = await request.json()
-        ns = ((review.get("request") or {}).get("namespace")) or ""
+        async with gate:
+            return await _mutate(request)
+
+    async def _mutate(request: web.Request) -> web.Response:
+        try:
+            raw = await read_body(request, max_review_bytes, body_timeout_s)
+        except BodyTooLarge as exc:
+            uid = uid_in_prefix(exc.prefix)
+            log.warning("admission review over the size limit; admitting unchanged",
+                        extra={"limit_bytes": max_review_bytes, "uid": uid})
+            msg = (f"warmscale: the admission review is over {max_review_bytes} bytes: the pod is admitted "
+                   "without the warm-pool mutation")
+            resp = reply(allowed_unchanged(uid, msg), "too_large") if uid else reply(
+                {"error": msg}, "too_large", status=413)
+            resp.force_close()  # the rest of the body is not read
+            return resp
+        except TimeoutError:
+            log.warning("admission review body not received in time", extra={"timeout_s": body_timeout_s})
+            resp = reply({"error": "request body not received in time"}, "malformed", status=408)
+            resp.force_close()
+            return resp
+        try:
+            review = json.loads(raw)
+        except ValueError as exc:
+            review, problem = None, f"the body is not JSON ({exc})"
+        else:
+            problem = review_problem(review)
+        if problem is not None:
+            log.warning("malformed admission review", extra={"problem": problem[:200], "bytes": len(raw)})
+            return reply({"error": problem}, "malformed", status=400)
+        req = review["request"]
+        uid = req["uid"]
+        ns = req.get("namespace") if isinstance(req.get("namespace"), str) else ""
+        listed = True
         try:
             workloads = await lister(ns) if ns else []
         except Exception as exc:  # never block pod creation: allow without a patch
             log.warning("listing workloads failed; admitting unchanged", extra={"error": str(exc)[:200]})
-            workloads = []
-        out = review_response(review, workloads, image, allowed_roots)
-        log.debug("admission review", extra={"namespace": ns, "workloads": len(workloads),
-                                             "patched": bool(out["response"].get("patch"))})
-        if out["response"].get("patch"):
+            workloads, listed = [], False
+        try:
+            out = answer(review, workloads, image, allowed_roots)
+        except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:  # a field of the wrong shape
+            log.warning("malformed admission review", extra={"uid": uid, "error": f"{type(exc).__name__}: {exc}"[:200]})
+            return reply(allowed_unchanged(uid, "warmscale: the admission review could not be read; the pod is "
+                                           "admitted without the warm-pool mutation"), "malformed")
+        result = out.result if listed or out.result != "unchanged" else "list_failed"
+        if result == "volume_conflict":
+            log.warning("pod has a volume of a reserved name; staged copy not mounted", extra={"namespace": ns})
+        elif out.review["response"].get("patch"):
             log.info("pod mutated (staged nodes preferred, staged copy mounted)", extra={"namespace": ns, "pod": (
-                (review["request"].get("object") or {}).get("metadata") or {}).get("generateName")})
-        return web.json_response(out)
+                (req.get("object") or {}).get("metadata") or {}).get("generateName")})
+        else:
+            log.debug("admission review", extra={"namespace": ns, "workloads": len(workloads)})
+        return reply(out.review, result)
 
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -232,22 +378,22 @@ def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[s
 
 async def serve(lister: Lister, port: int, cert_file: str | None, key_file: str | None, host: str = "0.0.0.0",
                 image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
-                context: ssl.SSLContext | None = None) -> Any:
-    """Start the HTTPS server; returns the aiohttp runner (``await runner.cleanup()`` to stop).
+                context: ssl.SSLContext | None = None, metrics: WebhookMetrics | None = None,
+                limits: ConnectionLimits = ConnectionLimits(), http_metrics: HttpMetrics | None = None) -> Any:
+    """Start the HTTPS server under ``limits``; returns the aiohttp runner (``await runner.cleanup()`` to stop).
 
     ``context``: an SSL context the caller keeps current (:class:`warmpool.certs.SecretCertificate`),
     instead of the certificate files."""
-    from aiohttp import web
-
     ctx = context
     if ctx is None:
         assert cert_file and key_file
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(cert_file, key_file)
-    runner = web.AppRunner(make_app(lister, image, allowed_roots), access_log=None)
+    runner = make_runner(make_app(lister, image, allowed_roots, metrics, limits.body_timeout_s), limits)
     await runner.setup()
-    await web.TCPSite(runner, host, port, ssl_context=ctx).start()
-    log.info("webhook listening", extra={"port": port})
+    site = BoundedSite(runner, host, port, ssl_context=ctx, limits=limits, name="webhook", metrics=http_metrics)
+    await site.start()
+    log.info("webhook listening", extra={"port": site.port})
     return runner
 
 

@@ -21,6 +21,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "rbac": ("warmscale.warmpool.rbac",
              "print the warm-pool controller's RBAC (cluster-wide, or --namespace NS: Roles per "
              "namespace) or its node-write admission policy"),
+    "ca-bundle": ("warmscale.warmpool.cabundle",
+                  "copy the self-managed CA bundle into the webhook configuration's caBundle once (namespaced "
+                  "install: the controller may not patch it)"),
     "stage": ("warmscale.warmpool.stager", "stage model weights into a node-local cache (runs in a Job)"),
     "advise": ("warmscale.advise.cli", "which orchestration layer repeated failures ask for (read-only)"),
     "explain": ("warmscale.explain", "why a running scaler asks for its count: the last decisions' traces"),

@@ -31,7 +31,9 @@ ENGINES = ["vllm", "sglang", "trtllm-triton", "tgi"]
 
 # Series Prometheus adds itself for every target.
 PROMETHEUS_SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
-                        "scrape_samples_post_metric_relabeling", "scrape_series_added"}
+                        "scrape_samples_post_metric_relabeling", "scrape_series_added",
+                        # the API server's (alert WarmscaleWebhookFailingOpen; kube-apiserver >= 1.24)
+                        "apiserver_admission_webhook_fail_open_count"}
 
 
 def require_tool(path: str | None, what: str) -> str:

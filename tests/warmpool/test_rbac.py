@@ -74,4 +74,11 @@ def test_namespaced_overlay_renders() -> None:
     assert ("Role", "llm", "warmscale-warmpool") in names and ("Role", "llm", "warmscale-warmpool-leader") in names
     assert ("ValidatingAdmissionPolicy", None, "warmscale-warmpool-node-writes") in names
     ctl = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "warmscale-controller")
-    assert "--namespace=llm" in ctl["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = ctl["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=llm" in args
+    # no cluster-wide lever on the webhook: no grant on its configuration, and the controller leaves the
+    # caBundle alone (the last --webhook-configuration wins); `warmscale ca-bundle` sets it (issue 20 item 12)
+    hooks = [r for o in objs if o["kind"] == "ClusterRole" for r in o["rules"]
+             if "mutatingwebhookconfigurations" in r["resources"]]
+    assert hooks == [] and ("ClusterRoleBinding", None, "warmscale-warmpool-webhook") not in names
+    assert [a for a in args if a.startswith("--webhook-configuration")][-1] == "--webhook-configuration="
