@@ -62,9 +62,12 @@ class ScalerConfig:
     time_to_ready_seconds: float = 120.0
     trend_window_seconds: float = 60.0
     scale_down_stabilization_seconds: float = 300.0
-    node_idle_seconds: float = 600.0
+    # 0: a released replica's GPU node stays and costs nothing more (a fixed node pool, the common
+    # case); where a cluster autoscaler provisions nodes on demand, its scale-down-unneeded-time.
+    node_idle_seconds: float = 0.0
     scale_up_max_step: float = 2.0
     idle_window_seconds: float = 60.0
+    hold_through_idle: bool = False
     staleness_seconds: float = 30.0
     scrape_interval_seconds: float = 1.0
     scrape_timeout_seconds: float = 2.0
@@ -358,12 +361,19 @@ KEYS: tuple[Key, ...] = (
         "Minimum hold of a recent peak need (the burst hold keeps it for the break-even time of "
         "releasing capacity, at least this long; docs/policy.md)."),
     Key("nodeIdleSeconds", "node_idle_seconds", _parse_float, Range(0, _SECONDS_DAY),
-        "How long a released GPU node stays (billed, idle) before the cluster autoscaler removes it "
-        "(cluster-autoscaler scale-down-unneeded-time); part of the burst hold's break-even time."),
+        "How long a released GPU node stays (billed, idle) before the cluster autoscaler removes it; part "
+        "of the burst hold's break-even time. 0 (the default): nodes are not provisioned on demand, so a "
+        "release idles nothing billed. With a cluster autoscaler, its scale-down-unneeded-time (600 s "
+        "by default)."),
     Key("scaleUpMaxStep", "scale_up_max_step", _parse_float, Range(1, 100),
         "Largest multiplicative step of the proportional (KV, TTFT) rules per decision."),
     Key("idleWindowSeconds", "idle_window_seconds", _parse_float, Range(0, 7 * _SECONDS_DAY),
-        "No requests finished and no tokens generated for this long, before idle counts (scale to zero)."),
+        "No requests finished and no tokens generated for this long, before idle counts (scale to zero). "
+        "With scaleToZero, a workload fully idle this long goes to zero even while a burst hold is in "
+        "force, unless holdThroughIdle is true."),
+    Key("holdThroughIdle", "hold_through_idle", parse_bool, None,
+        "Keep a burst hold in force through full idleness: no scale to zero until the held peak's "
+        "break-even time has passed (docs/policy.md, \"The hold and the idle window\"). Default false."),
     Key("stalenessSeconds", "staleness_seconds", _parse_float, Range(0.1, _SECONDS_DAY),
         "A replica's signal older than this is unknown."),
     Key("scrapeIntervalSeconds", "scrape_interval_seconds", _parse_float, Range(0.1, 3600),

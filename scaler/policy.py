@@ -23,7 +23,7 @@ from warmscale.scaler.decide.bounds import bounds
 from warmscale.scaler.decide.confirm import confirm
 from warmscale.scaler.decide.fleet import Fleet, fleet_of
 from warmscale.scaler.decide.guards import partial_data, pd_ratio
-from warmscale.scaler.decide.hold import burst_hold, lost_state_hold, window_max_push
+from warmscale.scaler.decide.hold import burst_hold, hold_in_force, lost_state_hold, window_max_push
 from warmscale.scaler.decide.landing import METRIC_TARGET, landing
 from warmscale.scaler.decide.need import MIN_TTFT_SAMPLES, SCALE_DOWN_HEADROOM, need
 from warmscale.scaler.decide.trace import Step
@@ -74,7 +74,8 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     trace.append(step)
     desired, reason, step = pd_ratio(desired, reason, obs)
     trace.append(step)
-    desired, active, reason, step = bounds(desired, reason, obs, cfg, fleet)
+    holding = cfg.hold_through_idle and hold_in_force(state, cfg, now, fleet)
+    desired, active, reason, step = bounds(desired, reason, obs, cfg, fleet, holding)
     trace.append(step)
     desired, reason, state, step = burst_hold(desired, reason, obs, state, cfg, now, fleet)
     trace.append(step)

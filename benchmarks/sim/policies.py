@@ -101,6 +101,9 @@ def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, 
         # operator names one (model_profile_for), else the engine's generic prior.
         "targetWaitingPerReplica": "4",
         "scaleDownStabilizationSeconds": "600",
+        # The simulated cluster provisions GPU nodes on demand and keeps an unneeded one 10 minutes
+        # (benchmarks/sim/cluster.py node_idle_s, cluster-autoscaler's default): its users write that.
+        "nodeIdleSeconds": "600",
     }
     if time_to_ready_s is not None:
         md["timeToReadySeconds"] = f"{time_to_ready_s:g}"

@@ -8,14 +8,17 @@ from warmscale.scaler.decide.trace import Step
 from warmscale.scaler.observation import Observation
 
 
-def bounds(desired: int, reason: str, obs: Observation, cfg: ScalerConfig, fleet: Fleet) -> tuple[int, bool, str, Step]:
+def bounds(desired: int, reason: str, obs: Observation, cfg: ScalerConfig, fleet: Fleet,
+           holding: bool = False) -> tuple[int, bool, str, Step]:
     """Zero only where allowed, every input is known and the workload has been idle for
     ``idleWindowSeconds``; otherwise at least ``max(1, minReplicas, warm floor)``; at most
-    ``maxReplicas``. Returns (count, active, reason, step)."""
+    ``maxReplicas``. The idle window wins over a burst hold (``holding``: one is in force) unless
+    ``holdThroughIdle`` is set. Returns (count, active, reason, step)."""
     before = desired
     idle = desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
     active = True
-    if fleet.may_zero and idle and not obs.uncertain:
+    held_through = idle and cfg.hold_through_idle and holding
+    if fleet.may_zero and idle and not obs.uncertain and not held_through:
         desired, active, reason = 0, False, "idle"
     else:
         lower = max(1, fleet.min_replicas)
@@ -25,5 +28,6 @@ def bounds(desired: int, reason: str, obs: Observation, cfg: ScalerConfig, fleet
         desired, reason = cfg.max_replicas, "max-replicas"
     step = Step("bounds", before, desired, reason if desired != before or not active else "ok",
                 {"min_replicas": fleet.min_replicas, "max_replicas": cfg.max_replicas, "may_zero": fleet.may_zero,
-                 "load": obs.load, "idle_for_s": obs.idle_for, "idle_window_s": cfg.idle_window_seconds})
+                 "load": obs.load, "idle_for_s": obs.idle_for, "idle_window_s": cfg.idle_window_seconds,
+                 "hold_through_idle": cfg.hold_through_idle, "held_through_idle": held_through})
     return desired, active, reason, step

@@ -31,6 +31,12 @@ def window_max_push(
     return tuple(kept)
 
 
+def hold_in_force(state: ScalerState, cfg: ScalerConfig, now: float, fleet: Fleet) -> bool:
+    """Whether a recent peak still holds a replica (its break-even time has not passed)."""
+    return any(held_count(0, v, now - t, fleet.ladder, cfg.node_idle_seconds, cfg.scale_down_stabilization_seconds) > 0
+               for t, v in state.recommendations if v > 0)
+
+
 def burst_hold(desired: int, reason: str, obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float,
                fleet: Fleet) -> tuple[int, str, ScalerState, Step]:
     before = desired
@@ -63,7 +69,8 @@ def burst_hold(desired: int, reason: str, obs: Observation, state: ScalerState, 
     step = Step("hold", before, desired, reason if desired != before else "ok",
                 {"hold_window_s": window, "node_idle_s": cfg.node_idle_seconds,
                  "stabilization_s": cfg.scale_down_stabilization_seconds, "peak": recs[0][1],
-                 "peak_age_s": now - recs[0][0], "held_since_s": None if held_from is None else now - held_from})
+                 "peak_age_s": now - recs[0][0], "hold_left_s": max(0.0, window - (now - recs[0][0])),
+                 "held_since_s": None if held_from is None else now - held_from})
     return desired, reason, state, step
 
 

@@ -167,3 +167,29 @@ async def _wait(pred: object, within: float, what: str) -> None:
         await asyncio.sleep(0.2)
     raise TimeoutError(f"timed out waiting for {what}")
 
+
+
+async def test_an_explicit_idle_window_releases_a_held_burst_through_keda(e2e: E2E) -> None:
+    """The burst hold (here nodeIdleSeconds 600 + timeToReadySeconds 120: 720 s) does not outlast a
+    user's explicit idleWindowSeconds: once every replica has been fully idle that long the scaler is
+    inactive at 0 and KEDA scales the Deployment to zero after its cooldownPeriod (docs/policy.md,
+    "The hold and the idle window")."""
+    w = await e2e.workload("llm", 1)
+    scaler = e2e.scaler()
+    meta = e2e.metadata(w, scaleToZero="true", minReplicas="0", idleWindowSeconds="5",
+                        nodeIdleSeconds="600", timeToReadySeconds="120", burstConfirmSeconds="0")
+    await e2e.scale_with(w, scaler, meta, min_replicas=0, max_replicas=8, cooldown=10)
+    w.engines.set_concurrency(55)
+    await w.timeline.wait(spec=6, within=90, what="the burst's 6 replicas")
+    t_quiet = time.monotonic()
+    w.engines.set_concurrency(0)
+    await w.timeline.wait(spec=0, within=90, what="zero after the idle window and the cooldown")
+    t_zero = w.timeline.first(t_quiet, spec=0)
+    assert t_zero is not None
+    held = [d for d in scaler.decisions(e2e.namespace, w.name) if d.get("reason") == "burst-hold"]
+    idle = [d for d in scaler.decisions(e2e.namespace, w.name) if d.get("reason") == "idle"]
+    assert idle, "no idle decision"
+    report("idle-window-releases-hold", quiet_to_zero_s=round(t_zero - t_quiet, 2), burst_hold_decisions=len(held),
+           replicas=w.timeline.specs_since(t_quiet))
+    # idle window (5 s after the last request finished) + cooldown (10 s) + KEDA's loops, far below 720 s
+    assert t_zero - t_quiet < 60, t_zero - t_quiet

@@ -112,3 +112,37 @@ def test_landing_reports_the_count_and_keeps_an_unsized_one_out_of_the_state(
     assert value == pytest.approx(desired) and active is True  # no zero allowed: always active
     assert state.last_desired == last_after and state.last_decision_at == NOW
     assert step.why == ("sized" if sized else "unsized")
+
+
+def _burst_then_idle(**meta: str) -> list[tuple[int, bool, str]]:
+    """6 replicas busy for 30 s, then fully idle for 40 s; (desired, active, reason) per idle second."""
+    from tests.scaler.test_policy import Run, replica
+
+    r = Run(cfg(scaleToZero="true", minReplicas="0", idleWindowSeconds="5", targetInflightPerReplica="10",
+                burstConfirmSeconds="0", maxReplicas="10", nodeIdleSeconds="600", timeToReadySeconds="120", **meta))
+    names = [f"r{i}" for i in range(6)]
+    done = 0
+    for _ in range(30):
+        done += 10
+        r.step([replica(n, running=10, requests=done) for n in names], ready_replicas=6, current_replicas=6,
+               starting_replicas=0)
+    out = []
+    for _ in range(40):
+        d = r.step([replica(n, running=0, requests=done) for n in names], ready_replicas=6, current_replicas=6,
+                   starting_replicas=0)
+        out.append((d.desired, d.active, d.reason))
+    return out
+
+
+def test_an_explicit_idle_window_wins_over_the_burst_hold() -> None:
+    seen = _burst_then_idle()
+    assert seen[0][0] == 6 and seen[0][2] in ("scale-down-stabilization", "burst-hold")  # held while not idle yet
+    assert seen[-1] == (0, False, "idle")  # 600 + 120 s of hold do not outlast 5 s of full idleness
+    first_zero = next(i for i, s in enumerate(seen) if s[0] == 0)
+    assert 4 <= first_zero <= 6
+
+
+def test_hold_through_idle_keeps_the_held_peak() -> None:
+    seen = _burst_then_idle(holdThroughIdle="true")
+    assert all(d == 6 and active for d, active, _ in seen)  # the hold (720 s) is still in force
+    assert {reason for *_, reason in seen} <= {"scale-down-stabilization", "burst-hold"}
