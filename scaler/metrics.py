@@ -74,6 +74,10 @@ class ScalerMetrics:
                               "or serves a stale decision.", SO_LABELS, registry=r)
         self.leader = Gauge("warmscale_lease_held", "1 while this instance computes the ScaledObject's decision.",
                             SO_LABELS, registry=r)
+        self.slo_attainment = Gauge("warmscale_slo_attainment_ratio",
+                                    "Share of requests within the SLO (slo: ttft or itl) over the window (5m, 1h, 1d), "
+                                    "from the engines' histograms since this scaler started tracking; NaN: none.",
+                                    (*SO_LABELS, "slo", "window"), registry=r)
         self.compute_seconds = Histogram("warmscale_decision_seconds", "Time to read a snapshot and decide.",
                                          buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0),
                                          registry=r)
@@ -101,6 +105,9 @@ class ScalerMetrics:
                 metric.remove(namespace, name)
             except KeyError:
                 pass
+        for labels in [tuple(k) for k in self.slo_attainment._metrics]:
+            if labels[:2] == (namespace, name):
+                self.slo_attainment.remove(*labels)
         for labels in list(self._decision_label_sets()):
             if labels[:2] == (namespace, name):
                 try:

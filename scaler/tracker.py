@@ -35,6 +35,8 @@ from warmscale.scaler.metrics import ScalerMetrics
 from warmscale.scaler.observation import Observation, observe
 from warmscale.scaler.pdgroup import Member, peer, ratio_floor
 from warmscale.scaler.policy import Decision, decide
+from warmscale.scaler.slo_ledger import WINDOWS as SLO_WINDOWS
+from warmscale.scaler.slo_ledger import SloLedger, within
 from warmscale.scaler.state import ScalerState
 from warmscale.scaler.store import Store as StoreProtocol
 from warmscale.scaler.store import StoreError, TrackerRecord
@@ -168,6 +170,7 @@ class Tracker:
         self._warm_known = False
         self._warm_fresh = False
         self._series = _Series(manager.metrics, namespace, name)
+        self._slo: dict[str, SloLedger] = {}  # per SLO (ttft, itl), since this tracker started
         self._bursts_published = -math.inf
 
     # -- RPC side -------------------------------------------------------------------------------
@@ -412,6 +415,7 @@ class Tracker:
         snapshot = await self._with_pd_group(snapshot)
 
         obs, state = observe(snapshot, self._state, self.cfg)
+        self._account_slo(state, snapshot.taken_at)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
         state = self._record_bursts(state, decision, snapshot)
         decided = m.clock()  # the stored decision's age (for followers) counts from here, not from the read
@@ -572,6 +576,23 @@ class Tracker:
                 changes["warm_capacity"] = ws.placeholders_ready
         return replace(snapshot, **changes)
 
+    def _account_slo(self, state: ScalerState, now: float) -> None:
+        """Add this decision's new first tokens and inter-token latencies to the SLO ledgers and export
+        the windows (docs/policy.md, "SLO attainment")."""
+        for slo, limit, new in (
+            ("ttft", self.cfg.ttft_slo_seconds, [h for t, h in state.ttft_deltas if t == now]),
+            ("itl", self.cfg.itl_slo_seconds, [h for t, h, _ in state.itl_deltas if t == now]),
+        ):
+            if limit is None:
+                continue
+            ledger = self._slo.get(slo, SloLedger())
+            for h in new:
+                ledger = ledger.add(now, *within(h, limit))
+            self._slo[slo] = ledger
+            for label, _, _ in SLO_WINDOWS:
+                r = ledger.ratio(now, label)
+                self._series.slo(slo, label).set(r if r is not None else math.nan)
+
     def _observe_metrics(self, obs: Observation, snapshot: Snapshot, now: float) -> None:
         s = self._series
         s.waiting.set(obs.waiting)
@@ -648,6 +669,9 @@ class _Series:
         for attr in ScalerMetrics.PER_SO:
             setattr(self, attr, getattr(m, attr).labels(*labels))
         self._reasons: dict[str, Any] = {}
+
+    def slo(self, slo: str, window: str) -> Any:
+        return self._m.slo_attainment.labels(*self._labels, slo, window)
 
     def decision(self, reason: str) -> Any:
         child = self._reasons.get(reason)
