@@ -201,10 +201,14 @@ def check_source(uri: ModelURI, root: Path) -> None:
     stager runs, also after symlinks are resolved."""
     if uri.scheme != "file":
         return
-    for p in (Path(uri.path), Path(uri.path).resolve()):
+    r = root.resolve()
+    for resolve in (False, True):  # the path as given first: resolving one under /proc may itself be refused
+        try:
+            p = Path(uri.path).resolve() if resolve else Path(uri.path)
+        except OSError as exc:
+            raise RootError(f"source {uri} cannot be resolved ({exc}); refused") from None
         if (s := system_path_conflict(str(p))) is not None:
             raise RootError(f"source {uri} is a system path or overlaps one ({s}); refused")
-        r = root.resolve()
         if p == r or p.is_relative_to(r) or r.is_relative_to(p):
             raise RootError(f"source {uri} overlaps the cache root {r}; refused")
 

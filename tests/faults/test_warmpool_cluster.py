@@ -206,8 +206,8 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
 
             async def switched() -> bool:
                 labs = [(await core.read_node(n)).metadata.labels or {} for n in NODES]
-                return not any(lab.get(label(ns)) for lab in labs) and any(lab.get(label(ns, URI2)) for lab in labs) and \
-                    not await s.managed(admin, ns, "placeholder")
+                return not any(lab.get(label(ns)) for lab in labs) and \
+                    any(lab.get(label(ns, URI2)) for lab in labs) and not await s.managed(admin, ns, "placeholder")
 
             await s.poll(switched, 60, "rev1 evicted and unlabelled, rev2 staged, placeholder gone")
             with pytest.raises(ApiException) as gone:

@@ -243,7 +243,8 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 env_vars = {e.name: e.value for e in pod.spec.containers[0].env}
                 from warmscale.warmpool.model_uri import cache_dir
 
-                assert env_vars["WARMSCALE_MODEL_PATH"] == cache_dir(cfg.cache_root, cfg.cache_key(EXAMPLE_NS)) + "/data"
+                want = cache_dir(cfg.cache_root, cfg.cache_key(EXAMPLE_NS)) + "/data"
+                assert env_vars["WARMSCALE_MODEL_PATH"] == want
                 pref = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
                 assert any(t.preference.match_expressions[0].key == label for t in pref)
 
