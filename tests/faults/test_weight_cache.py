@@ -387,3 +387,44 @@ def test_token_not_sent_to_another_origin_after_a_redirect(hub: hs.Hub, tmp_path
 def test_hash_helper_matches_the_listing() -> None:
     """The stand-in's LFS digests are plain SHA-256 of the bytes, as the Hub's are."""
     assert hs.listing({"a": b"x"}, lfs={"a"}).count(hashlib.sha256(b"x").hexdigest().encode()) == 1
+
+
+# ------------------------------------------------------------------ upgrade: labels and entries of URI-only keys
+
+
+def test_an_earlier_controllers_labels_and_entries_are_cleaned_up(tmp_path: Path) -> None:
+    """Labels keyed by the URI alone are stale after the upgrade (no workload uses that key): the clean-up
+    Job removes the URI-only entry (``--legacy-entry``), never the tenants' new ones."""
+    import json
+
+    from warmscale.warmpool.planning import cleanup_plan
+
+    uri = parse_model_uri("hf://org/m@r1")
+    old_key = "warmscale.io/staged-" + hashlib.sha256(uri.canonical.encode()).hexdigest()[:10]
+    n = node("n1")
+    n["metadata"]["labels"][old_key] = "true"
+    n["metadata"]["annotations"] = {old_key: json.dumps({"ns": "a", "uri": uri.canonical,
+                                                         "root": "/var/lib/warmscale/models"})}
+    new_key = staged_label_key(CacheKey(uri, "a"))
+    p = cleanup_plan([n], [], {new_key})
+    assert p.create_evict_jobs == [("a", old_key, uri.canonical, "/var/lib/warmscale/models", "n1", "legacy")]
+    job = ob.evict_job(*p.create_evict_jobs[0][:5], "img", pinned="legacy")
+    args = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--legacy-entry" in args and args[args.index("--namespace") + 1] == "a"
+    # on the node: the URI-only entry goes, the namespace's own entry stays
+    root = tmp_path / "cache"
+    stager.stage(CacheKey(uri, "a"), root, fetcher=_writer(b"new"))
+    legacy = root.resolve() / uri.legacy_cache_name
+    (legacy / "data").mkdir(parents=True)
+    (legacy / "data" / "w.bin").write_bytes(b"old")
+    (legacy / stager.OWNER).write_text(json.dumps({"format": stager.OWNER_FORMAT, "name": legacy.name,
+                                                   "uri": uri.canonical}))
+    (legacy / stager.READY).write_text(json.dumps({"uri": uri.canonical, "size": 3, "sha256": "0" * 64}))
+    assert run("--evict", "--legacy-entry", "--uri", uri.canonical, "--cache-root", str(root), "--namespace", "a") == 0
+    assert not legacy.exists() and stager.is_ready(root, CacheKey(uri, "a"))
+    # a digest-keyed record names its digest, so the Job finds that entry
+    sha = "ab" * 32
+    n["metadata"]["annotations"][new_key] = ob.staged_record("a", uri.canonical, "/var/lib/warmscale/models", sha)
+    n["metadata"]["labels"][new_key] = "true"
+    jobs = {j[1]: j for j in cleanup_plan([n], [], set()).create_evict_jobs}
+    assert jobs[new_key][-1] == sha and jobs[old_key][-1] == "legacy"
