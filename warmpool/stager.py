@@ -58,13 +58,14 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from warmscale.warmpool.cache_roots import system_path_conflict
 from warmscale.warmpool.model_uri import CacheKey, ModelURI, ModelURIError, cache_dir, parse_model_uri
 from warmscale.warmpool.quantity import parse_quantity
 
 log = logging.getLogger("warmscale.stager")
+T = TypeVar("T")
 READY = ".ready"
 OWNER = ".warmscale-entry"  # ownership marker, written first into every work dir
 OWNER_FORMAT = "warmscale.io/cache-entry/v1"
@@ -313,10 +314,12 @@ def _content_length(r: Any) -> int | None:
     return n if n is not None and n >= 0 else None
 
 
-def _http_read(url: str, headers: dict[str, str], deadline: Deadline, limit: int) -> bytes:
-    """A whole (small) response body, checked against its Content-Length; retried on transient failures."""
+def _http_read(url: str, headers: dict[str, str], deadline: Deadline, limit: int,
+               check: Callable[[bytes], T]) -> T:
+    """``check`` of a whole (small) response body, checked against its Content-Length; retried on transient
+    failures, and when ``check`` raises :class:`_Retry` (e.g. a proxy's error page instead of JSON)."""
 
-    def once() -> bytes:
+    def once() -> T:
         with _opener().open(urllib.request.Request(url, headers=headers), timeout=deadline.timeout()) as r:
             want = _content_length(r)
             buf = bytearray()
@@ -327,7 +330,7 @@ def _http_read(url: str, headers: dict[str, str], deadline: Deadline, limit: int
                     raise StageError(f"{url}: response larger than {limit} bytes")
         if want is not None and len(buf) != want:
             raise _Retry(f"{url}: body cut at {len(buf)} of {want} bytes")
-        return bytes(buf)
+        return check(bytes(buf))
 
     return _attempts(f"GET {url}", deadline, once)  # type: ignore[no-any-return]
 
@@ -383,12 +386,12 @@ def _sha_or_none(v: object) -> str | None:
 
 def parse_hf_listing(body: bytes, what: str) -> list[RemoteFile]:
     """The files of a Hub revision listing (``/api/models/<repo>/revision/<rev>?blobs=true``), validated:
-    not JSON, no ``siblings`` list, an entry without a file name, a duplicate, a file that is also a
-    directory of another: a source error (exit 5), never a traceback."""
+    not JSON (retried: :class:`_Retry`), no ``siblings`` list, an entry without a file name, a duplicate,
+    a file that is also a directory of another, no files: a source error (exit 5), never a traceback."""
     try:
         info = json.loads(body)
-    except ValueError as exc:
-        raise StageError(f"{what}: the listing is not JSON ({exc})") from None
+    except ValueError as exc:  # a proxy's or gateway's page in its place: worth another try
+        raise _Retry(f"{what}: the listing is not JSON ({exc})") from None
     sibs = info.get("siblings") if isinstance(info, dict) else None
     if not isinstance(sibs, list):
         raise StageError(f"{what}: the listing has no siblings list")
@@ -424,7 +427,8 @@ def _fetch_hf(uri: ModelURI, dest: Path, deadline: Deadline) -> None:
         headers["Authorization"] = f"Bearer {token}"
     rev = urllib.parse.quote(uri.revision, safe="")
     listing = f"{endpoint}/api/models/{uri.location}/revision/{rev}?blobs=true"
-    files = parse_hf_listing(_http_read(listing, headers, deadline, LISTING_MAX_BYTES), f"listing {uri}")
+    files = _http_read(listing, headers, deadline, LISTING_MAX_BYTES,
+                       functools.partial(parse_hf_listing, what=f"listing {uri}"))
     for f in files:
         target = _safe_join(dest, f.path)
         try:
