@@ -51,11 +51,13 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,6 +83,11 @@ HTTP_ATTEMPTS = 5  # per request: resets, cut bodies, 5xx/429 are retried with b
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 2.0, 60.0
 LISTING_MAX_BYTES = 64 * 1024 * 1024  # a Hub revision listing; the largest real ones are a few MB
 SECRET_HEADERS = ("authorization", "cookie")  # never sent to another origin after a redirect
+# Hub files downloaded at once: huggingface_hub's snapshot_download default (max_workers=8); more only
+# splits the same link, fewer leaves a multi-shard model waiting on one file at a time.
+HF_PARALLEL_FILES = 8
+HF_TRUE = ("1", "true", "yes", "on")  # how huggingface_hub reads its boolean env variables
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
 class StageError(RuntimeError):
@@ -103,6 +110,12 @@ class OccupiedError(StageError):
 
 class RootError(StageError):
     """The cache root (or a file:// source) is, or overlaps, a system path."""
+
+    exit_code = 2
+
+
+class ConfigError(StageError):
+    """A bad value in the stager's environment (e.g. HF_HUB_DOWNLOAD_TIMEOUT): a bad argument."""
 
     exit_code = 2
 
@@ -136,9 +149,9 @@ class Deadline:
         if self.remaining() <= 0:
             raise DeadlineError(f"deadline passed while {doing}")
 
-    def timeout(self) -> float:
-        """A socket timeout: at most SOCKET_TIMEOUT_S, never past the deadline (and never 0)."""
-        return max(0.5, min(SOCKET_TIMEOUT_S, self.remaining()))
+    def timeout(self, cap: float = SOCKET_TIMEOUT_S) -> float:
+        """A socket timeout: at most ``cap``, never past the deadline (and never 0)."""
+        return max(0.5, min(cap, self.remaining()))
 
 
 def _as_key(k: CacheKey | ModelURI) -> CacheKey:
@@ -335,28 +348,55 @@ def _http_read(url: str, headers: dict[str, str], deadline: Deadline, limit: int
     return _attempts(f"GET {url}", deadline, once)  # type: ignore[no-any-return]
 
 
+def _resume_from(r: Any, have: int, dest: Path) -> int:
+    """Where the body of response ``r`` starts in ``dest``: ``have`` for a 206 continuing it, else 0. A 206 for
+    another range: the partial file is dropped and the attempt retried from byte 0."""
+    if have <= 0 or getattr(r, "status", 200) != 206:
+        return 0
+    m = _CONTENT_RANGE.fullmatch((r.headers.get("Content-Range") or "").strip())
+    if m is None or int(m.group(1)) != have:
+        dest.unlink(missing_ok=True)
+        raise _Retry(f"the server answered a resumed request with Content-Range {r.headers.get('Content-Range')!r}")
+    return have
+
+
 def _http_get(url: str, dest: Path, headers: dict[str, str], deadline: Deadline, *, size: int | None = None,
-              sha256: str | None = None) -> None:
+              sha256: str | None = None, socket_timeout: float = SOCKET_TIMEOUT_S,
+              cancel: threading.Event | None = None) -> None:
     """Download ``url`` to ``dest``, verified: its byte count against ``size`` (the source's listing) and the
     response's Content-Length, its SHA-256 against ``sha256`` (an LFS entry's). With neither size known the
-    download is refused (exit 4): nothing unverifiable is marked ready."""
+    download is refused (exit 4): nothing unverifiable is marked ready. A retry resumes where the cut body
+    ended (``Range``; a server answering 200 instead sends it whole again). ``cancel``: set when another
+    file of the model failed, so this one stops too."""
 
     def once() -> None:
-        h, n = hashlib.sha256(), 0
-        with _opener().open(urllib.request.Request(url, headers=headers), timeout=deadline.timeout()) as r, \
-                dest.open("wb") as o:
+        have = dest.stat().st_size if dest.exists() else 0
+        if size is not None and have >= size:
+            have = 0  # nothing left to resume: a fresh copy
+        req = dict(headers, **({"Range": f"bytes={have}-"} if have else {}))
+        with _opener().open(urllib.request.Request(url, headers=req), timeout=deadline.timeout(socket_timeout)) as r:
+            start = _resume_from(r, have, dest)
             length = _content_length(r)
-            if size is not None and length is not None and length != size:
-                raise VerifyError(f"{url}: the listing gives {size} bytes, the response {length}")
-            # read1 returns after each receive, so a body that trickles still meets the deadline check
-            while chunk := r.read1(CHUNK):
-                deadline.check(f"downloading {url} ({n} bytes so far)")
-                o.write(chunk)
-                h.update(chunk)
-                n += len(chunk)
-            o.flush()
-            os.fsync(o.fileno())
-        want = size if size is not None else length
+            total = start + length if length is not None else None
+            if size is not None and total is not None and total != size:
+                raise VerifyError(f"{url}: the listing gives {size} bytes, the response {total}")
+            h, n = hashlib.sha256(), start
+            if start:
+                with dest.open("rb") as prefix:  # the SHA-256 covers the whole file, resumed or not
+                    while chunk := prefix.read(CHUNK):
+                        h.update(chunk)
+            with dest.open("ab" if start else "wb") as o:
+                # read1 returns after each receive, so a body that trickles still meets the deadline check
+                while chunk := r.read1(CHUNK):
+                    deadline.check(f"downloading {url} ({n} bytes so far)")
+                    if cancel is not None and cancel.is_set():
+                        raise StageError(f"{url}: stopped, another file of the model failed")
+                    o.write(chunk)
+                    h.update(chunk)
+                    n += len(chunk)
+                o.flush()
+                os.fsync(o.fileno())
+        want = size if size is not None else total
         if want is None:
             raise VerifyError(f"{url}: neither the listing nor the response gives a size; refusing an unverifiable "
                               "download (set warmscale.io/model-size or model-sha256 only adds a check, it does not "
@@ -364,6 +404,7 @@ def _http_get(url: str, dest: Path, headers: dict[str, str], deadline: Deadline,
         if n != want:
             raise _Retry(f"{url}: body cut at {n} of {want} bytes")
         if sha256 is not None and h.hexdigest() != sha256:
+            dest.unlink(missing_ok=True)  # never resume from bytes that do not hash
             raise _Retry(f"{url}: SHA-256 {h.hexdigest()} differs from the listing's {sha256}", verify=True)
 
     _attempts(f"download {url}", deadline, once)
@@ -384,7 +425,13 @@ def _sha_or_none(v: object) -> str | None:
     return v.lower() if isinstance(v, str) and re.fullmatch(r"[0-9a-fA-F]{64}", v) else None
 
 
-def parse_hf_listing(body: bytes, what: str) -> list[RemoteFile]:
+@dataclass(frozen=True)
+class HubListing:
+    commit: str | None  # the revision's commit (40 hex), when the Hub names it: every file is read at it
+    files: tuple[RemoteFile, ...]
+
+
+def parse_hf_listing(body: bytes, what: str) -> HubListing:
     """The files of a Hub revision listing (``/api/models/<repo>/revision/<rev>?blobs=true``), validated:
     not JSON (retried: :class:`_Retry`), no ``siblings`` list, an entry without a file name, a duplicate,
     a file that is also a directory of another, no files: a source error (exit 5), never a traceback."""
@@ -415,28 +462,67 @@ def parse_hf_listing(body: bytes, what: str) -> list[RemoteFile]:
                 raise StageError(f"{what}: the listing has {'/'.join(parts[:i])!r} both as a file and as a directory")
     if not out:
         raise StageError(f"{what}: the listing has no files")
-    return list(out.values())
+    commit = info.get("sha")
+    return HubListing(commit if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit) else None,
+                      tuple(out.values()))
+
+
+def hub_env(env: dict[str, str] | os._Environ[str] = os.environ) -> tuple[str, dict[str, str], float]:
+    """(endpoint, request headers, socket timeout) from huggingface_hub's variables: ``HF_ENDPOINT``,
+    ``HF_TOKEN`` (else the older ``HUGGING_FACE_HUB_TOKEN``), ``HF_HUB_DOWNLOAD_TIMEOUT``; ``HF_HUB_OFFLINE``
+    refuses any download (a source error: the copy is not on this node)."""
+    if (env.get("HF_HUB_OFFLINE") or "").strip().lower() in HF_TRUE:
+        raise StageError("HF_HUB_OFFLINE is set: not downloading (the copy is not staged on this node)")
+    endpoint = (env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    headers = {"User-Agent": "warmscale-stager"}
+    if token := (env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or "").strip():
+        headers["Authorization"] = f"Bearer {token}"
+    raw = env.get("HF_HUB_DOWNLOAD_TIMEOUT")
+    try:
+        timeout = float(raw) if raw else SOCKET_TIMEOUT_S
+    except ValueError:
+        timeout = -1.0
+    if not timeout > 0 or timeout == float("inf"):
+        raise ConfigError(f"HF_HUB_DOWNLOAD_TIMEOUT: expected a positive number of seconds, got {raw!r}")
+    return endpoint, headers, timeout
 
 
 def _fetch_hf(uri: ModelURI, dest: Path, deadline: Deadline) -> None:
-    """Hugging Face Hub: list the revision's files with their sizes and LFS digests, download each, verified
-    (token from HF_TOKEN, only ever sent to HF_ENDPOINT's origin)."""
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    headers = {"User-Agent": "warmscale-stager"}
-    if token := os.environ.get("HF_TOKEN"):
-        headers["Authorization"] = f"Bearer {token}"
+    """Hugging Face Hub: list the revision's files with their sizes and LFS digests, then download them, up
+    to HF_PARALLEL_FILES at once, every one at the listing's commit (a branch moving meanwhile cannot mix
+    two revisions), resumed after a cut, verified (token only ever sent to HF_ENDPOINT's origin)."""
+    endpoint, headers, socket_timeout = hub_env()
     rev = urllib.parse.quote(uri.revision, safe="")
     listing = f"{endpoint}/api/models/{uri.location}/revision/{rev}?blobs=true"
-    files = _http_read(listing, headers, deadline, LISTING_MAX_BYTES,
-                       functools.partial(parse_hf_listing, what=f"listing {uri}"))
-    for f in files:
+    hub = _http_read(listing, headers, deadline, LISTING_MAX_BYTES,
+                     functools.partial(parse_hf_listing, what=f"listing {uri}"))
+    at = hub.commit or rev
+    if hub.commit and hub.commit != uri.revision:
+        log.info("revision resolved", extra={"uri": uri.canonical, "commit": hub.commit})
+    jobs = []
+    for f in sorted(hub.files, key=lambda f: -(f.size or 0)):  # the largest first: they bound the wall time
         target = _safe_join(dest, f.path)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _disk_error(exc, f"creating {target.parent}") from None
-        url = f"{endpoint}/{uri.location}/resolve/{rev}/{urllib.parse.quote(f.path)}"
-        _http_get(url, target, headers, deadline, size=f.size, sha256=f.sha256)
+        jobs.append((f"{endpoint}/{uri.location}/resolve/{at}/{urllib.parse.quote(f.path)}", target, f))
+    cancel = threading.Event()
+
+    def one(job: tuple[str, Path, RemoteFile]) -> None:
+        url, target, f = job
+        _http_get(url, target, headers, deadline, size=f.size, sha256=f.sha256, socket_timeout=socket_timeout,
+                  cancel=cancel)
+
+    first: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=max(1, min(HF_PARALLEL_FILES, len(jobs))),
+                            thread_name_prefix="hf-download") as pool:
+        for fut in as_completed([pool.submit(one, j) for j in jobs]):
+            if (exc := fut.exception()) is not None and first is None:
+                first = exc
+                cancel.set()  # the others stop at their next receive
+    if first is not None:
+        raise first
 
 
 def _fetch_s3(uri: ModelURI, dest: Path, deadline: Deadline) -> None:

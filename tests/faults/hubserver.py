@@ -133,9 +133,10 @@ def redirect(to: str, status: int = 302) -> Route:
 
 
 def listing(files: dict[str, bytes], *, sizes: bool = True, lfs: set[str] | None = None,
-            lie: dict[str, int] | None = None) -> bytes:
+            lie: dict[str, int] | None = None, commit: str | None = None) -> bytes:
     """The Hub's ``/api/models/<repo>/revision/<rev>?blobs=true`` answer for ``files``: sizes (``lie``
-    overrides some), and for the names in ``lfs`` an LFS entry with the file's SHA-256."""
+    overrides some), for the names in ``lfs`` an LFS entry with the file's SHA-256, and the revision's
+    ``commit`` as ``sha`` (files are then read at that commit)."""
     sibs = []
     for name, data in files.items():
         sib: dict[str, object] = {"rfilename": name}
@@ -145,14 +146,19 @@ def listing(files: dict[str, bytes], *, sizes: bool = True, lfs: set[str] | None
             sib["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": (lie or {}).get(name, len(data)),
                           "pointerSize": 134}
         sibs.append(sib)
-    return json.dumps({"id": "org/model", "sha": "0" * 40, "siblings": sibs}).encode()
+    out: dict[str, object] = {"id": "org/model", "siblings": sibs}
+    if commit:
+        out["sha"] = commit
+    return json.dumps(out).encode()
 
 
-def model(hub: Hub, files: dict[str, bytes], repo: str = "org/model", rev: str = "r1", **kw: object) -> None:
-    """Routes serving ``files`` as ``hf://<repo>@<rev>`` (listing + one resolve route per file)."""
-    hub.routes[f"/api/models/{repo}/revision/{rev}"] = body(listing(files, **kw))  # type: ignore[arg-type]
+def model(hub: Hub, files: dict[str, bytes], repo: str = "org/model", rev: str = "r1", commit: str | None = None,
+          **kw: object) -> None:
+    """Routes serving ``files`` as ``hf://<repo>@<rev>`` (listing + one resolve route per file, at
+    ``commit`` when given, as the Hub resolves a branch)."""
+    hub.routes[f"/api/models/{repo}/revision/{rev}"] = body(listing(files, commit=commit, **kw))  # type: ignore[arg-type]
     for name, data in files.items():
-        hub.routes[f"/{repo}/resolve/{rev}/{name}"] = body(data)
+        hub.routes[f"/{repo}/resolve/{commit or rev}/{name}"] = body(data)
 
 
 def wait_until(cond: Callable[[], bool], within: float, step: float = 0.02) -> bool:
