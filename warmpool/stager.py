@@ -374,7 +374,14 @@ def _http_get(url: str, dest: Path, headers: dict[str, str], deadline: Deadline,
         if size is not None and have >= size:
             have = 0  # nothing left to resume: a fresh copy
         req = dict(headers, **({"Range": f"bytes={have}-"} if have else {}))
-        with _opener().open(urllib.request.Request(url, headers=req), timeout=deadline.timeout(socket_timeout)) as r:
+        try:
+            resp = _opener().open(urllib.request.Request(url, headers=req), timeout=deadline.timeout(socket_timeout))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 416 and have:  # the partial file is not a prefix the server knows: start afresh
+                dest.unlink(missing_ok=True)
+                raise _Retry(f"{url}: resuming at byte {have} refused (416)") from None
+            raise
+        with resp as r:
             start = _resume_from(r, have, dest)
             length = _content_length(r)
             total = start + length if length is not None else None

@@ -160,3 +160,23 @@ def test_download_timeout_bounds_a_stalled_socket(hub: hs.Hub, tmp_path: Path, m
         assert _hf(tmp_path / "cache", "r1", "--deadline", "20") == 5
     finally:
         stop.set()
+
+
+def test_a_refused_resume_starts_afresh(hub: hs.Hub, tmp_path: Path) -> None:
+    data = os.urandom(30_000)
+    hs.model(hub, {"w.bin": data})
+    calls: list[str | None] = []
+
+    def route(h: Any) -> None:
+        calls.append(h.headers.get("Range"))
+        if len(calls) == 1:
+            hs.body(data[:10_000], length=len(data))(h)
+        elif len(calls) == 2:
+            hs.body(b"", status=416)(h)
+        else:
+            hs.body(data)(h)
+
+    hub.routes["/org/model/resolve/r1/w.bin"] = route
+    root = tmp_path / "cache"
+    assert _hf(root) == 0 and (_data(root) / "w.bin").read_bytes() == data
+    assert calls == [None, "bytes=10000-", None]
