@@ -108,6 +108,16 @@ def test_webhook_mounts_no_refused_source() -> None:
     assert "patch" in out["response"]
 
 
+def test_the_allow_list_flag_itself_refuses_system_paths() -> None:
+    from warmscale.warmpool.cache_roots import parse_file_source_allow
+
+    assert parse_file_source_allow("") == ()  # the default: no file:// source at all
+    assert parse_file_source_allow("/mnt/models/, /srv/weights") == ("/mnt/models", "/srv/weights")
+    for bad in ("/", "/var", "/etc/models", "/home", "relative", "/mnt/../etc"):
+        with pytest.raises(ValueError, match="--file-source-allow"):
+            parse_file_source_allow(bad)
+
+
 @pytest.mark.parametrize("path", ["/etc", "/proc/1/root/etc", "/var/lib/kubelet/pods"])
 def test_no_job_or_pod_manifest_mounts_a_system_path(path: str) -> None:
     """Even a config that skipped the checks (built by hand) gets no hostPath on a system path."""
