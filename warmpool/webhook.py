@@ -114,6 +114,12 @@ def engine_patch(pod: Obj, cfg: WarmConfig, image: str, namespace: str | None = 
     path = model_path(cfg, ns)
     mounts, volumes = ob.stager_volumes(cfg, CACHE_VOLUME, SOURCE_VOLUME, cfg.cache_root)
     have = {v.get("name") for v in spec.get("volumes") or []}
+    if any(v.get("name") in (CACHE_VOLUME, SOURCE_VOLUME) and v not in volumes for v in spec.get("volumes") or []):
+        # a volume of the pod's own under one of our names: the init container (uid 0) would stage into, or
+        # copy from, whatever it points at. Leave the pod as it is (it still prefers staged nodes).
+        log.warning("pod already has a volume named like the staged cache's: engine not pointed at a copy",
+                    extra={"volumes": sorted(n for n in have if n in (CACHE_VOLUME, SOURCE_VOLUME))})
+        return []
     ops = _append(spec, "/spec", "volumes", [v for v in volumes if v["name"] not in have])
     for i, c in enumerate(spec.get("containers") or []):
         base = f"/spec/containers/{i}"

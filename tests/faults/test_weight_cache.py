@@ -118,6 +118,22 @@ def test_the_allow_list_flag_itself_refuses_system_paths() -> None:
             parse_file_source_allow(bad)
 
 
+def test_a_pod_volume_under_the_caches_name_is_not_staged_into() -> None:
+    """Issue 20 item 25: the pod's own `warmscale-model-cache` (here a hostPath on /etc) would have become
+    the init container's read-write cache; the webhook now leaves such a pod's volumes and containers alone."""
+    from warmscale.warmpool.webhook import CACHE_VOLUME, engine_patch
+
+    cfg = parse_annotations({P + "enabled": "true", P + "model-uri": "hf://org/m@r"})
+    pod = {"metadata": {"namespace": "a"}, "spec": {
+        "containers": [{"name": "e"}], "volumes": [{"name": CACHE_VOLUME, "hostPath": {"path": "/etc"}}]}}
+    assert engine_patch(pod, cfg, "img", "a") == []
+    # the volume the webhook itself added (a pod admitted twice) is not a clash
+    mine = engine_patch({"metadata": {}, "spec": {"containers": [{"name": "e"}]}}, cfg, "img", "a")
+    [vols] = [op["value"] for op in mine if op["path"] == "/spec/volumes"]
+    again = {"metadata": {}, "spec": {"containers": [{"name": "e"}], "volumes": vols}}
+    assert any(op["path"] == "/spec/initContainers" for op in engine_patch(again, cfg, "img", "a"))
+
+
 @pytest.mark.parametrize("path", ["/etc", "/proc/1/root/etc", "/var/lib/kubelet/pods"])
 def test_no_job_or_pod_manifest_mounts_a_system_path(path: str) -> None:
     """Even a config that skipped the checks (built by hand) gets no hostPath on a system path."""
