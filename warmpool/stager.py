@@ -82,6 +82,9 @@ LOCK_POLL_S = 0.2  # how often a stager waiting for a lock looks again (bounded 
 HTTP_ATTEMPTS = 5  # per request: resets, cut bodies, 5xx/429 are retried with back-off
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 2.0, 60.0
 LISTING_MAX_BYTES = 64 * 1024 * 1024  # a Hub revision listing; the largest real ones are a few MB
+# Below this, verified content is staged but logged as suspicious unless model-size/model-sha256 pinned it:
+# the smallest real checkpoints (test-sized "tiny-random" models) are a few MB, an error page a few kB.
+TINY_MODEL_BYTES = 1024 * 1024
 SECRET_HEADERS = ("authorization", "cookie")  # never sent to another origin after a redirect
 # Hub files downloaded at once: huggingface_hub's snapshot_download default (max_workers=8); more only
 # splits the same link, fewer leaves a multi-shard model waiting on one file at a time.
@@ -862,6 +865,9 @@ def _stage_locked(key: CacheKey, root: Path, final: Path, marker: Path, size: in
             got_size, got_sha = content_digest(data)
             if got_size == 0:
                 raise VerifyError(f"{key.uri} gave no bytes: nothing to serve")
+            if got_size < TINY_MODEL_BYTES and size is None and sha256 is None:
+                log.warning("the staged model is tiny and nothing pinned it (model-size / model-sha256): check the "
+                            "source", extra={"uri": key.uri.canonical, "bytes": got_size})
             if size is not None and got_size != size:
                 raise VerifyError(f"size mismatch: expected {size}, got {got_size}")
             if sha256 is not None and got_sha != sha256.lower():

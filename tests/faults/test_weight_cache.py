@@ -314,6 +314,18 @@ def test_a_body_without_length_needs_the_listing_size(hub: hs.Hub, tmp_path: Pat
     assert _hf(root) == 5 and nothing_ready(root)
 
 
+def test_a_tiny_unpinned_model_is_not_accepted_silently(hub: hs.Hub, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    hs.model(hub, {"model.safetensors": b"hello"})  # the listing and the body agree on 5 bytes
+    with caplog.at_level("WARNING", logger="warmscale.stager"):
+        assert _hf(tmp_path / "c1") == 0
+    assert any("tiny" in r.getMessage() and getattr(r, "bytes", None) == 5 for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="warmscale.stager"):
+        assert _hf(tmp_path / "c2", "--size", "5") == 0  # pinned by model-size: as intended
+    assert not any("tiny" in r.getMessage() for r in caplog.records)
+
+
 def test_lfs_digest_verified(hub: hs.Hub, tmp_path: Path) -> None:
     data = os.urandom(4096)
     hs.model(hub, {"model.safetensors": data, "config.json": b"{}"}, lfs={"model.safetensors"})
