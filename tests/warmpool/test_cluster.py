@@ -357,7 +357,7 @@ async def test_cache_cleanup_on_model_change_and_delete(
     dep = await apps.read_namespaced_deployment("llm", ns)
     assert ob.FINALIZER in (dep.metadata.finalizers or [])
     rec = json.loads((await core.read_node(nodes[0])).metadata.annotations[label(ns)])
-    assert rec == {"ns": ns, "uri": URI, "root": "/var/lib/warmscale/models"}
+    assert rec == {"ns": ns, "uri": URI, "root": "/var/lib/warmscale/models", "layout": "3"}
 
     seen: dict[str, list[str]] = {}
 
