@@ -60,7 +60,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.kube import Cache
-from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import prepull_state
 from warmscale.warmpool.startup_model import (
     PROFILES,
@@ -80,7 +80,6 @@ READY_DELAY = "sim.warmscale.io/ready-delay"
 JOB_DURATION = "sim.warmscale.io/job-duration"
 BENCH_LABEL = "warmscale.io/bench"
 MODEL_URI = "hf://meta-llama/Llama-3.1-8B-Instruct@0e9e39f249a16976918f6564b8830bc894c89659"
-STAGED_LABEL = staged_label_key(parse_model_uri(MODEL_URI))
 PRE_START_PHASES = ("provision", "image_pull", "weights_download")
 P = "warmscale.io/"
 MERGE = "application/merge-patch+json"
@@ -198,7 +197,8 @@ class DelayInjector:
 
     def warm_state(self, r: Replica) -> WarmState:
         node = (self.nodes.items.get(f"/{r.node}") or {}).get("metadata") or {}
-        staged = (node.get("labels") or {}).get(STAGED_LABEL) == "true"
+        label = staged_label_key(CacheKey(parse_model_uri(MODEL_URI), self.ns))  # the identity names the namespace
+        staged = (node.get("labels") or {}).get(label) == "true"
         pulled = any(
             (p.get("metadata") or {}).get("annotations", {}).get(ob.NODE_ANN) == r.node
             and ((p.get("metadata") or {}).get("labels") or {}).get(ob.ROLE) == "prepull"

@@ -34,7 +34,7 @@ from warmscale.scaler.schedule import (  # noqa: F401  (the schedule syntax live
     parse_min_ready,
     parse_scale_to_zero,
 )
-from warmscale.warmpool.model_uri import ModelURI, ModelURIError, parse_model_uri
+from warmscale.warmpool.model_uri import CacheKey, ModelURI, ModelURIError, parse_model_uri
 from warmscale.warmpool.quantity import parse_quantity
 
 PREFIX = "warmscale.io/"
@@ -66,6 +66,11 @@ class WarmConfig:
     stage_pod_annotations: Mapping[str, str] = field(default_factory=dict)
     role: str = "both"
     pd_group: str | None = None
+
+    def cache_key(self, namespace: str) -> CacheKey:
+        """The cache identity of this workload's model in ``namespace`` (see :class:`CacheKey`)."""
+        assert self.model_uri is not None
+        return CacheKey(self.model_uri, namespace, self.model_sha256)
 
     def floor_at(self, now: datetime) -> tuple[int, bool]:
         """(ScaledObject minReplicaCount at ``now``, whether a 0 floor was raised to 1)."""
@@ -171,11 +176,14 @@ KEYS: tuple[Key, ...] = (
     Key("prestage-nodes", "prestage_nodes", _parse_count, "0",
         "On how many matching nodes to pre-pull the images and pre-stage the weights."),
     Key("model-uri", "model_uri", _parse_uri, "(none)",
-        "Weights source: `hf://org/name@revision`, `s3://bucket/prefix`, `pvc://claim/path`, `file:///path`."),
+        "Weights source: `hf://org/name@revision`, `s3://bucket/prefix`, `pvc://claim/path`, `file:///path` "
+        "(only under the controller's `--file-source-allow` roots; never a system path)."),
     Key("model-size", "model_size", _parse_size, "(none)",
         "Expected total size of the weights (bytes or a quantity like `16Gi`); verified by the stager."),
     Key("model-sha256", "model_sha256", _parse_sha256, "(none)",
-        "Expected SHA-256 (of the file, or of the tree manifest for a directory); verified by the stager."),
+        "Expected SHA-256 (of the file, or of the tree manifest for a directory); verified by the stager. "
+        "Also the cache identity: workloads of any namespace naming the same URI and digest share one copy "
+        "(without it, each namespace has its own)."),
     Key("cache-root", "cache_root", _parse_abs_path, "/var/lib/warmscale/models",
         "Node-local cache directory (hostPath) the stager writes into."),
     Key("cache-budget", "cache_budget", _parse_size, "500Gi",

@@ -12,7 +12,7 @@ import sys
 import uuid
 from typing import Any
 
-from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, parse_allow_list
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, parse_allow_list, parse_file_source_allow
 
 log = logging.getLogger("warmscale.warmpool")
 
@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-root-allow", default=",".join(DEFAULT_ALLOWED),
                         help="comma-separated directories under which workloads' warmscale.io/cache-root may lie "
                         "(system paths are refused whatever this says)")
+    parser.add_argument("--file-source-allow", default="",
+                        help="comma-separated host directories under which file:// model sources may lie (default: "
+                        "none, file:// is refused); system paths and cache roots are refused whatever this says")
     parser.add_argument("--webhook-port", type=int, default=0,
                         help="serve the mutating admission webhook (prefer staged nodes) on this HTTPS port (0: off)")
     parser.add_argument("--webhook-address", default="0.0.0.0")
@@ -119,6 +122,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
 
     try:
         allow = parse_allow_list(args.cache_root_allow)
+        file_allow = parse_file_source_allow(getattr(args, "file_source_allow", "") or "")
     except ValueError as exc:
         log.error("bad arguments", extra={"error": str(exc)})
         print(f"warmscale warmpool: {exc}", file=sys.stderr)
@@ -132,7 +136,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     sink = make_sink(args.redis_address)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     opts = Options(namespace=args.namespace, scaler_address=args.scaler_address, stager_image=args.stager_image,
-                   resync_s=args.resync, cache_root_allow=allow, watch_timeout_s=max(1, args.watch_timeout),
+                   resync_s=args.resync, cache_root_allow=allow, file_source_allow=file_allow,
+                   watch_timeout_s=max(1, args.watch_timeout),
                    trigger_authentication=getattr(args, "trigger_authentication", "") or "")
     lease_ns = lease_namespace(args)
     elector = LeaderElector(client.CoordinationV1Api(api), lease_ns, args.lease_name, identity,
@@ -219,14 +224,14 @@ async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event, m
 
 async def _serve_webhook(args: argparse.Namespace, api: Any, metrics: Any, http_metrics: Any, *,
                          cert: str | None = None, key: str | None = None, context: Any = None) -> Any:
-    """The webhook server as every mode runs it (one place for its options: the cache-root allow-list, the
+    """The webhook server as every mode runs it (one place for its options: the host-path allow-lists, the
     stager image, the metrics)."""
     from warmscale.warmpool.webhook import WorkloadLister
     from warmscale.warmpool.webhook import serve as serve_webhook
 
     return await serve_webhook(WorkloadLister(api), args.webhook_port, cert, key, host=args.webhook_address,
-                               image=args.stager_image, allowed_roots=parse_allow_list(args.cache_root_allow),
-                               context=context, metrics=metrics, http_metrics=http_metrics)
+                               image=args.stager_image, context=context, metrics=metrics, http_metrics=http_metrics,
+                               **_path_policy(args))
 
 
 async def start_webhook(args: argparse.Namespace, api: Any, metrics: Any = None, http_metrics: Any = None) -> Any:
@@ -243,6 +248,12 @@ async def start_webhook(args: argparse.Namespace, api: Any, metrics: Any = None,
         cert, key = str(cert_path), str(key_path)
         log.info("self-signed webhook certificate", extra={"cert": cert})
     return await _serve_webhook(args, api, metrics, http_metrics, cert=cert, key=key)
+
+
+def _path_policy(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
+    """The host paths the webhook may mount: the same allow-lists as the controller's (serve checked them)."""
+    return {"allowed_roots": parse_allow_list(args.cache_root_allow),
+            "file_sources": parse_file_source_allow(getattr(args, "file_source_allow", "") or "")}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,9 +26,9 @@ from warmscale.advise.events import workload_events
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
-from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES
 from warmscale.warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
-from warmscale.warmpool.model_uri import ModelURIError, parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, ModelURIError, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import (
     GPU_PRODUCT_LABEL,
     CleanupPlan,
@@ -102,6 +102,7 @@ class Options:
     resync_s: float = 30.0
     debounce_s: float = 0.2
     cache_root_allow: tuple[str, ...] = DEFAULT_ALLOWED  # where workloads' cache roots may lie
+    file_source_allow: tuple[str, ...] = DEFAULT_FILE_SOURCES  # where file:// model sources may lie
     trigger_authentication: str = ""  # ClusterTriggerAuthentication of owned ScaledObjects ("" : plaintext)
     watch_timeout_s: int = 300  # a watch is resumed (from its resourceVersion) after this long
 
@@ -281,16 +282,21 @@ class Controller:
             try:
                 cfg = parse_annotations(wl.annotations)
                 if cfg.model_uri is not None:
-                    keys.add(staged_label_key(cfg.model_uri))
+                    keys.add(staged_label_key(cfg.cache_key(wl.namespace)))
                 continue
             except AnnotationError:
                 pass
             raw = wl.annotations.get("warmscale.io/model-uri")
             if raw:
                 try:
-                    keys.add(staged_label_key(parse_model_uri(raw.split()[0].split(";")[0])))
+                    uri = parse_model_uri(raw.split()[0].split(";")[0])
                 except (ModelURIError, ValueError):
                     return None
+                # invalid annotations: keep both identities the workload may have staged under
+                keys.add(staged_label_key(CacheKey(uri, wl.namespace)))
+                sha = (wl.annotations.get("warmscale.io/model-sha256") or "").strip().lower()
+                if sha:
+                    keys.add(staged_label_key(CacheKey(uri, wl.namespace, sha)))
         return keys
 
     async def cleanup(self) -> CleanupPlan | None:
@@ -301,9 +307,9 @@ class Controller:
                 == "evict"]
         cp = cleanup_plan(list(self.nodes.items.values()), jobs, active, scope=set(self.opts.namespaces) or None,
                           allowed_roots=self.opts.cache_root_allow)
-        for ns, key, uri, root, node in cp.create_evict_jobs:
+        for ns, key, uri, root, node, pinned in cp.create_evict_jobs:
             job = ob.evict_job(ns, key, uri, root, node, self.opts.stager_image,
-                               taints=ob.node_taints(self.nodes.items.get(f"/{node}")))
+                               taints=ob.node_taints(self.nodes.items.get(f"/{node}")), pinned=pinned)
             try:
                 await ignore_status(self.batch.create_namespaced_job(ns, job), 409)
             except ApiException as exc:
@@ -367,7 +373,7 @@ class Controller:
         jobs = [j for j in self.jobs.items.values() if (j.get("metadata") or {}).get("namespace") == wl.namespace]
         so = await self._get_scaledobject(wl) if wl.name else None
         p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address,
-                 allowed_roots=self.opts.cache_root_allow,
+                 allowed_roots=self.opts.cache_root_allow, file_sources=self.opts.file_source_allow,
                  trigger_authentication=self.opts.trigger_authentication,
                  standby=await self._standby_evidence(wl))
         if p.config is not None and p.config.enabled and p.config.standby_auto:
@@ -387,9 +393,9 @@ class Controller:
                 wl.name, ns, {"metadata": {"finalizers": [ob.FINALIZER]}}, _content_type=STRATEGIC))
         for node in p.label_nodes:  # only after the staging Job succeeded
             assert cfg.model_uri is not None
-            key = staged_label_key(cfg.model_uri)
+            key = staged_label_key(cfg.cache_key(ns))
             body = {"metadata": {"labels": {key: "true"}, "annotations": {
-                key: ob.staged_record(ns, cfg.model_uri.canonical, cfg.cache_root)}}}
+                key: ob.staged_record(ns, cfg.model_uri.canonical, cfg.cache_root, cfg.model_sha256)}}}
             await with_retries("label node", functools.partial(self.core.patch_node, node, body,
                                                                      _content_type=MERGE))
             await self.events.emit(inv, "Normal", "Staged", f"{cfg.model_uri} staged on node {node}")
@@ -501,7 +507,7 @@ class Controller:
         cfg = p.config
         assert cfg is not None
         nodes = self.nodes.items
-        label = staged_label_key(cfg.model_uri) if cfg.model_uri else None
+        label = staged_label_key(cfg.cache_key(wl.namespace)) if cfg.model_uri else None
         prepulled = set(p.prepulled_nodes)
         if wl.key not in self.ttr:
             await self._seed_time_to_ready(wl)

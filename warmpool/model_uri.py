@@ -5,11 +5,17 @@ Accepted forms::
     hf://org/name@revision        (revision defaults to "main"; pin a commit for reproducible caches)
     s3://bucket/prefix
     pvc://claim/path              (path inside the PersistentVolumeClaim)
-    file:///absolute/path         (a path on the node; tests and pre-mounted volumes)
+    file:///absolute/path         (a path on the node, never a system path; the controller also needs
+                                   it under --file-source-allow, see warmpool.cache_roots)
 
-The cache directory of a URI is ``<cache root>/ws-<scheme>-<sha256(canonical URI)[:24]>``: it is built
-from a hex digest only, so no URI (``..``, absolute paths, NUL, unicode tricks) can ever make it point
-outside the cache root. :func:`cache_dir` checks that again after normalisation.
+A cache entry is named for a :class:`CacheKey`, not for the URI alone: what the bytes depend on.
+With ``model-sha256`` the content is pinned, so the key is the URI plus the digest (tenants naming the
+same digest share one verified copy); without it the key is the URI plus the workload's namespace
+(``pvc://`` reads that namespace's claim, ``hf://``/``s3://`` read with that namespace's credentials
+Secret, which may also set the endpoint), so two namespaces never share unpinned bytes. The entry is
+``<cache root>/ws-<scheme>-<sha256(identity)[:24]>``: built from a hex digest only, so no URI (``..``,
+absolute paths, NUL, unicode tricks) can ever make it point outside the cache root.
+:func:`cache_dir` checks that again after normalisation.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+from warmscale.warmpool.cache_roots import system_path_conflict
 
 SCHEMES = ("hf", "s3", "pvc", "file")
 _HF_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -52,18 +60,47 @@ class ModelURI:
         return hashlib.sha256(self.canonical.encode()).hexdigest()
 
     @property
+    def legacy_cache_name(self) -> str:
+        """Entry name of layout 2 (keyed by the URI text alone, shared by every tenant): only ever
+        removed by a clean-up Job of a label that an earlier controller set, never staged or served."""
+        return f"ws-{self.scheme}-{self.digest[:24]}"
+
+    def __str__(self) -> str:
+        return self.canonical
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """What a cache entry's bytes depend on (module docstring): the URI, and the content digest when
+    pinned, else the namespace whose claim or credentials the bytes are read with."""
+
+    uri: ModelURI
+    namespace: str = ""  # the workload's namespace ("" for the stager run by hand)
+    sha256: str | None = None  # model-sha256, lower-case hex
+
+    @property
+    def identity(self) -> str:
+        if self.sha256:
+            return f"{self.uri.canonical} sha256={self.sha256.lower()}"
+        return f"{self.uri.canonical} ns={self.namespace}"
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.identity.encode()).hexdigest()
+
+    @property
     def short_hash(self) -> str:
         """10 hex digits: used in node label keys and Job names."""
         return self.digest[:10]
 
     @property
     def cache_name(self) -> str:
-        """Entry name in the cache root. The ``ws-`` prefix (layout 2) keeps entries of earlier versions
-        (``<scheme>-<hex>``, no ownership marker) apart: they are never touched, a model is staged afresh."""
-        return f"ws-{self.scheme}-{self.digest[:24]}"
+        """Entry name in the cache root (layout 3). Entries of earlier layouts (``<scheme>-<hex>``, and
+        ``ws-<scheme>-<hex>`` of the URI alone) never match it: a model is staged afresh."""
+        return f"ws-{self.uri.scheme}-{self.digest[:24]}"
 
     def __str__(self) -> str:
-        return self.canonical
+        return self.identity
 
 
 def _clean_relative(path: str, what: str) -> str:
@@ -109,20 +146,23 @@ def parse_model_uri(raw: str) -> ModelURI:
     rel = _clean_relative(rest, "file path")
     if not rel:
         raise ModelURIError("file:/// needs a path")
+    if (sys_path := system_path_conflict("/" + rel)) is not None:
+        raise ModelURIError(f"file:///{rel} is a system path or overlaps one ({sys_path}); host paths like it "
+                            "are never a model source")
     return ModelURI("file", "", "/" + rel)
 
 
-def cache_dir(cache_root: str, uri: ModelURI) -> str:
-    """Absolute cache directory of ``uri`` under ``cache_root``; never outside it."""
+def cache_dir(cache_root: str, key: CacheKey, *, name: str | None = None) -> str:
+    """Absolute cache directory of ``key`` (or of the entry ``name``) under ``cache_root``; never outside it."""
     root = posixpath.normpath(cache_root)
     if not root.startswith("/"):
         raise ModelURIError(f"cache root must be absolute, got {cache_root!r}")
-    out = posixpath.normpath(posixpath.join(root, uri.cache_name))
+    out = posixpath.normpath(posixpath.join(root, name or key.cache_name))
     if PurePosixPath(out).parent != PurePosixPath(root):
         raise ModelURIError("cache path escapes the cache root")  # unreachable by construction
     return out
 
 
-def staged_label_key(uri: ModelURI) -> str:
-    """Node label saying this model revision is staged (complete and verified) on the node."""
-    return f"warmscale.io/staged-{uri.short_hash}"
+def staged_label_key(key: CacheKey) -> str:
+    """Node label saying this cache entry is staged (complete and verified) on the node."""
+    return f"warmscale.io/staged-{key.short_hash}"

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from warmscale.warmpool.annotations import WarmConfig
+from warmscale.warmpool.cache_roots import system_path_conflict
 from warmscale.warmpool.matching import replica_requests
-from warmscale.warmpool.model_uri import ModelURI
+from warmscale.warmpool.model_uri import CacheKey
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "warmscale"
@@ -100,8 +101,8 @@ def prepull_name(wl: Workload, node: str) -> str:
     return f"ws-pull-{_dns_trunc(wl.name, 30)}-{h('|'.join(wl.images()), 6)}-{h(node)}"
 
 
-def stage_job_name(uri: ModelURI, node: str) -> str:
-    return f"ws-stage-{uri.short_hash}-{h(node)}"
+def stage_job_name(key: CacheKey, node: str) -> str:
+    return f"ws-stage-{key.short_hash}-{h(node)}"
 
 
 def pin_hash(nodes: Sequence[str] | None) -> str:
@@ -240,12 +241,19 @@ def prepull_pod(wl: Workload, node: str, deadline_s: int = 7200) -> dict[str, An
     }
 
 
-def stager_args(cfg: WarmConfig, cache_mount: str, *, ensure: bool = False) -> list[str]:
-    """``warmscale stage`` for ``cfg``'s model into the cache mounted at ``cache_mount``."""
+# Overall deadline of one `warmscale stage` (lock wait + download + verification). A Job's own
+# activeDeadlineSeconds (3 h) is the outer bound; the engine's init container has none (the kubelet never
+# times init containers out), so the stager's own deadline is what ends a trickling download there.
+STAGE_DEADLINE_S = 2 * 3600
+
+
+def stager_args(cfg: WarmConfig, cache_mount: str, namespace: str, *, ensure: bool = False) -> list[str]:
+    """``warmscale stage`` for ``cfg``'s model (read in ``namespace``) into the cache mounted at ``cache_mount``."""
     uri = cfg.model_uri
     assert uri is not None
     args = ["warmscale", "--log-format", "json", "stage", "--uri", uri.canonical, "--cache-root", cache_mount,
-            "--budget", str(cfg.cache_budget), "--pvc-root", PVC_MOUNT_ROOT]
+            "--namespace", namespace, "--budget", str(cfg.cache_budget), "--pvc-root", PVC_MOUNT_ROOT,
+            "--deadline", str(STAGE_DEADLINE_S)]
     if cfg.model_size is not None:
         args += ["--size", str(cfg.model_size)]
     if cfg.model_sha256:
@@ -258,9 +266,15 @@ def stager_args(cfg: WarmConfig, cache_mount: str, *, ensure: bool = False) -> l
 def stager_volumes(cfg: WarmConfig, cache_name: str, source_name: str,
                    cache_mount: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumeMounts, volumes) a stager container needs: the node-local cache root as a hostPath, and a
-    local source (pvc:// claim read-only, file:// host directory read-only)."""
+    local source (pvc:// claim read-only, file:// host directory read-only).
+
+    Never a system path: the planner and the webhook refuse such a workload before (an Event, nothing
+    mounted); this raises ValueError should a caller skip that check."""
     uri = cfg.model_uri
     assert uri is not None
+    for what, path in (("cache root", cfg.cache_root), ("file:// source", uri.path if uri.scheme == "file" else "")):
+        if path and (s := system_path_conflict(path)) is not None:
+            raise ValueError(f"refusing to mount the {what} {path}: a system path or overlapping one ({s})")
     mounts: list[dict[str, Any]] = [{"name": cache_name, "mountPath": cache_mount}]
     volumes: list[dict[str, Any]] = [
         {"name": cache_name, "hostPath": {"path": cfg.cache_root, "type": "DirectoryOrCreate"}}]
@@ -280,9 +294,10 @@ def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str, taints: Sequ
     hostPath cache root, under a restrictive securityContext (see :data:`JOB_CONTAINER_SECURITY`)."""
     uri = cfg.model_uri
     assert uri is not None
-    args = stager_args(cfg, CACHE_MOUNT)
+    key = cfg.cache_key(wl.namespace)
+    args = stager_args(cfg, CACHE_MOUNT, wl.namespace)
     mounts, volumes = stager_volumes(cfg, "cache", "source", CACHE_MOUNT)
-    lab = labels(wl, "stage", {MODEL: uri.short_hash})
+    lab = labels(wl, "stage", {MODEL: key.short_hash})
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "affinity": _on_node(node),
@@ -301,7 +316,7 @@ def stage_job(wl: Workload, cfg: WarmConfig, node: str, image: str, taints: Sequ
     }
     return {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": stage_job_name(uri, node), "namespace": wl.namespace, "labels": lab,
+        "metadata": {"name": stage_job_name(key, node), "namespace": wl.namespace, "labels": lab,
                      "annotations": {NODE_ANN: node, "warmscale.io/model-uri": uri.canonical},
                      "ownerReferences": [wl.owner_ref()]},
         "spec": {
@@ -377,10 +392,16 @@ FINALIZER = "warmscale.io/cache-cleanup"
 STAGED_PREFIX = "warmscale.io/staged-"  # node label (=true) and node annotation (JSON record) share the key
 
 
-def staged_record(namespace: str, uri_canonical: str, cache_root: str) -> str:
-    """Node annotation written with the staged label: what a clean-up Job needs once the workload is gone."""
-    return json.dumps({"ns": namespace, "uri": uri_canonical, "root": cache_root}, sort_keys=True,
-                      separators=(",", ":"))
+RECORD_LAYOUT = "3"  # records of cache entries named by CacheKey; older records (no "layout") name URI-only entries
+
+
+def staged_record(namespace: str, uri_canonical: str, cache_root: str, sha256: str | None = None) -> str:
+    """Node annotation written with the staged label: what a clean-up Job needs once the workload is gone
+    (the cache identity: the namespace, or the content digest)."""
+    rec = {"ns": namespace, "uri": uri_canonical, "root": cache_root, "layout": RECORD_LAYOUT}
+    if sha256:
+        rec["sha256"] = sha256
+    return json.dumps(rec, sort_keys=True, separators=(",", ":"))
 
 
 def evict_job_name(label_key: str, node: str) -> str:
@@ -388,11 +409,18 @@ def evict_job_name(label_key: str, node: str) -> str:
 
 
 def evict_job(namespace: str, label_key: str, uri_canonical: str, cache_root: str, node: str, image: str,
-              ttl_s: int = 3600, taints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """A Job on ``node`` running ``warmscale stage --evict``. Not owned by the workload: it must outlive it."""
+              ttl_s: int = 3600, taints: Sequence[Mapping[str, Any]] = (), pinned: str = "") -> dict[str, Any]:
+    """A Job on ``node`` running ``warmscale stage --evict``. Not owned by the workload: it must outlive it.
+
+    ``pinned``: the record's identity beyond the namespace: "" (namespace-keyed), a SHA-256 (digest-keyed),
+    or "legacy" (a record of an earlier controller: the entry keyed by the URI alone)."""
     lab = {MANAGED_BY: MANAGED_BY_VALUE, ROLE: "evict", MODEL: label_key.removeprefix(STAGED_PREFIX)[:63]}
     args = ["warmscale", "--log-format", "json", "stage", "--evict", "--uri", uri_canonical,
-            "--cache-root", CACHE_MOUNT]
+            "--cache-root", CACHE_MOUNT, "--namespace", namespace]
+    if pinned == "legacy":
+        args.append("--legacy-entry")
+    elif pinned:
+        args += ["--sha256", pinned]
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": evict_job_name(label_key, node), "namespace": namespace, "labels": lab,

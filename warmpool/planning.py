@@ -20,7 +20,12 @@ from typing import Any
 from warmscale.scaler.bursts import MAX_LEVEL, BurstStats, warm_and_cold
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, AnnotationError, WarmConfig, parse_annotations
-from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
+from warmscale.warmpool.cache_roots import (
+    DEFAULT_ALLOWED,
+    DEFAULT_FILE_SOURCES,
+    cache_root_problem,
+    file_source_problem,
+)
 from warmscale.warmpool.matching import free_fit, matching_nodes
 from warmscale.warmpool.model_uri import staged_label_key
 
@@ -203,6 +208,16 @@ def _finished_at(pod: Obj, now: float) -> float:
     return parse_time(_meta(pod).get("creationTimestamp")) or now
 
 
+def model_source_problem(cfg: WarmConfig, cache_roots: Sequence[str] = DEFAULT_ALLOWED,
+                         file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> str | None:
+    """Why ``cfg``'s model source may not be read (a ``file://`` host path outside ``file_sources``, a
+    system path, or one overlapping a cache root), or None."""
+    uri = cfg.model_uri
+    if uri is None or uri.scheme != "file":
+        return None
+    return file_source_problem(uri.path, file_sources, [*cache_roots, cfg.cache_root])
+
+
 def choose_stage_nodes(candidates: Sequence[Obj], n: int, label_key: str | None,
                        has_job: set[str], has_room: set[str]) -> list[str]:
     """Deterministic, sticky choice: staged first, then in-progress, then nodes with room for one more
@@ -243,10 +258,12 @@ def scaledobject_action(existing: Obj | None, desired: dict[str, Any] | None) ->
 def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Sequence[Obj],
          scaledobject: Obj | None, now: datetime, *, scaler_address: str = "warmscale-scaler.warmscale:9090",
          retry_cooldown_s: float = RETRY_COOLDOWN_S, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
-         trigger_authentication: str = "", standby: StandbyEvidence | None = None) -> Plan:
+         trigger_authentication: str = "", standby: StandbyEvidence | None = None,
+         file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> Plan:
     """The whole desired state for one workload. ``pods``/``jobs`` are those of its namespace.
 
     ``allowed_roots``: where cache roots may lie (the controller's ``--cache-root-allow``);
+    ``file_sources``: where ``file://`` model sources may lie (``--file-source-allow``);
     ``trigger_authentication``: the ClusterTriggerAuthentication owned ScaledObjects reference;
     ``standby``: what ``standby: auto`` is sized from (None: no evidence, 0 placeholders)."""
     try:
@@ -260,6 +277,11 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
         # refused like any invalid annotation - an Event, and nothing changes.
         err = AnnotationError(PREFIX + "cache-root", why)
         return Plan(error=err, events=[Event("Warning", "CacheRootRefused", str(err))])
+    if cfg.enabled and (why := model_source_problem(cfg, allowed_roots, file_sources)) is not None:
+        # A file:// source is mounted from the host into Jobs and engine pods and copied into the cache: a
+        # path outside the allow-list (or a system path, or a cache root) is refused the same way.
+        err = AnnotationError(PREFIX + "model-uri", why)
+        return Plan(error=err, events=[Event("Warning", "ModelSourceRefused", str(err))])
     p = Plan(config=cfg)
     if not cfg.enabled:
         return p
@@ -276,14 +298,15 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
 
     # --- staging Jobs (weights) and the staged label
     uri = cfg.model_uri
-    label_key = staged_label_key(uri) if uri else None
+    key = cfg.cache_key(wl.namespace) if uri else None
+    label_key = staged_label_key(key) if key else None
     my_jobs = {_name(j): j for j in jobs if _labels(j).get(ob.WORKLOAD) == mine and _labels(j).get(ob.ROLE) == "stage"}
     job_nodes = {str(_meta(j).get("annotations", {}).get(ob.NODE_ANN, "")) for j in my_jobs.values()}
     p.stage_nodes = choose_stage_nodes(cands, cfg.prestage_nodes, label_key, job_nodes, has_room)
     wanted_jobs: set[str] = set()
-    if uri is not None and label_key is not None:
+    if key is not None and label_key is not None:
         for node in p.stage_nodes:
-            jname = ob.stage_job_name(uri, node)
+            jname = ob.stage_job_name(key, node)
             wanted_jobs.add(jname)
             if _labels(node_by_name[node]).get(label_key) == "true":
                 p.staged_nodes.append(node)
@@ -474,7 +497,8 @@ def stale_stage_labels(nodes: Iterable[Obj], active_keys: set[str]) -> dict[str,
 
 @dataclass
 class CleanupPlan:
-    create_evict_jobs: list[tuple[str, str, str, str, str]] = field(default_factory=list)  # ns, key, uri, root, node
+    # ns, key, uri, root, node, pinned ("" namespace-keyed entry, a SHA-256, or "legacy": see ob.evict_job)
+    create_evict_jobs: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     unlabel: list[tuple[str, str]] = field(default_factory=list)  # (node, label key): label + record removed
     delete_jobs: list[tuple[str, str]] = field(default_factory=list)  # (ns, job name)
     pending_namespaces: set[str] = field(default_factory=set)  # namespaces with stale caches not yet cleaned
@@ -482,6 +506,8 @@ class CleanupPlan:
 
 
 def staged_record(node: Obj, key: str) -> dict[str, str] | None:
+    """The node's record of what ``key`` staged: ns, uri, root and ``pinned`` ("" for an entry keyed by the
+    namespace, the SHA-256 of one keyed by digest, "legacy" for an earlier controller's URI-only entry)."""
     raw = (_meta(node).get("annotations") or {}).get(key)
     try:
         rec = json.loads(raw) if raw else None
@@ -489,7 +515,17 @@ def staged_record(node: Obj, key: str) -> dict[str, str] | None:
         return None
     if not isinstance(rec, dict) or not all(isinstance(rec.get(k), str) and rec.get(k) for k in ("ns", "uri", "root")):
         return None
-    return {k: str(rec[k]) for k in ("ns", "uri", "root")}
+    out = {k: str(rec[k]) for k in ("ns", "uri", "root")}
+    sha = rec.get("sha256")
+    if rec.get("layout") != ob.RECORD_LAYOUT:
+        out["pinned"] = "legacy"
+    elif isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha):
+        out["pinned"] = sha
+    elif sha is not None:
+        return None
+    else:
+        out["pinned"] = ""
+    return out
 
 
 def cleanup_plan(nodes: Sequence[Obj], evict_jobs: Sequence[Obj], active_keys: set[str],
@@ -528,7 +564,7 @@ def cleanup_plan(nodes: Sequence[Obj], evict_jobs: Sequence[Obj], active_keys: s
             p.pending_namespaces.add(rec["ns"])
             job = jobs.get(ident)
             if job is None:
-                p.create_evict_jobs.append((rec["ns"], key, rec["uri"], rec["root"], node_name))
+                p.create_evict_jobs.append((rec["ns"], key, rec["uri"], rec["root"], node_name, rec["pinned"]))
                 continue
             state, _ = _job_state(job)
             if state == "running":

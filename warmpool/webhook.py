@@ -32,7 +32,7 @@ from typing import Any
 
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
-from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, cache_root_problem
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES, cache_root_problem
 from warmscale.warmpool.http_limits import (
     BodyTooLarge,
     BoundedSite,
@@ -42,6 +42,7 @@ from warmscale.warmpool.http_limits import (
     read_body,
 )
 from warmscale.warmpool.model_uri import cache_dir, staged_label_key
+from warmscale.warmpool.planning import model_source_problem
 
 log = logging.getLogger("warmscale.warmpool.webhook")
 WEIGHT = 100
@@ -53,11 +54,12 @@ Obj = Mapping[str, Any]
 Lister = Callable[[str], Awaitable[Sequence[Obj]]]
 
 
-def config_for(pod: Obj, workloads: Sequence[Obj],
-               allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> WarmConfig | None:
+def config_for(pod: Obj, workloads: Sequence[Obj], allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
+               file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> WarmConfig | None:
     """The warm-pool config of the enabled workload ``pod`` belongs to (with a model URI), or None.
 
-    A cache root outside ``allowed_roots`` (or a system path) counts as invalid: nothing is mounted."""
+    A cache root outside ``allowed_roots`` (or a system path), or a ``file://`` source outside
+    ``file_sources`` (or a system path, or a cache root), counts as invalid: nothing is mounted."""
     m = pod.get("metadata") or {}
     labels = m.get("labels") or {}
     if labels.get(ob.MANAGED_BY) == ob.MANAGED_BY_VALUE:
@@ -74,24 +76,30 @@ def config_for(pod: Obj, workloads: Sequence[Obj],
             cfg = parse_annotations(ann)
         except AnnotationError:
             return None  # invalid annotations change nothing
-        if cfg.model_uri is None or cache_root_problem(cfg.cache_root, allowed_roots) is not None:
+        if cfg.model_uri is None or cache_root_problem(cfg.cache_root, allowed_roots) is not None or \
+                model_source_problem(cfg, allowed_roots, file_sources) is not None:
             return None
         return cfg
     return None
 
 
-def staged_key_for(pod: Obj, workloads: Sequence[Obj], allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> str | None:
+def staged_key_for(pod: Obj, workloads: Sequence[Obj], allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
+                   file_sources: Sequence[str] = DEFAULT_FILE_SOURCES, namespace: str | None = None) -> str | None:
     """The staged-node label key new ``pod`` should prefer, or None."""
-    cfg = config_for(pod, workloads, allowed_roots)
+    cfg = config_for(pod, workloads, allowed_roots, file_sources)
     if cfg is None or cfg.model_uri is None or cfg.prestage_nodes <= 0:
         return None
-    return staged_label_key(cfg.model_uri)
+    return staged_label_key(cfg.cache_key(_namespace(pod, namespace)))
 
 
-def model_path(cfg: WarmConfig) -> str:
-    """Where the engine finds the staged copy: fixed per model URI and cache root."""
-    assert cfg.model_uri is not None
-    return f"{cache_dir(cfg.cache_root, cfg.model_uri)}/data"
+def _namespace(pod: Obj, namespace: str | None) -> str:
+    """The pod's namespace: the admission request's (a new pod's metadata may not carry it yet)."""
+    return namespace or str((pod.get("metadata") or {}).get("namespace") or "")
+
+
+def model_path(cfg: WarmConfig, namespace: str) -> str:
+    """Where the engine finds the staged copy: fixed per cache identity (model, namespace or digest) and root."""
+    return f"{cache_dir(cfg.cache_root, cfg.cache_key(namespace))}/data"
 
 
 def _append(spec: Obj, path: str, field: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,7 +110,7 @@ def _append(spec: Obj, path: str, field: str, items: list[dict[str, Any]]) -> li
     return [{"op": "add", "path": f"{path}/{field}/-", "value": i} for i in items]
 
 
-def engine_patch(pod: Obj, cfg: WarmConfig, image: str) -> list[dict[str, Any]]:
+def engine_patch(pod: Obj, cfg: WarmConfig, image: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """JSON patch making the engine load the staged copy (empty when the pod already has it).
 
     Adds the node-local cache (hostPath ``cache-root``) as a volume, mounts it read-only into every
@@ -113,9 +121,16 @@ def engine_patch(pod: Obj, cfg: WarmConfig, image: str) -> list[dict[str, Any]]:
     spec = pod.get("spec") or {}
     if any(c.get("name") == ENSURE_CONTAINER for c in spec.get("initContainers") or []):
         return []
-    path = model_path(cfg)
+    ns = _namespace(pod, namespace)
+    path = model_path(cfg, ns)
     mounts, volumes = ob.stager_volumes(cfg, CACHE_VOLUME, SOURCE_VOLUME, cfg.cache_root)
     have = {v.get("name") for v in spec.get("volumes") or []}
+    if any(v.get("name") in (CACHE_VOLUME, SOURCE_VOLUME) and v not in volumes for v in spec.get("volumes") or []):
+        # a volume of the pod's own under one of our names: the init container (uid 0) would stage into, or
+        # copy from, whatever it points at. Leave the pod as it is (it still prefers staged nodes).
+        log.warning("pod already has a volume named like the staged cache's: engine not pointed at a copy",
+                    extra={"volumes": sorted(n for n in have if n in (CACHE_VOLUME, SOURCE_VOLUME))})
+        return []
     ops = _append(spec, "/spec", "volumes", [v for v in volumes if v["name"] not in have])
     for i, c in enumerate(spec.get("containers") or []):
         base = f"/spec/containers/{i}"
@@ -132,7 +147,7 @@ def engine_patch(pod: Obj, cfg: WarmConfig, image: str) -> list[dict[str, Any]]:
             ops.append({"op": "replace", "path": f"{base}/env/{at}", "value": var})
     init = {
         "name": ENSURE_CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent",
-        "command": ob.stager_args(cfg, cfg.cache_root, ensure=True),
+        "command": ob.stager_args(cfg, cfg.cache_root, ns, ensure=True),
         "envFrom": [{"secretRef": {"name": ob.STAGE_CREDENTIALS_SECRET, "optional": True}}],
         "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         # as the staging Jobs: uid 0 without any capability (the kubelet creates the hostPath cache root as
@@ -189,7 +204,8 @@ class Answer:
 
 
 def answer(review: Obj, workloads: Sequence[Obj], image: str | None = None,
-           allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> Answer:
+           allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
+           file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> Answer:
     """AdmissionReview (v1) in -> AdmissionReview out. Always allows; patches only matching pod CREATEs:
     the preferred affinity on staged nodes, and (with the stager ``image``) the engine's staged copy.
 
@@ -201,16 +217,17 @@ def answer(review: Obj, workloads: Sequence[Obj], image: str | None = None,
     result = "unchanged"
     if req.get("operation") == "CREATE" and (req.get("kind") or {}).get("kind") == "Pod" and not req.get(
             "subResource"):
-        key = staged_key_for(pod, workloads, allowed_roots)
+        ns = req.get("namespace")
+        key = staged_key_for(pod, workloads, allowed_roots, file_sources, ns)
         patch = affinity_patch(pod, key) if key else []
-        cfg = config_for(pod, workloads, allowed_roots) if image else None
+        cfg = config_for(pod, workloads, allowed_roots, file_sources) if image else None
         clash = reserved_volume_clash(pod) if cfg is not None else None
         if clash is not None:
             result = "volume_conflict"
             resp["warnings"] = [f"warmscale: the pod already has a volume named {clash!r} (reserved for the "
                                 "warm-pool's model cache): the staged copy is not mounted; rename the volume"]
         elif cfg is not None and image:
-            patch += engine_patch(pod, cfg, image)
+            patch += engine_patch(pod, cfg, image, ns)
         if patch:
             resp["patchType"] = "JSONPatch"
             resp["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -219,9 +236,10 @@ def answer(review: Obj, workloads: Sequence[Obj], image: str | None = None,
 
 
 def review_response(review: Obj, workloads: Sequence[Obj], image: str | None = None,
-                    allowed_roots: Sequence[str] = DEFAULT_ALLOWED) -> dict[str, Any]:
+                    allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
+                    file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> dict[str, Any]:
     """The AdmissionReview of :func:`answer`."""
-    return answer(review, workloads, image, allowed_roots).review
+    return answer(review, workloads, image, allowed_roots, file_sources).review
 
 
 def review_problem(review: Any) -> str | None:
@@ -301,7 +319,7 @@ REVIEWS_IN_FLIGHT = 16
 
 def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
              metrics: WebhookMetrics | None = None, body_timeout_s: float = ConnectionLimits().body_timeout_s,
-             max_review_bytes: int = MAX_REVIEW_BYTES) -> Any:
+             max_review_bytes: int = MAX_REVIEW_BYTES, file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> Any:
     from aiohttp import web
 
     counts = metrics or WebhookMetrics()
@@ -352,7 +370,7 @@ def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[s
             log.warning("listing workloads failed; admitting unchanged", extra={"error": str(exc)[:200]})
             workloads, listed = [], False
         try:
-            out = answer(review, workloads, image, allowed_roots)
+            out = answer(review, workloads, image, allowed_roots, file_sources)
         except (AttributeError, TypeError, KeyError, ValueError, IndexError) as exc:  # a field of the wrong shape
             log.warning("malformed admission review", extra={"uid": uid, "error": f"{type(exc).__name__}: {exc}"[:200]})
             return reply(allowed_unchanged(uid, "warmscale: the admission review could not be read; the pod is "
@@ -379,7 +397,8 @@ def make_app(lister: Lister, image: str | None = None, allowed_roots: Sequence[s
 async def serve(lister: Lister, port: int, cert_file: str | None, key_file: str | None, host: str = "0.0.0.0",
                 image: str | None = None, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
                 context: ssl.SSLContext | None = None, metrics: WebhookMetrics | None = None,
-                limits: ConnectionLimits = ConnectionLimits(), http_metrics: HttpMetrics | None = None) -> Any:
+                limits: ConnectionLimits = ConnectionLimits(), http_metrics: HttpMetrics | None = None,
+                file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> Any:
     """Start the HTTPS server under ``limits``; returns the aiohttp runner (``await runner.cleanup()`` to stop).
 
     ``context``: an SSL context the caller keeps current (:class:`warmpool.certs.SecretCertificate`),
@@ -389,7 +408,8 @@ async def serve(lister: Lister, port: int, cert_file: str | None, key_file: str 
         assert cert_file and key_file
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(cert_file, key_file)
-    runner = make_runner(make_app(lister, image, allowed_roots, metrics, limits.body_timeout_s), limits)
+    runner = make_runner(make_app(lister, image, allowed_roots, metrics, limits.body_timeout_s,
+                                 file_sources=file_sources), limits)
     await runner.setup()
     site = BoundedSite(runner, host, port, ssl_context=ctx, limits=limits, name="webhook", metrics=http_metrics)
     await site.start()

@@ -19,7 +19,7 @@ from tests.warmpool.helpers import node, workload
 from warmscale.scaler.config import ConfigError
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import KEYS, PREFIX, AnnotationError, parse_annotations
-from warmscale.warmpool.model_uri import ModelURIError, cache_dir, parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, ModelURI, ModelURIError, cache_dir, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import plan
 
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -63,9 +63,11 @@ annotations = st.dictionaries(
 def _check_names(cfg_uri: object, wl_name: str) -> None:
     if cfg_uri is None:
         return
-    key = staged_label_key(cfg_uri)  # type: ignore[arg-type]
+    assert isinstance(cfg_uri, ModelURI)
+    ck = CacheKey(cfg_uri, "ns")
+    key = staged_label_key(ck)
     assert LABEL_KEY.match(key), key
-    assert DNS1123.match(ob.stage_job_name(cfg_uri, "node-1"))  # type: ignore[arg-type]
+    assert DNS1123.match(ob.stage_job_name(ck, "node-1"))
     assert DNS1123.match(ob.evict_job_name(key, "node-1"))
 
 
@@ -125,7 +127,7 @@ def test_model_uris_parse_or_model_uri_error(raw: str) -> None:
         return
     assert parse_model_uri(uri.canonical) == uri  # canonical form round-trips
     for root in ("/var/lib/warmscale/models", "/var/lib/warmscale"):
-        d = cache_dir(root, uri)
+        d = cache_dir(root, CacheKey(uri, "ns"))
         assert posixpath.dirname(d) == root and ".." not in d.split("/") and "\x00" not in d
     _check_names(uri, "llm")
 

@@ -32,15 +32,20 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tests.cluster.harness import Cluster
 from tests.faults import warmpool_support as s
 from warmscale.warmpool import rbac
-from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 
 pytestmark = pytest.mark.cluster
 P = s.P
 MERGE = "application/merge-patch+json"
 URI = "hf://org/model@rev1"
 URI2 = "hf://org/model@rev2"
-LABEL = staged_label_key(parse_model_uri(URI))
-LABEL2 = staged_label_key(parse_model_uri(URI2))
+
+
+def label(ns: str, uri: str = URI) -> str:
+    """The staged-node label of ``uri`` for a workload in namespace ``ns`` (the cache identity)."""
+    return staged_label_key(CacheKey(parse_model_uri(uri), ns))
+
+
 NODES = [f"kwok-{s.POOL}-{i}" for i in range(3)]
 
 
@@ -165,7 +170,7 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
                 return await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm")
 
             async def staged_and_held() -> bool:
-                labelled = [n for n in NODES if ((await core.read_node(n)).metadata.labels or {}).get(LABEL)]
+                labelled = [n for n in NODES if ((await core.read_node(n)).metadata.labels or {}).get(label(ns))]
                 return bool(labelled) and len(await s.managed(admin, ns, "placeholder")) == 1
 
             await s.poll(so, 60, "ScaledObject created")
@@ -201,8 +206,8 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
 
             async def switched() -> bool:
                 labs = [(await core.read_node(n)).metadata.labels or {} for n in NODES]
-                return not any(lab.get(LABEL) for lab in labs) and any(lab.get(LABEL2) for lab in labs) and \
-                    not await s.managed(admin, ns, "placeholder")
+                return not any(lab.get(label(ns)) for lab in labs) and \
+                    any(lab.get(label(ns, URI2)) for lab in labs) and not await s.managed(admin, ns, "placeholder")
 
             await s.poll(switched, 60, "rev1 evicted and unlabelled, rev2 staged, placeholder gone")
             with pytest.raises(ApiException) as gone:
@@ -360,7 +365,7 @@ async def test_controller_killed_mid_staging_never_labels_early(fc: Cluster, tmp
         await s.install(admin, ns)
         apps, core, batch = client.AppsV1Api(admin), client.CoreV1Api(admin), client.BatchV1Api(admin)
         uri = "hf://org/crash@r1"
-        key = staged_label_key(parse_model_uri(uri))
+        key = label(ns, uri)
         ann = {P + "enabled": "true", P + "prestage-nodes": "2", P + "model-uri": uri, P + "min-ready": "0",
                P + "scale-to-zero": "allowed", **s.staged("6s")}
         await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 0, ann))

@@ -134,7 +134,7 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
         await asyncio.to_thread(_run, [*kc, "apply", "--server-side", "-f", "-"], yaml.safe_dump_all(ex))
         cfg = parse_annotations(dep["metadata"]["annotations"])
         assert cfg.model_uri is not None
-        label = staged_label_key(cfg.model_uri)
+        label = staged_label_key(cfg.cache_key(EXAMPLE_NS))
 
         # --- 2. the controller and the scaler as processes, with the install's args and SA tokens
         objs = render("manifests")
@@ -243,7 +243,8 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
                 env_vars = {e.name: e.value for e in pod.spec.containers[0].env}
                 from warmscale.warmpool.model_uri import cache_dir
 
-                assert env_vars["WARMSCALE_MODEL_PATH"] == cache_dir(cfg.cache_root, cfg.model_uri) + "/data"
+                want = cache_dir(cfg.cache_root, cfg.cache_key(EXAMPLE_NS)) + "/data"
+                assert env_vars["WARMSCALE_MODEL_PATH"] == want
                 pref = pod.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
                 assert any(t.preference.match_expressions[0].key == label for t in pref)
 

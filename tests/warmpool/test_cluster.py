@@ -30,12 +30,16 @@ from tests.cluster.fleet import H100
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.controller import Controller, Options, install_priority_class
 from warmscale.warmpool.kube import LeaderElector
-from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 
 pytestmark = pytest.mark.cluster
 P = "warmscale.io/"
 URI = "hf://org/model@rev1"
-LABEL = staged_label_key(parse_model_uri(URI))
+
+
+def label(ns: str, uri: str = URI) -> str:
+    """The staged-node label of ``uri`` for a workload in namespace ``ns`` (the cache identity)."""
+    return staged_label_key(CacheKey(parse_model_uri(uri), ns))
 MANAGED = f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}"
 SENT = {"warmscale.io/enabled": "true"}  # pods with this label are sent to the webhook (its objectSelector)
 
@@ -148,11 +152,11 @@ async def test_placeholders_staging_preemption_and_replenishment(
     for n in job_nodes:
         node = await core.read_node(n)
         job = next(j for j in created if j.metadata.annotations[ob.NODE_ANN] == n)
-        if LABEL in (node.metadata.labels or {}):
+        if label(ns) in (node.metadata.labels or {}):
             assert (await batch.read_namespaced_job(job.metadata.name, ns)).status.succeeded
 
     async def staged() -> bool:
-        labelled = [n for n in nodes if (await core.read_node(n)).metadata.labels.get(LABEL) == "true"]
+        labelled = [n for n in nodes if (await core.read_node(n)).metadata.labels.get(label(ns)) == "true"]
         return sorted(labelled) == sorted(job_nodes)
 
     await wait_for(staged, within=60, what="nodes labelled staged")
@@ -223,12 +227,12 @@ async def test_staging_jobs_never_duplicated_across_restart(
     with contextlib.suppress(asyncio.CancelledError):
         await task
     for n in nodes:  # nothing is marked staged while the Jobs run
-        assert LABEL not in ((await core.read_node(n)).metadata.labels or {})
+        assert label(ns) not in ((await core.read_node(n)).metadata.labels or {})
     await controller()
 
     async def labelled() -> bool:
         labels = [(await core.read_node(n)).metadata.labels or {} for n in nodes]
-        return all(lab.get(LABEL) == "true" for lab in labels)
+        return all(lab.get(label(ns)) == "true" for lab in labels)
 
     await wait_for(labelled, within=60, what="nodes labelled after restart")
     after = {j.metadata.name: j.metadata.uid for j in (await batch.list_namespaced_job(ns)).items}
@@ -339,7 +343,7 @@ async def test_cache_cleanup_on_model_change_and_delete(
     nodes = await k8s_node_pool(replace(H100, count=2))
     core, apps, batch = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.BatchV1Api(k8s_admin)
     uri2 = "hf://org/model@rev2"
-    label2 = staged_label_key(parse_model_uri(uri2))
+    label2 = label(ns, uri2)
     ann = {P + "enabled": "true", P + "prestage-nodes": "2", P + "model-uri": URI,
            P + "stage-pod-annotations": json.dumps({"sim.warmscale.io/job-duration": "1s"})}
     await apps.create_namespaced_deployment(ns, gpu_deployment(ns, "llm", 0, ann))
@@ -349,11 +353,11 @@ async def test_cache_cleanup_on_model_change_and_delete(
         labs = [(await core.read_node(n)).metadata.labels or {} for n in nodes]
         return all((lab.get(key) == "true") == present for lab in labs)
 
-    await wait_for(lambda: labelled(LABEL), within=60, what="rev1 staged on both nodes")
+    await wait_for(lambda: labelled(label(ns)), within=60, what="rev1 staged on both nodes")
     dep = await apps.read_namespaced_deployment("llm", ns)
     assert ob.FINALIZER in (dep.metadata.finalizers or [])
-    rec = json.loads((await core.read_node(nodes[0])).metadata.annotations[LABEL])
-    assert rec == {"ns": ns, "uri": URI, "root": "/var/lib/warmscale/models"}
+    rec = json.loads((await core.read_node(nodes[0])).metadata.annotations[label(ns)])
+    assert rec == {"ns": ns, "uri": URI, "root": "/var/lib/warmscale/models", "layout": "3"}
 
     seen: dict[str, list[str]] = {}
 
@@ -369,12 +373,12 @@ async def test_cache_cleanup_on_model_change_and_delete(
     # model change: rev2 staged, rev1 evicted on both nodes and its labels/records removed
     await apps.patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {P + "model-uri": uri2}}})
     await wait_for(lambda: until(lambda: labelled(label2)), within=60, what="rev2 staged", interval=0.1)
-    await wait_for(lambda: until(lambda: labelled(LABEL, present=False)), within=60, what="rev1 labels removed",
+    await wait_for(lambda: until(lambda: labelled(label(ns), present=False)), within=60, what="rev1 labels removed",
                    interval=0.1)
     assert sorted(seen) == sorted(nodes)
     assert all("--evict" in cmd and URI in cmd for cmd in seen.values())
     for n in nodes:
-        assert LABEL not in ((await core.read_node(n)).metadata.annotations or {})
+        assert label(ns) not in ((await core.read_node(n)).metadata.annotations or {})
 
     # delete: the finalizer holds the Deployment until rev2 is evicted and unlabelled everywhere
     seen.clear()
@@ -415,7 +419,7 @@ async def test_webhook_prefers_staged_node(
     await controller()
 
     async def staged_nodes() -> list[str]:
-        return [n for n in nodes if ((await core.read_node(n)).metadata.labels or {}).get(LABEL) == "true"]
+        return [n for n in nodes if ((await core.read_node(n)).metadata.labels or {}).get(label(ns)) == "true"]
 
     [staged] = await wait_for(staged_nodes, within=60, what="model staged on one node")
     template_before = (await apps.read_namespaced_deployment("llm", ns)).spec.template.to_dict()
@@ -446,7 +450,7 @@ async def test_webhook_prefers_staged_node(
             [p] = await wait_for(bound, within=30, what="replica scheduled")
             assert p.spec.node_name == staged
             pref = p.spec.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution
-            assert pref[0].weight == 100 and pref[0].preference.match_expressions[0].key == LABEL
+            assert pref[0].weight == 100 and pref[0].preference.match_expressions[0].key == label(ns)
             await apps.patch_namespaced_deployment_scale("llm", ns, {"spec": {"replicas": 0}})
 
             async def none_left() -> bool:
@@ -507,7 +511,8 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     runner = await serve(WorkloadLister(k8s_admin, ttl_s=0.5), port, str(cert), str(key), host="127.0.0.1",
-                         image="warmscale:test", allowed_roots=[str(tmp_path)])  # the cache root is a tmp dir
+                         image="warmscale:test", allowed_roots=[str(cache)],  # the cache root is a tmp dir
+                         file_sources=[str(src)])  # and so is the file:// source (never inside a cache root)
     name = f"warmscale-engine-{ns}"
     await adm.create_mutating_webhook_configuration(webhook_configuration(
         name, ca, url=f"https://127.0.0.1:{port}/mutate",
@@ -537,7 +542,7 @@ async def test_engine_pod_is_mutated_and_its_init_container_ensures_the_copy(
     model_path = env[MODEL_PATH_ENV]
     from warmscale.warmpool.model_uri import cache_dir
 
-    assert model_path == cache_dir(str(cache), parse_model_uri(uri)) + "/data"
+    assert model_path == cache_dir(str(cache), CacheKey(parse_model_uri(uri), ns)) + "/data"
     assert {"name": "warmscale-model-cache", "mountPath": str(cache), "readOnly": True} in engine["volumeMounts"]
     vols = {v["name"]: v for v in spec["volumes"]}
     assert vols["warmscale-model-cache"]["hostPath"] == {"path": str(cache), "type": "DirectoryOrCreate"}

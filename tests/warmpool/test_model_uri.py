@@ -2,7 +2,7 @@ import posixpath
 
 import pytest
 
-from warmscale.warmpool.model_uri import ModelURIError, cache_dir, parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, ModelURIError, cache_dir, parse_model_uri, staged_label_key
 
 
 @pytest.mark.parametrize(
@@ -55,14 +55,14 @@ def test_reject(raw: str) -> None:
         "hf://org/name@main",
         "s3://bucket/a/b",
         "pvc://claim/p",
-        "file:///etc/passwd",
+        "file:///srv/models/x",
         "file:///x",
     ],
 )
 @pytest.mark.parametrize("root", ["/var/cache/ws", "/var/cache/ws/", "/c/./d/../e"])
 def test_cache_dir_inside_root(raw: str, root: str) -> None:
     u = parse_model_uri(raw)
-    d = cache_dir(root, u)
+    d = cache_dir(root, CacheKey(u, "ns"))
     assert posixpath.dirname(d) == posixpath.normpath(root)
     assert posixpath.basename(d).startswith(f"ws-{u.scheme}-")
     assert ".." not in d.split("/")
@@ -70,11 +70,11 @@ def test_cache_dir_inside_root(raw: str, root: str) -> None:
 
 def test_cache_root_must_be_absolute() -> None:
     with pytest.raises(ModelURIError):
-        cache_dir("rel", parse_model_uri("hf://a/b"))
+        cache_dir("rel", CacheKey(parse_model_uri("hf://a/b")))
 
 
 def test_distinct_revisions_distinct_caches_and_labels() -> None:
-    a, b = parse_model_uri("hf://a/b@r1"), parse_model_uri("hf://a/b@r2")
+    a, b = CacheKey(parse_model_uri("hf://a/b@r1"), "ns"), CacheKey(parse_model_uri("hf://a/b@r2"), "ns")
     assert cache_dir("/c", a) != cache_dir("/c", b)
     assert staged_label_key(a) != staged_label_key(b)
     key = staged_label_key(a)

@@ -3,7 +3,7 @@ from typing import Any
 
 from tests.warmpool.helpers import node, pod_spec, workload
 from warmscale.warmpool import objects as ob
-from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import (
     TimeToReady,
     plan,
@@ -17,7 +17,8 @@ from warmscale.warmpool.planning import (
 P = "warmscale.io/"
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)  # a Monday
 URI = "hf://org/model@rev1"
-LABEL = staged_label_key(parse_model_uri(URI))
+KEY = CacheKey(parse_model_uri(URI), "ns")  # the helpers' workloads live in namespace "ns"
+LABEL = staged_label_key(KEY)
 BASE = {
     P + "enabled": "true",
     P + "standby": "2",
@@ -33,10 +34,9 @@ def iso(dt: datetime) -> str:
 
 
 def job(wl: Any, nodename: str, cond: str | None = None, at: datetime = NOW) -> dict[str, Any]:
-    cfg_uri = parse_model_uri(URI)
     j: dict[str, Any] = {
         "metadata": {
-            "name": ob.stage_job_name(cfg_uri, nodename),
+            "name": ob.stage_job_name(KEY, nodename),
             "labels": ob.labels(wl, "stage"),
             "annotations": {ob.NODE_ANN: nodename},
         },
@@ -123,7 +123,7 @@ def test_job_lifecycle_label_only_after_success() -> None:
     later = plan(
         wl, FLEET, [], [job(wl, "h1", "Complete"), job(wl, "h2", "Failed", NOW - timedelta(hours=1))], None, NOW
     )
-    assert later.delete_stage_jobs == [ob.stage_job_name(parse_model_uri(URI), "h2")]
+    assert later.delete_stage_jobs == [ob.stage_job_name(KEY, "h2")]
 
 
 def test_repeated_plans_are_idempotent() -> None:
@@ -270,7 +270,7 @@ def test_manifests() -> None:
     job_ = ob.stage_job(wl, cfg, "h1", "warmscale:dev")
     cmd = job_["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[:2] == ["warmscale", "--log-format"] and "stage" in cmd and URI in cmd
-    assert job_["metadata"]["name"] == ob.stage_job_name(parse_model_uri(URI), "h1")
+    assert job_["metadata"]["name"] == ob.stage_job_name(KEY, "h1")
     spec = {
         **wl.pod_spec,
         "imagePullSecrets": [{"name": "regcred"}],
@@ -307,7 +307,7 @@ def test_cleanup_plan_evicts_then_unlabels() -> None:
     old, new = "warmscale.io/staged-aaaa", "warmscale.io/staged-bbbb"
     nodes = [_staged_node("n1", old), _staged_node("n2", new), _staged_node("n3", old, ns=None)]
     p = cleanup_plan(nodes, [], {new})
-    assert p.create_evict_jobs == [("ns", old, "hf://org/old@r1", "/var/lib/warmscale/models", "n1")]
+    assert p.create_evict_jobs == [("ns", old, "hf://org/old@r1", "/var/lib/warmscale/models", "n1", "")]
     assert p.unlabel == [("n3", old)]  # no record: only the label goes
     assert p.pending_namespaces == {"ns"}
     jn = evict_job_name(old, "n1")

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from warmscale.warmpool import stager as stager_cli
-from warmscale.warmpool.model_uri import ModelURI, cache_dir, parse_model_uri
+from warmscale.warmpool.model_uri import CacheKey, ModelURI, cache_dir, parse_model_uri
 from warmscale.warmpool.stager import (
     OWNER,
     READY,
     BudgetError,
+    Deadline,
     OccupiedError,
     RootError,
     StageError,
@@ -44,7 +45,7 @@ def test_stage_directory_and_idempotent(tmp_path: Path) -> None:
     r = stage(uri, root, size=size, sha256=digest)
     assert not r.already and r.size == size and r.sha256 == digest
     assert (r.path / "sub" / "config.json").read_text() == '{"a": 1}'
-    assert is_ready(root, uri) and Path(cache_dir(str(root), uri)).parent == root.resolve()
+    assert is_ready(root, uri) and Path(cache_dir(str(root), CacheKey(uri))).parent == root.resolve()
     again = stage(uri, root, size=size, sha256=digest)
     assert again.already
     assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
@@ -65,7 +66,7 @@ def test_verification_failure_leaves_nothing(tmp_path: Path, size: int | None, s
     with pytest.raises(VerifyError):
         stage(uri, root, size=size, sha256=sha)
     assert not is_ready(root, uri)
-    assert [p.name for p in root.iterdir()] == [".lock"]
+    assert all(p.name.startswith(".lock") and p.is_file() for p in root.iterdir())  # only the (empty) lock files
 
 
 def test_source_error_and_partial_copy(tmp_path: Path) -> None:
@@ -113,7 +114,7 @@ def test_crash_mid_copy_never_ready_and_recovers(tmp_path: Path) -> None:
 def test_crash_after_rename_before_marker_is_cleaned(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     uri = parse_model_uri("hf://org/m@r")
-    final = Path(cache_dir(str(root), uri))
+    final = Path(cache_dir(str(root), CacheKey(uri)))
     (final / "data").mkdir(parents=True)
     (final / "data" / "x").write_bytes(b"partial")
     (final / OWNER).write_text(_owner_record(final.name, uri))  # ours: renamed from our work dir
@@ -138,9 +139,9 @@ def test_lru_eviction_under_budget(tmp_path: Path) -> None:
 
     a, b, c = (parse_model_uri(f"hf://org/{x}@r") for x in "abc")
     stage(a, root, fetcher=writer(400), budget=1000, clock=lambda: clock[0])
-    os.utime(Path(cache_dir(str(root), a)) / READY, (1000, 1000))
+    os.utime(Path(cache_dir(str(root), CacheKey(a))) / READY, (1000, 1000))
     stage(b, root, fetcher=writer(400), budget=1000)
-    os.utime(Path(cache_dir(str(root), b)) / READY, (2000, 2000))
+    os.utime(Path(cache_dir(str(root), CacheKey(b))) / READY, (2000, 2000))
     clock[0] = 3000.0
     stage(a, root, fetcher=writer(400), budget=1000, clock=lambda: clock[0])  # touch: a is now the newest
     stage(c, root, fetcher=writer(400), budget=1000, size=400)
@@ -200,11 +201,11 @@ def test_evict_removes_only_that_model(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     stage(ua, root)
     stage(ub, root)
-    crashed = root / f".tmp-{Path(cache_dir(str(root), ua)).name}-crash"  # a crashed work dir of a (ours)
+    crashed = root / f".tmp-{Path(cache_dir(str(root), CacheKey(ua))).name}-crash"  # a crashed work dir of a (ours)
     crashed.mkdir()
-    (crashed / OWNER).write_text(_owner_record(Path(cache_dir(str(root), ua)).name, ua))
+    (crashed / OWNER).write_text(_owner_record(Path(cache_dir(str(root), CacheKey(ua))).name, ua))
     assert remove(ua, root)
-    assert not is_ready(root, ua) and not Path(cache_dir(str(root), ua)).exists()
+    assert not is_ready(root, ua) and not Path(cache_dir(str(root), CacheKey(ua))).exists()
     assert is_ready(root, ub)
     assert not [p for p in root.iterdir() if p.name.startswith(".tmp-")]
     assert not remove(ua, root)  # idempotent
@@ -232,7 +233,9 @@ def test_ensure_returns_at_once_when_ready_and_stages_otherwise(tmp_path: Path) 
     first = ensure(uri, root, fetcher=fetcher)
     assert not first.already and calls == [uri.canonical] and (first.path / "w.bin").is_file()
     # ready: returns without the lock even while another staging holds it
-    with _locked(root.resolve()):
+    entry = Path(cache_dir(str(root.resolve()), CacheKey(uri))).name
+    with _locked(root.resolve() / ".lock", Deadline(1), "root"), \
+            _locked(root.resolve() / f".lock-{entry}", Deadline(1), "entry"):
         again = ensure(uri, root, fetcher=fetcher)
     assert again.already and calls == [uri.canonical] and again.path == first.path
     # a copy that does not match the expected size is not "ready": re-staged (and verified)
@@ -289,7 +292,7 @@ def test_foreign_data_never_deleted_evicted_or_counted(tmp_path: Path) -> None:
     assert not is_ready(root, a) and is_ready(root, b)
     assert _snapshot(root, files) == files  # every foreign byte is still there
     # the budget counts our own entries only (the foreign 4 KB do not make 600 bytes not fit)
-    assert {e.path.name for e in entries(root)} == {Path(cache_dir(str(root), b)).name}
+    assert {e.path.name for e in entries(root)} == {Path(cache_dir(str(root), CacheKey(b))).name}
     from warmscale.warmpool.stager import remove
 
     assert remove(b, root) and _snapshot(root, files) == files
@@ -298,7 +301,7 @@ def test_foreign_data_never_deleted_evicted_or_counted(tmp_path: Path) -> None:
 def test_earlier_version_entry_left_alone_and_staged_afresh(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     uri = parse_model_uri("hf://org/m@r")
-    legacy = root / uri.cache_name.removeprefix("ws-")  # layout 1: <scheme>-<hex>, no ownership marker
+    legacy = root / uri.legacy_cache_name.removeprefix("ws-")  # layout 1: <scheme>-<hex>, no ownership marker
     (legacy / "data").mkdir(parents=True)
     (legacy / "data" / "w").write_bytes(b"old")
     (legacy / READY).write_text("{}")
@@ -315,7 +318,7 @@ def test_earlier_version_entry_left_alone_and_staged_afresh(tmp_path: Path) -> N
 def test_entry_name_taken_by_foreign_dir_is_refused_untouched(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     uri = parse_model_uri("hf://org/m@r")
-    final = Path(cache_dir(str(root), uri))
+    final = Path(cache_dir(str(root), CacheKey(uri)))
     (final / "data").mkdir(parents=True)
     (final / "data" / "keep").write_bytes(b"k")
     (final / READY).write_text('{"size": 1, "sha256": "x"}')  # a .ready, but no ownership marker
@@ -327,7 +330,7 @@ def test_entry_name_taken_by_foreign_dir_is_refused_untouched(tmp_path: Path) ->
     assert not remove(uri, root)
     assert (final / "data" / "keep").read_bytes() == b"k" and (final / READY).exists()
     # a symlink under our name (pointing at someone's data) is never followed or removed either
-    final2 = Path(cache_dir(str(root), parse_model_uri("hf://org/n@r")))
+    final2 = Path(cache_dir(str(root), CacheKey(parse_model_uri("hf://org/n@r"))))
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "f").write_text("v")

@@ -12,11 +12,11 @@ from typing import Any
 import aiohttp
 
 from warmscale.warmpool import objects as ob
-from warmscale.warmpool.model_uri import parse_model_uri, staged_label_key
+from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 from warmscale.warmpool.webhook import affinity_patch, review_response, self_signed, serve, staged_key_for
 
 URI = "hf://org/model@rev1"
-KEY = staged_label_key(parse_model_uri(URI))
+KEY = staged_label_key(CacheKey(parse_model_uri(URI), "ns"))  # the pods' namespace
 P = "warmscale.io/"
 
 
@@ -34,8 +34,8 @@ def pod(labels: dict[str, str] | None = None, affinity: dict[str, Any] | None = 
     spec: dict[str, Any] = {"containers": [{"name": "c", "image": "x"}]}
     if affinity is not None:
         spec["affinity"] = affinity
-    return {"metadata": {"generateName": "llm-", "labels": labels or {"app": "llm", "pod-template-hash": "h"}},
-            "spec": spec}
+    return {"metadata": {"generateName": "llm-", "namespace": "ns",
+                         "labels": labels or {"app": "llm", "pod-template-hash": "h"}}, "spec": spec}
 
 
 def test_which_pods_get_the_preference() -> None:
@@ -157,8 +157,8 @@ def test_engine_pod_loads_the_staged_copy() -> None:
 
     ann = {**ON, P + "model-size": "16Gi", P + "cache-root": "/var/lib/warmscale/models"}
     cfg = parse_annotations(ann)
-    path = model_path(cfg)
-    assert path == cache_dir("/var/lib/warmscale/models", parse_model_uri(URI)) + "/data"
+    path = model_path(cfg, "ns")
+    assert path == cache_dir("/var/lib/warmscale/models", CacheKey(parse_model_uri(URI), "ns")) + "/data"
     p = pod()
     p["spec"]["containers"] = [
         {"name": "engine", "image": "vllm", "args": ["--model=$(WARMSCALE_MODEL_PATH)"],
