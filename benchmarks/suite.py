@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from warmscale.cliargs import positive_int
 from warmscale.traces import TraceNotFound, resolve
 
 # (trace file, profile, TTFT SLO s). Mooncake's prompts are very long (p99 85k tokens): prefill alone
@@ -39,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="folder searched first for the traces (else $WARMSCALE_SHARED/traces, then the package)")
     parser.add_argument("--out", default="benchmarks/results", help="where JSON, PNG and summary.md go")
     parser.add_argument("--skip-week", action="store_true", help="leave out the week-long rate curve")
-    parser.add_argument("--ensemble", type=int, default=8, help="members per per-request trace (default 8)")
+    parser.add_argument("--ensemble", type=positive_int, default=8, help="members per per-request trace")
     parser.add_argument("--only", default=None, help="comma-separated trace stems to run (default: all)")
 
 
@@ -70,9 +71,12 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         rate = "_rate_" in trace
         extra = [] if rate else ["--ensemble", str(args.ensemble)]
-        bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
-               "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
-               "--fast-signals", *extra])
+        rc = bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
+                    "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
+                    "--fast-signals", *extra])
+        if rc != 0:
+            print(f"warmscale bench suite: {stem} failed (exit {rc}); stopping", file=sys.stderr)
+            return rc
         docs.append((json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0))
     table = summary_table(docs)
     (out / "summary.md").write_text(table + "\n")

@@ -20,6 +20,7 @@ from typing import Any
 from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
+from warmscale.cliargs import UsageError, key_value, non_negative_int, positive_float, positive_int, writable_path
 from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
 
 
@@ -31,43 +32,58 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="folder searched first for a trace given by name (else $WARMSCALE_SHARED/traces, "
                              "then the package)")
     parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES),
-                        help="engine + startup profile (default 8b-h100)")
-    parser.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT SLO in seconds (default 2)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the rate-curve arrivals (default 1)")
-    parser.add_argument("--json", default=None, dest="json_out",
+                        help="engine + startup profile")
+    parser.add_argument("--slo-ttft", type=positive_float, default=2.0, help="TTFT SLO in seconds")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the rate-curve arrivals")
+    parser.add_argument("--json", default=None, dest="json_out", type=writable_path,
                         help="where to write the results JSON (default: <trace>__<profile>.json here)")
-    parser.add_argument("--plot", default=None, help="where to write the PNG plot")
-    parser.add_argument("--tick", type=float, default=None,
+    parser.add_argument("--plot", default=None, type=writable_path, help="where to write the PNG plot")
+    parser.add_argument("--tick", type=positive_float, default=None,
                         help="control-loop step in seconds, also the arrival bin of rate curves (default 1; a rate "
                              "curve's cohort arrives at its bin's middle, so its members are off by up to tick/2)")
     parser.add_argument("--tokens-from", default=None,
                         help="per-request trace whose token sizes a rate curve draws from (default: by name)")
-    parser.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate curve's rate")
-    parser.add_argument("--hours", type=float, default=None, help="replay only the first HOURS of the trace")
-    parser.add_argument("--standby", type=int, default=None,
+    parser.add_argument("--rate-scale", type=positive_float, default=1.0, help="multiply a rate curve's rate")
+    parser.add_argument("--hours", type=positive_float, default=None, help="replay only the first HOURS of the trace")
+    parser.add_argument("--standby", type=non_negative_int, default=None,
                         help="warmscale warm pool: hold N placeholders (default: warmscale.io/standby: auto, sized "
                              "by the warm-pool planner from the burst statistics the scaler publishes)")
-    parser.add_argument("--oracle-iterations", type=int, default=3, help="oracle sizing refinement passes")
+    parser.add_argument("--oracle-iterations", type=positive_int, default=3, help="oracle sizing refinement passes")
     parser.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset of policies")
-    parser.add_argument("--warmscale-meta", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--warmscale-meta", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="override a warmscale trigger metadata key (repeatable)")
-    parser.add_argument("--start-replicas", type=int, default=None,
+    parser.add_argument("--start-replicas", type=non_negative_int, default=None,
                         help="ready replicas every policy starts with (default: the oracle's need, max over the "
                              "first 5 minutes)")
-    parser.add_argument("--max-replicas", type=int, default=None,
+    parser.add_argument("--max-replicas", type=positive_int, default=None,
                         help="maxReplicas of every reactive policy (default: the profile's documented value)")
     parser.add_argument("--fast-signals", action="store_true",
                         help="build the policies' snapshots from the engine objects instead of rendering and "
-                             "parsing Prometheus text (equal tick by tick; tests/bench/test_signal_path.py)")
-    parser.add_argument("--ensemble", type=int, default=1, metavar="N",
+                             "parsing Prometheus text (faster; the results are equal tick by tick)")
+    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N",
                         help="run N members: the trace plus N-1 perturbations (jitter, rotations)")
-    parser.add_argument("--jobs", type=int, default=2,
+    parser.add_argument("--jobs", type=positive_int, default=2,
                         help="parallel processes (default 2): for ensemble members, or, in a single run, for the "
                              "policies once the oracle is sized (results do not depend on it)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--pd", action="store_true",
                         help="P/D fleet mode: separate prefill and decode replicas with a KV handoff, scaled per "
                              "role, against one combined pool (the same as `warmscale bench pd`; docs/pd.md)")
+
+
+def check_policies(spec: str) -> tuple[str, ...]:
+    """``--policies``: known names only, at least one."""
+    import difflib
+
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    for n in names:
+        if n not in POLICY_NAMES:
+            near = difflib.get_close_matches(n, POLICY_NAMES, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise UsageError(f"--policies: unknown policy {n!r} (known: {', '.join(POLICY_NAMES)}){hint}")
+    if not names:
+        raise UsageError("--policies: name at least one policy")
+    return names
 
 
 def _progress(quiet: bool) -> Any:
@@ -88,21 +104,18 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "pd", False):
         return _run_pd(args)
     from warmscale.benchmarks.sim.arrivals import default_tokens_for, detect_kind
-    from warmscale.traces import TraceNotFound, resolve
+    from warmscale.traces import resolve
 
     wall0 = time.perf_counter()
-    try:
-        path = resolve(args.trace, args.traces)
-        kind = detect_kind(path)
-        tokens_from: Path | None = None
-        if args.tokens_from:
-            tokens_from = resolve(args.tokens_from, args.traces)
-        elif kind == "rate" and not default_tokens_for(path).is_file():
-            # A rate curve away from the per-request traces: take the token sizes from the shipped ones.
-            tokens_from = resolve(default_tokens_for(path).name, args.traces)
-    except TraceNotFound as exc:
-        print(f"warmscale bench trace: {exc}", file=sys.stderr)
-        return 2
+    check_policies(args.policies)
+    path = resolve(args.trace, args.traces)
+    kind = detect_kind(path)
+    tokens_from: Path | None = None
+    if args.tokens_from:
+        tokens_from = resolve(args.tokens_from, args.traces)
+    elif kind == "rate" and not default_tokens_for(path).is_file():
+        # A rate curve away from the per-request traces: take the token sizes from the shipped ones.
+        tokens_from = resolve(default_tokens_for(path).name, args.traces)
     dt = args.tick if args.tick is not None else 1.0
     work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
