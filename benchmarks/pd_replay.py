@@ -55,7 +55,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a shipped per-request trace by name (default azure-code; also azure-conv, "
                              "mooncake-conv) or a per-request CSV path")
     parser.add_argument("--traces", default=None, help="folder searched first for a trace given by name")
-    parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES))
+    parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES),
+                        help="engine + startup profile")
     parser.add_argument("--slo-ttft", type=positive_float, default=2.0, help="TTFT SLO in seconds")
     parser.add_argument("--slo-itl", type=positive_float, default=0.1,
                         help="inter-token latency SLO in seconds for the ITL column (default 0.1, a vLLM bucket bound)")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "text")
-# TCP ports: 1..65535 (0 would ask the kernel for any free port, which no manifest can point at).
+# TCP ports: 0..65535 (what 0 means is the flag's: off, or any free port).
 MAX_PORT = 65535
 
 
@@ -76,15 +76,16 @@ def non_negative_int(text: str) -> int:
 
 
 def port(*, off: int | None = None) -> Callable[[str], int]:
-    """A TCP port 1..65535; ``off`` is the value that disables the listener (e.g. 0 or -1)."""
+    """A TCP port 0..65535 (the flag's help says what 0 means); ``off`` is an extra value that disables
+    the listener (the scaler's ``--metrics-port -1``)."""
 
     def parse(text: str) -> int:
         x = int(_number(text, int))
         if off is not None and x == off:
             return x
-        if not 1 <= x <= MAX_PORT:
+        if not 0 <= x <= MAX_PORT:
             extra = f", or {off} for none" if off is not None else ""
-            raise argparse.ArgumentTypeError(f"must be a port 1-{MAX_PORT}{extra} (got {text})")
+            raise argparse.ArgumentTypeError(f"must be a port 0-{MAX_PORT}{extra} (got {text})")
         return x
 
     parse.__name__ = "port"
