@@ -52,11 +52,15 @@ def _from_git(root: Path) -> VersionInfo | None:
     if not (root / ".git").exists() or not (root / "pyproject.toml").is_file():
         return None
     try:
-        from setuptools_scm import get_version
+        from setuptools_scm import Configuration, _get_version
     except ImportError:
         return None
     try:
-        version = get_version(root=str(root), fallback_version=UNKNOWN)
+        # pyproject's own [tool.setuptools_scm], so a checkout says what a wheel built from it would.
+        config = Configuration.from_file(str(root / "pyproject.toml"), dist_name=DIST_NAME)
+        version = _get_version(config, force_write_version_files=False)
+        if not version:
+            return None
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=GIT_TIMEOUT_S, check=False).stdout.strip()
     except (Exception, SystemExit):  # setuptools-scm raises its own errors (and exits) on odd trees
