@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from warmscale import progress
 from warmscale.cliargs import positive_int
 from warmscale.traces import TraceNotFound, resolve
 
@@ -33,6 +34,17 @@ RUNS: tuple[tuple[str, str, float], ...] = (
     ("azure_llm_2024_conv_rate_10s.csv", "8b-h100", 2.0),  # a week: the longest run (docs/benchmarks.md)
 )
 WEEK = "azure_llm_2024_conv_rate_10s.csv"
+# Wall seconds of one run on the 2-core machines (docs/benchmarks.md): the week 552.5 s; a per-request
+# trace's ensemble about this much per member; the day-long rate curve a member's worth. Only the
+# progress bar's ETA reads these.
+WEEK_SECONDS = 550.0
+MEMBER_SECONDS = 15.0
+
+
+def expected_seconds(trace: str, ensemble: int) -> float:
+    if trace == WEEK:
+        return WEEK_SECONDS
+    return MEMBER_SECONDS * (1 if "_rate_" in trace else max(1, ensemble))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-week", action="store_true", help="leave out the week-long rate curve")
     parser.add_argument("--ensemble", type=positive_int, default=8, help="members per per-request trace")
     parser.add_argument("--only", default=None, help="comma-separated trace stems to run (default: all)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,36 +62,46 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    docs: list[tuple[dict, float]] = []
-    def keep(stem: str) -> None:  # a run not re-run this time: its last result stays in the summary
+    docs: dict[int, tuple[dict, float]] = {}  # by position in RUNS: the summary keeps that order
+
+    def keep(k: int, stem: str) -> None:  # a run not re-run this time: its last result stays in the summary
         if (out / f"{stem}.json").exists():
             doc = json.loads((out / f"{stem}.json").read_text())
-            docs.append((doc, float(doc.get("details", {}).get("wall_s", 0.0))))
+            docs[k] = (doc, float(doc.get("details", {}).get("wall_s", 0.0)))
 
-    for trace, profile, slo in RUNS:
-        if args.skip_week and trace == WEEK:
-            keep(f"{Path(trace).stem}__{profile}")
+    plan: list[tuple[int, str, str, float, Path]] = []
+    for k, (trace, profile, slo) in enumerate(RUNS):
+        stem = f"{Path(trace).stem}__{profile}"
+        if (args.skip_week and trace == WEEK) or (
+                args.only and Path(trace).stem not in args.only.split(",") and stem not in args.only.split(",")):
+            keep(k, stem)
             continue
         try:
             path = resolve(trace, args.traces)
         except TraceNotFound as exc:
             print(f"skipped: {exc}", file=sys.stderr)
             continue
-        stem = f"{Path(trace).stem}__{profile}"
-        if args.only and Path(trace).stem not in args.only.split(",") and stem not in args.only.split(","):
-            keep(stem)
-            continue
-        t0 = time.perf_counter()
-        rate = "_rate_" in trace
-        extra = [] if rate else ["--ensemble", str(args.ensemble)]
-        rc = bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
-                    "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
-                    "--fast-signals", *extra])
-        if rc != 0:
-            print(f"warmscale bench suite: {stem} failed (exit {rc}); stopping", file=sys.stderr)
-            return rc
-        docs.append((json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0))
-    table = summary_table(docs)
+        plan.append((k, trace, profile, slo, path))
+    # Progress in expected wall seconds per run, so the ETA weighs the week as the long run it is.
+    weights = [expected_seconds(trace, args.ensemble) for _, trace, _, _, _ in plan]
+    with progress.bar(sum(weights), "bench suite", unit="s", quiet=args.quiet) as bar:
+        for (k, trace, profile, slo, path), weight in zip(plan, weights, strict=True):
+            stem = f"{Path(trace).stem}__{profile}"
+            bar.set_postfix_str(stem)
+            t0 = time.perf_counter()
+            rate = "_rate_" in trace
+            extra = [] if rate else ["--ensemble", str(args.ensemble)]
+            rc = bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
+                        "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
+                        "--fast-signals", *extra])
+            if rc != 0:
+                bar.write(f"warmscale bench suite: {stem} failed (exit {rc}); stopping")
+                return rc
+            docs[k] = (json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0)
+            bar.update(weight)
+            if not args.quiet:
+                bar.write(f"{stem}: {time.perf_counter() - t0:.0f} s")
+    table = summary_table([docs[k] for k in sorted(docs)])
     (out / "summary.md").write_text(table + "\n")
     print(table)
     return 0

@@ -12,11 +12,11 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from warmscale import progress
 from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
@@ -86,20 +86,6 @@ def check_policies(spec: str) -> tuple[str, ...]:
     return names
 
 
-def _progress(quiet: bool) -> Any:
-    if quiet:
-        return None
-    state = {"last": 0.0}
-
-    def show(policy: str, frac: float) -> None:
-        now = time.perf_counter()
-        if now - state["last"] >= 2.0 or frac >= 1.0:
-            state["last"] = now
-            print(f"  {policy}: {frac * 100:5.1f}%", file=sys.stderr, flush=True)
-
-    return show
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "pd", False):
         return _run_pd(args)
@@ -120,25 +106,34 @@ def run(args: argparse.Namespace) -> int:
     work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
-    say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
-    say(f"{work.name}: {work.requests} requests over {work.span_s / 3600:.2f} h, profile {args.profile}, "
-        f"tick {dt:g}s, SLO TTFT {args.slo_ttft:g}s" + (f", ensemble of {args.ensemble}" if args.ensemble > 1 else ""))
     members = ensemble_members(max(1, args.ensemble), args.seed)
     jobs = [(i, kind_, params) for i, (kind_, params) in enumerate(members)]
     outcomes: dict[int, tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]] = {}
-    if len(jobs) == 1:
-        outcomes[0] = _member(args, work, dt, 0, "unperturbed", {}, say, jobs=args.jobs)
-    else:
-        import multiprocessing as mp
+    # Progress: one step per policy (and the oracle's sizing) in a single run, one per member in an ensemble.
+    steps = len(check_policies(args.policies)) + 1 if len(jobs) == 1 else len(jobs)
+    with progress.bar(steps, work.name, unit="policies" if len(jobs) == 1 else "members", quiet=args.quiet) as bar:
+        say = (lambda m: None) if args.quiet else bar.write
+        say(f"{work.name}: {work.requests} requests over {work.span_s / 3600:.2f} h, profile {args.profile}, "
+            f"tick {dt:g}s, SLO TTFT {args.slo_ttft:g}s" + (f", ensemble of {args.ensemble}" if len(jobs) > 1 else ""))
 
-        ctx = mp.get_context("fork")
-        plain = argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
-        with ctx.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
-            pending = [pool.apply_async(_member_job, (plain, work, dt, i, k, p)) for i, k, p in jobs]
-            for res in pending:
-                i, out = res.get()
-                outcomes[i] = out
-                say(f"ensemble member {i} ({members[i][0]}) done at {time.perf_counter() - wall0:.1f}s")
+        def done(name: str) -> None:
+            bar.update(1)
+            bar.set_postfix_str(name)
+
+        if len(jobs) == 1:
+            outcomes[0] = _member(args, work, dt, 0, "unperturbed", {}, say, jobs=args.jobs, done=done)
+        else:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("fork")
+            plain = argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
+            with ctx.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
+                pending = [pool.apply_async(_member_job, (plain, work, dt, i, k, p)) for i, k, p in jobs]
+                for res in pending:
+                    i, out = res.get()
+                    outcomes[i] = out
+                    done(f"member {i} ({members[i][0]})")
+                    say(f"ensemble member {i} ({members[i][0]}) done at {time.perf_counter() - wall0:.1f}s")
     results, meta, settings = outcomes[0]
     wall = time.perf_counter() - wall0
     engine = ENGINE_PROFILES[args.profile]
@@ -183,22 +178,20 @@ def _quiet(message: str) -> None:
 
 
 def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str, params: dict[str, float],
-            say: Any, jobs: int = 1) -> tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]:
+            say: Any, jobs: int = 1, done: Any = None) -> tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]:
     engine = ENGINE_PROFILES[args.profile]
     startup = PROFILES[args.profile]
     overrides = dict(kv.split("=", 1) for kv in args.warmscale_meta)
     names = tuple(n.strip() for n in args.policies.split(",") if n.strip())
     long_run = work.span_s > 6 * 3600
     settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
-                           fast_signals=args.fast_signals,
-                           progress=_progress(args.quiet) if i == 0 else None)
+                           fast_signals=args.fast_signals)
     if long_run and "scrapeIntervalSeconds" not in overrides:
         overrides["scrapeIntervalSeconds"] = "15"
     bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
                      oracle_iterations=args.oracle_iterations, policies=names, profile=args.profile,
                      start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs))
-    results, meta = run_all(work, engine, startup, settings, bc, say)
-    settings.progress = None
+    results, meta = run_all(work, engine, startup, settings, bc, say, done)
     if i != 0:
         for r in results.values():  # members only report numbers
             r.timeline = {}

@@ -17,6 +17,7 @@ import functools
 import importlib
 import re
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +58,10 @@ def _from_git(root: Path) -> VersionInfo | None:
         return None
     try:
         # pyproject's own [tool.setuptools_scm], so a checkout says what a wheel built from it would.
-        config = Configuration.from_file(str(root / "pyproject.toml"), dist_name=DIST_NAME)
-        version = _get_version(config, force_write_version_files=False)
+        with warnings.catch_warnings():  # its API's deprecation notices are not the user's business
+            warnings.simplefilter("ignore")
+            config = Configuration.from_file(str(root / "pyproject.toml"), dist_name=DIST_NAME)
+            version = _get_version(config, force_write_version_files=False)
         if not version:
             return None
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
