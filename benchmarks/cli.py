@@ -40,7 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     module = getattr(args, "_bench", None)
     if module is None:
-        print(f"benchmark {args.benchmark!r} is not available", file=sys.stderr)
+        print(f"warmscale bench: {args.benchmark} is not available in this installation "
+              "(pip install 'warmscale[demo]')", file=sys.stderr)
         return 2
     return int(module.run(args) or 0)
 
