@@ -47,32 +47,28 @@ def _number(text: str, kind: type[int] | type[float]) -> float:
     return x
 
 
-def positive_float(text: str) -> float:
-    x = float(_number(text, float))
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0 (got {text})")
+def _at_least(text: str, kind: type[int] | type[float], lo: float, *, strictly: bool = False) -> float:
+    x = _number(text, kind)
+    if x < lo or (strictly and x == lo):
+        bound = f"greater than {lo:g}" if strictly else "0 or more" if lo == 0 else f"at least {lo:g}"
+        raise argparse.ArgumentTypeError(f"must be {bound} (got {text})")
     return x
+
+
+def positive_float(text: str) -> float:
+    return float(_at_least(text, float, 0, strictly=True))
 
 
 def non_negative_float(text: str) -> float:
-    x = float(_number(text, float))
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (got {text})")
-    return x
+    return float(_at_least(text, float, 0))
 
 
 def positive_int(text: str) -> int:
-    x = int(_number(text, int))
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {text})")
-    return x
+    return int(_at_least(text, int, 1))
 
 
 def non_negative_int(text: str) -> int:
-    x = int(_number(text, int))
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more (got {text})")
-    return x
+    return int(_at_least(text, int, 0))
 
 
 def port(*, off: int | None = None) -> Callable[[str], int]:
