@@ -39,6 +39,7 @@ from warmscale.benchmarks.sim.policies import WarmscalePolicy, max_replicas_for,
 from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
 from warmscale.cliargs import (
     key_value,
+    metadata_overrides,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -148,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     from warmscale.traces import TraceNotFound, resolve
 
     wall0 = time.perf_counter()
+    for flag in ("--meta", "--prefill-meta", "--decode-meta"):
+        metadata_overrides(flag, getattr(args, flag.removeprefix("--").replace("-", "_")))
     try:
         path = resolve(args.trace, args.traces)
     except TraceNotFound as exc:

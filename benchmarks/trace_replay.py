@@ -20,7 +20,15 @@ from warmscale import progress
 from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
-from warmscale.cliargs import UsageError, key_value, non_negative_int, positive_float, positive_int, writable_path
+from warmscale.cliargs import (
+    UsageError,
+    key_value,
+    metadata_overrides,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    writable_path,
+)
 from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
 
 
@@ -94,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
     wall0 = time.perf_counter()
     check_policies(args.policies)
+    metadata_overrides("--warmscale-meta", args.warmscale_meta)
     path = resolve(args.trace, args.traces)
     kind = detect_kind(path)
     tokens_from: Path | None = None

@@ -81,6 +81,11 @@ def test_flag_combinations(here: Path, capsys: pytest.CaptureFixture[str]) -> No
         "warmscale warmpool: --renew-period 20 must be less than --lease-duration 15"
     assert "--policies: unknown policy 'warmscal'" in _err(capsys, ["bench", "trace", "--policies", "warmscal"])
     assert "did you mean warmscale?" in _err(capsys, ["bench", "trace", "--policies", "warmscal"])
+    assert _err(capsys, ["bench", "trace", "--warmscale-meta", "burstConfirmSecond=5"]) == \
+        ("warmscale bench trace: --warmscale-meta burstConfirmSecond=5: unknown metadata key; "
+         "did you mean burstConfirmSeconds?\n")
+    assert "--decode-meta decodePerPrefillMin=-1: value '-1' is out of range" in \
+        _err(capsys, ["bench", "pd", "--decode-meta", "decodePerPrefillMin=-1"])
 
 
 # --- trace files: file:line:column, the same loader for the demo and every bench --------------------
