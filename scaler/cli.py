@@ -214,8 +214,8 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         guard = TargetGuard.from_flag(args.allow_targets)
     except ValueError as exc:
-        log.error("cannot start the scaler", extra={"error": f"--allow-targets: {exc}"})
-        print(f"warmscale scaler: --allow-targets: {exc}", file=sys.stderr)
+        log.error("cannot start the scaler", extra={"error": str(exc)})
+        print(f"warmscale scaler: {exc}", file=sys.stderr)  # the message names the flag
         return 2
     discovery, api = None, None
     if not getattr(args, "no_kubernetes", False):

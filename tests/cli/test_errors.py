@@ -133,3 +133,18 @@ def test_unknown_and_unreadable_traces(here: Path, capsys: pytest.CaptureFixture
     binary = here / "b.csv"
     binary.write_bytes(b"timestamp_s,input_tokens,output_tokens\n\xff\xfe,1,1\n")
     assert f"{binary}: not a text (UTF-8) file" in _err(capsys, ["demo", "--trace", str(binary)])
+
+
+def test_scaler_allow_targets(tmp_path: Path) -> None:
+    """The scaler process exits 2 naming the flag (run as a process: it leaves through os._exit)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "warmscale", "scaler", "--allow-targets", "10.0.0.0/33",
+                           "--no-kubernetes", "--metrics-port", "-1", "--grpc-port", "0"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "HOME": str(tmp_path)})
+    assert proc.returncode == 2
+    assert "warmscale scaler: --allow-targets: '10.0.0.0/33' is neither a CIDR" in proc.stderr
+    assert "Traceback" not in proc.stderr
