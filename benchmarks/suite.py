@@ -12,6 +12,8 @@ saying where to get it, when none of those has it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 import time
@@ -34,17 +36,21 @@ RUNS: tuple[tuple[str, str, float], ...] = (
     ("azure_llm_2024_conv_rate_10s.csv", "8b-h100", 2.0),  # a week: the longest run (docs/benchmarks.md)
 )
 WEEK = "azure_llm_2024_conv_rate_10s.csv"
-# Wall seconds of one run on the 2-core machines (docs/benchmarks.md): the week 552.5 s; a per-request
-# trace's ensemble about this much per member; the day-long rate curve a member's worth. Only the
-# progress bar's ETA reads these.
-WEEK_SECONDS = 550.0
-MEMBER_SECONDS = 15.0
+# Wall seconds of each run with --ensemble 8 on a 2-core machine to itself (benchmarks/results/summary.md,
+# the last column); only the progress bar's ETA reads them. A per-request trace's scale with the members.
+EXPECTED_SECONDS = {
+    "azure_llm_2023_code__8b-h100": 16.0, "azure_llm_2023_code__70b-h100-tp4": 20.0,
+    "azure_llm_2023_conv__8b-h100": 34.0, "azure_llm_2023_conv__70b-h100-tp4": 52.0,
+    "mooncake_fast25_conversation__8b-h100": 36.0, "mooncake_fast25_conversation__70b-h100-tp4": 44.0,
+    "servegen_reason_deepseek-r1_rate_600s__70b-h100-tp4": 61.0, "azure_llm_2024_conv_rate_10s__8b-h100": 553.0,
+}
+SUMMARY_ENSEMBLE = 8
+UNKNOWN_SECONDS = 60.0
 
 
-def expected_seconds(trace: str, ensemble: int) -> float:
-    if trace == WEEK:
-        return WEEK_SECONDS
-    return MEMBER_SECONDS * (1 if "_rate_" in trace else max(1, ensemble))
+def expected_seconds(stem: str, ensemble: int) -> float:
+    base = EXPECTED_SECONDS.get(stem, UNKNOWN_SECONDS)
+    return base if "_rate_" in stem else base * max(1, ensemble) / SUMMARY_ENSEMBLE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         plan.append((k, trace, profile, slo, path))
     # Progress in expected wall seconds per run, so the ETA weighs the week as the long run it is.
-    weights = [expected_seconds(trace, args.ensemble) for _, trace, _, _, _ in plan]
+    weights = [expected_seconds(f"{Path(trace).stem}__{profile}", args.ensemble) for _, trace, profile, _, _ in plan]
     with progress.bar(sum(weights), "bench suite", unit="s", quiet=args.quiet) as bar:
         for (k, trace, profile, slo, path), weight in zip(plan, weights, strict=True):
             stem = f"{Path(trace).stem}__{profile}"
@@ -91,16 +97,18 @@ def run(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             rate = "_rate_" in trace
             extra = [] if rate else ["--ensemble", str(args.ensemble)]
-            rc = bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
-                        "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
-                        "--fast-signals", *extra])
+            table = io.StringIO()  # each run's table goes above the bar, not through it
+            with contextlib.redirect_stdout(table):
+                rc = bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
+                            "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
+                            "--fast-signals", *extra])
+            if not args.quiet:
+                bar.write(table.getvalue().rstrip("\n"))
             if rc != 0:
                 bar.write(f"warmscale bench suite: {stem} failed (exit {rc}); stopping")
                 return rc
             docs[k] = (json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0)
             bar.update(weight)
-            if not args.quiet:
-                bar.write(f"{stem}: {time.perf_counter() - t0:.0f} s")
     table = summary_table([docs[k] for k in sorted(docs)])
     (out / "summary.md").write_text(table + "\n")
     print(table)
