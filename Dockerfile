@@ -9,7 +9,9 @@
 # The manifests reference the image as `warmscale:0.1.0`; point them at your registry with
 #   cd manifests && kustomize edit set image warmscale=<registry>/warmscale:<tag>
 #
-# Stage 1 builds a wheel of the project and wheels of its dependencies (compilers stay here);
+# Stage 1 builds a wheel of the project and wheels of its dependencies (compilers stay here): only
+# pyproject's `dependencies`, what the scaler, the controller and the stager import; the `demo` extra
+# (matplotlib, numpy, tqdm: the demo's plot and the benchmarks) is not installed.
 # stage 2 installs only those wheels into a virtualenv on the same slim base and runs as an
 # unprivileged user (uid/gid 10001, matching runAsUser in manifests/base).
 
@@ -24,7 +26,11 @@ RUN python -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.tom
       > /tmp/requirements.txt \
  && python -m pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
 COPY . .
-RUN python -m pip wheel --no-deps --wheel-dir /wheels .
+# The build context has no .git (.dockerignore): the version comes from the build argument, which
+# tools/build-image.sh sets from git (setuptools-scm); without it the wheel says 0.1.0+unknown.
+ARG WARMSCALE_VERSION=""
+RUN if [ -n "$WARMSCALE_VERSION" ]; then export SETUPTOOLS_SCM_PRETEND_VERSION_FOR_WARMSCALE="$WARMSCALE_VERSION"; fi \
+ && python -m pip wheel --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command, run as a newcomer runs it: a fresh clone of this checkout's HEAD in a
 # temporary directory with no shared/ beside it, a fresh virtualenv, then exactly
-#     python3 -m pip install -e . && warmscale demo
+#     python3 -m pip install -e '.[demo]' && warmscale demo
 # Fails unless that exits 0, writes its PNG, prints its table and summary, and shows no traceback.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +22,7 @@ set +e
   source "$work/venv/bin/activate"
   unset WARMSCALE_SHARED PYTHONPATH PYTHONHOME
   export PIP_DISABLE_PIP_VERSION_CHECK=1
-  bash -c 'python3 -m pip install -e . && warmscale demo'
+  bash -c "python3 -m pip install -e '.[demo]' && warmscale demo"
 ) >"$work/stdout" 2>"$work/stderr"
 rc=$?
 set -e

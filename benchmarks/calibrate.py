@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Engine, EngineProfile, Request
+from warmscale.cliargs import positive_float, writable_path
 
 # The client's TTFT includes the server's path outside the engine step loop (HTTP, tokenization,
 # hand-off to the engine core, detokenization, the streamed chunk), which the engine model does not
@@ -216,11 +217,13 @@ def run_cases(profile: EngineProfile) -> list[dict[str, Any]]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES))
-    parser.add_argument("--prefill-tps", type=float, default=None,
+    parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES),
+                        help="engine profile to check against the published measurements")
+    parser.add_argument("--prefill-tps", type=positive_float, default=None,
                         help="what-if: replay with this prefill speed instead of the profile's (the profile "
                              "itself is unchanged)")
-    parser.add_argument("--json", default=None, dest="json_out")
+    parser.add_argument("--json", default=None, dest="json_out", type=writable_path,
+                        help="where to write the comparison as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -58,6 +58,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from warmscale.cliargs import positive_float, positive_int, writable_path
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.kube import Cache
 from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
@@ -94,9 +95,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profiles", default="8b-h100,8b-h100-fastload",
                         help=f"comma-separated startup profiles/variants (known: "
                              f"{', '.join([*PROFILES, *VARIANTS])}); the first is the reference")
-    parser.add_argument("--from-replicas", type=int, default=1)
-    parser.add_argument("--to-replicas", type=int, default=8)
-    parser.add_argument("--time-factor", type=float, default=None,
+    parser.add_argument("--from-replicas", type=positive_int, default=1, help="replicas before the scale-up")
+    parser.add_argument("--to-replicas", type=positive_int, default=8, help="replicas the scale-up asks for")
+    parser.add_argument("--time-factor", type=positive_float, default=None,
                         help="wall seconds per model second for the injected delays (default 0.35 with "
                              "--actuation keda, so KEDA's and the HPA's loops stay under 10%% of the warm start; "
                              "1/60 with patch)")
@@ -104,9 +105,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="keda: load on the engines -> scaler -> real KEDA + HPA (own cluster); "
                              "patch: patch the Deployment's scale subresource")
     parser.add_argument("--hpa-sync-period", default="1s", help="HPA sync period of the cluster (keda actuation)")
-    parser.add_argument("--json", dest="json_out", default=DEFAULT_JSON)
-    parser.add_argument("--plot", default=DEFAULT_PNG, help="PNG path ('' for none)")
-    parser.add_argument("--timeout", type=float, default=240.0, help="per-phase wall-clock timeout")
+    parser.add_argument("--json", dest="json_out", default=DEFAULT_JSON, type=writable_path,
+                        help="where to write the results JSON")
+    parser.add_argument("--plot", default=DEFAULT_PNG, type=writable_path, help="PNG path ('' for none)")
+    parser.add_argument("--timeout", type=positive_float, default=240.0, help="per-phase wall-clock timeout")
 
 
 # ---------------------------------------------------------------- pure helpers

@@ -37,6 +37,15 @@ from warmscale.benchmarks.sim.pd import (
 )
 from warmscale.benchmarks.sim.policies import WarmscalePolicy, max_replicas_for, warmscale_metadata
 from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
+from warmscale.cliargs import (
+    key_value,
+    metadata_overrides,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    writable_path,
+)
 from warmscale.warmpool.startup_model import COLD, PROFILES, time_to_ready
 
 MODES = ("combined", "pd-per-role")
@@ -47,31 +56,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a shipped per-request trace by name (default azure-code; also azure-conv, "
                              "mooncake-conv) or a per-request CSV path")
     parser.add_argument("--traces", default=None, help="folder searched first for a trace given by name")
-    parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES))
-    parser.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT SLO in seconds (default 2)")
-    parser.add_argument("--slo-itl", type=float, default=0.1,
+    parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES),
+                        help="engine + startup profile")
+    parser.add_argument("--slo-ttft", type=positive_float, default=2.0, help="TTFT SLO in seconds")
+    parser.add_argument("--slo-itl", type=positive_float, default=0.1,
                         help="inter-token latency SLO in seconds for the ITL column (default 0.1, a vLLM bucket bound)")
-    parser.add_argument("--hours", type=float, default=None, help="replay only the first HOURS")
-    parser.add_argument("--standby", type=int, default=None,
+    parser.add_argument("--hours", type=positive_float, default=None, help="replay only the first HOURS")
+    parser.add_argument("--standby", type=non_negative_int, default=None,
                         help="warm-pool placeholders held per pool (default: warmscale.io/standby: auto per pool, "
                              "sized by the warm-pool planner from the burst statistics each scaler publishes)")
-    parser.add_argument("--kv-gbps", type=float, default=20.0,
+    parser.add_argument("--kv-gbps", type=positive_float, default=20.0,
                         help="KV transfer bandwidth per GPU in GB/s (default 20: one 200 Gb/s RDMA NIC at ~80%%)")
-    parser.add_argument("--kv-fixed-ms", type=float, default=5.0, help="fixed cost per KV transfer (default 5 ms)")
-    parser.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--kv-fixed-ms", type=non_negative_float, default=5.0, help="fixed cost per KV transfer")
+    parser.add_argument("--meta", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="warmscale trigger metadata for every ScaledObject (repeatable)")
-    parser.add_argument("--prefill-meta", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--prefill-meta", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="metadata of the prefill ScaledObject only (repeatable)")
-    parser.add_argument("--decode-meta", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--decode-meta", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="metadata of the decode ScaledObject only (e.g. decodePerPrefillMin=0.5)")
-    parser.add_argument("--max-replicas", type=int, default=None, help="maxReplicas per ScaledObject")
+    parser.add_argument("--max-replicas", type=positive_int, default=None, help="maxReplicas per ScaledObject")
     parser.add_argument("--fast-signals", action="store_true", help="engine objects instead of rendered text")
-    parser.add_argument("--ensemble", type=int, default=1, metavar="N", help="N members (jitter, rotations)")
-    parser.add_argument("--jobs", type=int, default=2, help="parallel processes for ensemble members")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", default=None, dest="json_out", help="results JSON (default <trace>__pd.json)")
-    parser.add_argument("--plot", default=None, help="PNG: replicas per role over time, SLO vs GPU-hours")
-    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N", help="N members (jitter, rotations)")
+    parser.add_argument("--jobs", type=positive_int, default=2, help="parallel processes for ensemble members")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the ensemble's perturbations")
+    parser.add_argument("--json", default=None, dest="json_out", type=writable_path,
+                        help="results JSON (default <trace>__pd.json)")
+    parser.add_argument("--plot", default=None, type=writable_path,
+                        help="PNG: replicas per role over time, SLO vs GPU-hours")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _kv(items: list[str]) -> dict[str, str]:
@@ -137,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     from warmscale.traces import TraceNotFound, resolve
 
     wall0 = time.perf_counter()
+    for flag in ("--meta", "--prefill-meta", "--decode-meta"):
+        metadata_overrides(flag, getattr(args, flag.removeprefix("--").replace("-", "_")))
     try:
         path = resolve(args.trace, args.traces)
     except TraceNotFound as exc:

@@ -12,11 +12,15 @@ saying where to get it, when none of those has it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 import time
 from pathlib import Path
 
+from warmscale import progress
+from warmscale.cliargs import positive_int
 from warmscale.traces import TraceNotFound, resolve
 
 # (trace file, profile, TTFT SLO s). Mooncake's prompts are very long (p99 85k tokens): prefill alone
@@ -32,6 +36,21 @@ RUNS: tuple[tuple[str, str, float], ...] = (
     ("azure_llm_2024_conv_rate_10s.csv", "8b-h100", 2.0),  # a week: the longest run (docs/benchmarks.md)
 )
 WEEK = "azure_llm_2024_conv_rate_10s.csv"
+# Wall seconds of each run with --ensemble 8 on a 2-core machine to itself (benchmarks/results/summary.md,
+# the last column); only the progress bar's ETA reads them. A per-request trace's scale with the members.
+EXPECTED_SECONDS = {
+    "azure_llm_2023_code__8b-h100": 16.0, "azure_llm_2023_code__70b-h100-tp4": 20.0,
+    "azure_llm_2023_conv__8b-h100": 34.0, "azure_llm_2023_conv__70b-h100-tp4": 52.0,
+    "mooncake_fast25_conversation__8b-h100": 36.0, "mooncake_fast25_conversation__70b-h100-tp4": 44.0,
+    "servegen_reason_deepseek-r1_rate_600s__70b-h100-tp4": 61.0, "azure_llm_2024_conv_rate_10s__8b-h100": 553.0,
+}
+SUMMARY_ENSEMBLE = 8
+UNKNOWN_SECONDS = 60.0
+
+
+def expected_seconds(stem: str, ensemble: int) -> float:
+    base = EXPECTED_SECONDS.get(stem, UNKNOWN_SECONDS)
+    return base if "_rate_" in stem else base * max(1, ensemble) / SUMMARY_ENSEMBLE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="folder searched first for the traces (else $WARMSCALE_SHARED/traces, then the package)")
     parser.add_argument("--out", default="benchmarks/results", help="where JSON, PNG and summary.md go")
     parser.add_argument("--skip-week", action="store_true", help="leave out the week-long rate curve")
-    parser.add_argument("--ensemble", type=int, default=8, help="members per per-request trace (default 8)")
+    parser.add_argument("--ensemble", type=positive_int, default=8, help="members per per-request trace")
     parser.add_argument("--only", default=None, help="comma-separated trace stems to run (default: all)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,33 +68,48 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    docs: list[tuple[dict, float]] = []
-    def keep(stem: str) -> None:  # a run not re-run this time: its last result stays in the summary
+    docs: dict[int, tuple[dict, float]] = {}  # by position in RUNS: the summary keeps that order
+
+    def keep(k: int, stem: str) -> None:  # a run not re-run this time: its last result stays in the summary
         if (out / f"{stem}.json").exists():
             doc = json.loads((out / f"{stem}.json").read_text())
-            docs.append((doc, float(doc.get("details", {}).get("wall_s", 0.0))))
+            docs[k] = (doc, float(doc.get("details", {}).get("wall_s", 0.0)))
 
-    for trace, profile, slo in RUNS:
-        if args.skip_week and trace == WEEK:
-            keep(f"{Path(trace).stem}__{profile}")
+    plan: list[tuple[int, str, str, float, Path]] = []
+    for k, (trace, profile, slo) in enumerate(RUNS):
+        stem = f"{Path(trace).stem}__{profile}"
+        if (args.skip_week and trace == WEEK) or (
+                args.only and Path(trace).stem not in args.only.split(",") and stem not in args.only.split(",")):
+            keep(k, stem)
             continue
         try:
             path = resolve(trace, args.traces)
         except TraceNotFound as exc:
             print(f"skipped: {exc}", file=sys.stderr)
             continue
-        stem = f"{Path(trace).stem}__{profile}"
-        if args.only and Path(trace).stem not in args.only.split(",") and stem not in args.only.split(","):
-            keep(stem)
-            continue
-        t0 = time.perf_counter()
-        rate = "_rate_" in trace
-        extra = [] if rate else ["--ensemble", str(args.ensemble)]
-        bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
-               "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
-               "--fast-signals", *extra])
-        docs.append((json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0))
-    table = summary_table(docs)
+        plan.append((k, trace, profile, slo, path))
+    # Progress in expected wall seconds per run, so the ETA weighs the week as the long run it is.
+    weights = [expected_seconds(f"{Path(trace).stem}__{profile}", args.ensemble) for _, trace, profile, _, _ in plan]
+    with progress.bar(sum(weights), "bench suite", unit="s", quiet=args.quiet) as bar:
+        for (k, trace, profile, slo, path), weight in zip(plan, weights, strict=True):
+            stem = f"{Path(trace).stem}__{profile}"
+            bar.set_postfix_str(stem)
+            t0 = time.perf_counter()
+            rate = "_rate_" in trace
+            extra = [] if rate else ["--ensemble", str(args.ensemble)]
+            table = io.StringIO()  # each run's table goes above the bar, not through it
+            with contextlib.redirect_stdout(table):
+                rc = bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
+                            "--json", str(out / f"{stem}.json"), "--plot", str(out / f"{stem}.png"), "--quiet",
+                            "--fast-signals", *extra])
+            if not args.quiet:
+                bar.write(table.getvalue().rstrip("\n"))
+            if rc != 0:
+                bar.write(f"warmscale bench suite: {stem} failed (exit {rc}); stopping")
+                return rc
+            docs[k] = (json.loads((out / f"{stem}.json").read_text()), time.perf_counter() - t0)
+            bar.update(weight)
+    table = summary_table([docs[k] for k in sorted(docs)])
     (out / "summary.md").write_text(table + "\n")
     print(table)
     return 0

@@ -12,14 +12,23 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from warmscale import progress
 from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
+from warmscale.cliargs import (
+    UsageError,
+    key_value,
+    metadata_overrides,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    writable_path,
+)
 from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
 
 
@@ -31,37 +40,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="folder searched first for a trace given by name (else $WARMSCALE_SHARED/traces, "
                              "then the package)")
     parser.add_argument("--profile", default="8b-h100", choices=sorted(ENGINE_PROFILES),
-                        help="engine + startup profile (default 8b-h100)")
-    parser.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT SLO in seconds (default 2)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the rate-curve arrivals (default 1)")
-    parser.add_argument("--json", default=None, dest="json_out",
+                        help="engine + startup profile")
+    parser.add_argument("--slo-ttft", type=positive_float, default=2.0, help="TTFT SLO in seconds")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the rate-curve arrivals")
+    parser.add_argument("--json", default=None, dest="json_out", type=writable_path,
                         help="where to write the results JSON (default: <trace>__<profile>.json here)")
-    parser.add_argument("--plot", default=None, help="where to write the PNG plot")
-    parser.add_argument("--tick", type=float, default=None,
+    parser.add_argument("--plot", default=None, type=writable_path, help="where to write the PNG plot")
+    parser.add_argument("--tick", type=positive_float, default=None,
                         help="control-loop step in seconds, also the arrival bin of rate curves (default 1; a rate "
                              "curve's cohort arrives at its bin's middle, so its members are off by up to tick/2)")
     parser.add_argument("--tokens-from", default=None,
                         help="per-request trace whose token sizes a rate curve draws from (default: by name)")
-    parser.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate curve's rate")
-    parser.add_argument("--hours", type=float, default=None, help="replay only the first HOURS of the trace")
-    parser.add_argument("--standby", type=int, default=None,
+    parser.add_argument("--rate-scale", type=positive_float, default=1.0, help="multiply a rate curve's rate")
+    parser.add_argument("--hours", type=positive_float, default=None, help="replay only the first HOURS of the trace")
+    parser.add_argument("--standby", type=non_negative_int, default=None,
                         help="warmscale warm pool: hold N placeholders (default: warmscale.io/standby: auto, sized "
                              "by the warm-pool planner from the burst statistics the scaler publishes)")
-    parser.add_argument("--oracle-iterations", type=int, default=3, help="oracle sizing refinement passes")
+    parser.add_argument("--oracle-iterations", type=positive_int, default=3, help="oracle sizing refinement passes")
     parser.add_argument("--policies", default=",".join(POLICY_NAMES), help="comma-separated subset of policies")
-    parser.add_argument("--warmscale-meta", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--warmscale-meta", action="append", default=[], type=key_value, metavar="KEY=VALUE",
                         help="override a warmscale trigger metadata key (repeatable)")
-    parser.add_argument("--start-replicas", type=int, default=None,
+    parser.add_argument("--start-replicas", type=non_negative_int, default=None,
                         help="ready replicas every policy starts with (default: the oracle's need, max over the "
                              "first 5 minutes)")
-    parser.add_argument("--max-replicas", type=int, default=None,
+    parser.add_argument("--max-replicas", type=positive_int, default=None,
                         help="maxReplicas of every reactive policy (default: the profile's documented value)")
     parser.add_argument("--fast-signals", action="store_true",
                         help="build the policies' snapshots from the engine objects instead of rendering and "
-                             "parsing Prometheus text (equal tick by tick; tests/bench/test_signal_path.py)")
-    parser.add_argument("--ensemble", type=int, default=1, metavar="N",
+                             "parsing Prometheus text (faster; the results are equal tick by tick)")
+    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N",
                         help="run N members: the trace plus N-1 perturbations (jitter, rotations)")
-    parser.add_argument("--jobs", type=int, default=2,
+    parser.add_argument("--jobs", type=positive_int, default=2,
                         help="parallel processes (default 2): for ensemble members, or, in a single run, for the "
                              "policies once the oracle is sized (results do not depend on it)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -70,62 +79,70 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "role, against one combined pool (the same as `warmscale bench pd`; docs/pd.md)")
 
 
-def _progress(quiet: bool) -> Any:
-    if quiet:
-        return None
-    state = {"last": 0.0}
+def check_policies(spec: str) -> tuple[str, ...]:
+    """``--policies``: known names only, at least one."""
+    import difflib
 
-    def show(policy: str, frac: float) -> None:
-        now = time.perf_counter()
-        if now - state["last"] >= 2.0 or frac >= 1.0:
-            state["last"] = now
-            print(f"  {policy}: {frac * 100:5.1f}%", file=sys.stderr, flush=True)
-
-    return show
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    for n in names:
+        if n not in POLICY_NAMES:
+            near = difflib.get_close_matches(n, POLICY_NAMES, n=1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise UsageError(f"--policies: unknown policy {n!r} (known: {', '.join(POLICY_NAMES)}){hint}")
+    if not names:
+        raise UsageError("--policies: name at least one policy")
+    return names
 
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "pd", False):
         return _run_pd(args)
     from warmscale.benchmarks.sim.arrivals import default_tokens_for, detect_kind
-    from warmscale.traces import TraceNotFound, resolve
+    from warmscale.traces import resolve
 
     wall0 = time.perf_counter()
-    try:
-        path = resolve(args.trace, args.traces)
-        kind = detect_kind(path)
-        tokens_from: Path | None = None
-        if args.tokens_from:
-            tokens_from = resolve(args.tokens_from, args.traces)
-        elif kind == "rate" and not default_tokens_for(path).is_file():
-            # A rate curve away from the per-request traces: take the token sizes from the shipped ones.
-            tokens_from = resolve(default_tokens_for(path).name, args.traces)
-    except TraceNotFound as exc:
-        print(f"warmscale bench trace: {exc}", file=sys.stderr)
-        return 2
+    check_policies(args.policies)
+    metadata_overrides("--warmscale-meta", args.warmscale_meta)
+    path = resolve(args.trace, args.traces)
+    kind = detect_kind(path)
+    tokens_from: Path | None = None
+    if args.tokens_from:
+        tokens_from = resolve(args.tokens_from, args.traces)
+    elif kind == "rate" and not default_tokens_for(path).is_file():
+        # A rate curve away from the per-request traces: take the token sizes from the shipped ones.
+        tokens_from = resolve(default_tokens_for(path).name, args.traces)
     dt = args.tick if args.tick is not None else 1.0
     work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
-    say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
-    say(f"{work.name}: {work.requests} requests over {work.span_s / 3600:.2f} h, profile {args.profile}, "
-        f"tick {dt:g}s, SLO TTFT {args.slo_ttft:g}s" + (f", ensemble of {args.ensemble}" if args.ensemble > 1 else ""))
     members = ensemble_members(max(1, args.ensemble), args.seed)
     jobs = [(i, kind_, params) for i, (kind_, params) in enumerate(members)]
     outcomes: dict[int, tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]] = {}
-    if len(jobs) == 1:
-        outcomes[0] = _member(args, work, dt, 0, "unperturbed", {}, say, jobs=args.jobs)
-    else:
-        import multiprocessing as mp
+    # Progress: one step per policy (and the oracle's sizing) in a single run, one per member in an ensemble.
+    steps = len(check_policies(args.policies)) + 1 if len(jobs) == 1 else len(jobs)
+    with progress.bar(steps, work.name, unit="policies" if len(jobs) == 1 else "members", quiet=args.quiet) as bar:
+        say = (lambda m: None) if args.quiet else bar.write
+        say(f"{work.name}: {work.requests} requests over {work.span_s / 3600:.2f} h, profile {args.profile}, "
+            f"tick {dt:g}s, SLO TTFT {args.slo_ttft:g}s" + (f", ensemble of {args.ensemble}" if len(jobs) > 1 else ""))
 
-        ctx = mp.get_context("fork")
-        plain = argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
-        with ctx.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
-            pending = [pool.apply_async(_member_job, (plain, work, dt, i, k, p)) for i, k, p in jobs]
-            for res in pending:
-                i, out = res.get()
-                outcomes[i] = out
-                say(f"ensemble member {i} ({members[i][0]}) done at {time.perf_counter() - wall0:.1f}s")
+        def done(name: str) -> None:
+            bar.update(1)
+            bar.set_postfix_str(name)
+
+        if len(jobs) == 1:
+            outcomes[0] = _member(args, work, dt, 0, "unperturbed", {}, say, jobs=args.jobs, done=done)
+        else:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("fork")
+            plain = argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
+            with ctx.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
+                pending = [pool.apply_async(_member_job, (plain, work, dt, i, k, p)) for i, k, p in jobs]
+                for res in pending:
+                    i, out = res.get()
+                    outcomes[i] = out
+                    done(f"member {i} ({members[i][0]})")
+                    say(f"ensemble member {i} ({members[i][0]}) done at {time.perf_counter() - wall0:.1f}s")
     results, meta, settings = outcomes[0]
     wall = time.perf_counter() - wall0
     engine = ENGINE_PROFILES[args.profile]
@@ -170,22 +187,20 @@ def _quiet(message: str) -> None:
 
 
 def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str, params: dict[str, float],
-            say: Any, jobs: int = 1) -> tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]:
+            say: Any, jobs: int = 1, done: Any = None) -> tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]:
     engine = ENGINE_PROFILES[args.profile]
     startup = PROFILES[args.profile]
     overrides = dict(kv.split("=", 1) for kv in args.warmscale_meta)
     names = tuple(n.strip() for n in args.policies.split(",") if n.strip())
     long_run = work.span_s > 6 * 3600
     settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
-                           fast_signals=args.fast_signals,
-                           progress=_progress(args.quiet) if i == 0 else None)
+                           fast_signals=args.fast_signals)
     if long_run and "scrapeIntervalSeconds" not in overrides:
         overrides["scrapeIntervalSeconds"] = "15"
     bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
                      oracle_iterations=args.oracle_iterations, policies=names, profile=args.profile,
                      start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs))
-    results, meta = run_all(work, engine, startup, settings, bc, say)
-    settings.progress = None
+    results, meta = run_all(work, engine, startup, settings, bc, say, done)
     if i != 0:
         for r in results.values():  # members only report numbers
             r.timeline = {}

@@ -1,6 +1,6 @@
 """``warmscale scaler``: the KEDA external scaler process.
 
-    warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 8080 [--redis-url redis://...]
+    warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 9091 [--redis-url redis://...]
                      [--tls-cert cert.pem --tls-key key.pem [--tls-client-ca ca.pem]]
                      [--tracker-idle-seconds 600] [--grace-seconds 10]
                      [--max-trackers 4000] [--max-trackers-per-namespace 2000] [--allow-targets CIDRS,HOSTS]
@@ -22,11 +22,14 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from warmscale.cliargs import non_negative_float, port, positive_float, positive_int, readable_file
 from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.tracker import ScaledObjectKey
 from warmscale.signals.model import Snapshot
 
 log = logging.getLogger("warmscale.scaler")
+# The port every manifest and the chart scrape (manifests/base, charts/warmscale).
+METRICS_PORT = 9091
 
 
 """(namespace, ScaledObject name)."""
@@ -146,26 +149,27 @@ class SourcesReader:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="0.0.0.0", help="address to listen on (gRPC and metrics)")
-    parser.add_argument("--grpc-port", type=int, default=9090, help="KEDA external scaler gRPC port")
-    parser.add_argument("--metrics-port", type=int, default=8080,
+    parser.add_argument("--grpc-port", type=port(), default=9090,
+                        help="KEDA external scaler gRPC port (0: any free port)")
+    parser.add_argument("--metrics-port", type=port(off=-1), default=METRICS_PORT,
                         help="HTTP port for /metrics, /decisions and /healthz (-1 disables)")
     parser.add_argument("--redis-url", default=None,
                         help="share state, decisions and compute leases through Redis (default: in-memory)")
-    parser.add_argument("--tls-cert", default=None, help="server certificate chain (PEM)")
-    parser.add_argument("--tls-key", default=None, help="server private key (PEM)")
-    parser.add_argument("--tls-client-ca", default=None,
+    parser.add_argument("--tls-cert", default=None, type=readable_file, help="server certificate chain (PEM)")
+    parser.add_argument("--tls-key", default=None, type=readable_file, help="server private key (PEM)")
+    parser.add_argument("--tls-client-ca", default=None, type=readable_file,
                         help="CA bundle (PEM) for client certificates; makes client certificates mandatory (mTLS)")
-    parser.add_argument("--tracker-idle-seconds", type=float, default=600.0,
+    parser.add_argument("--tracker-idle-seconds", type=positive_float, default=600.0,
                         help="drop a ScaledObject's tracker when KEDA has not asked about it for this long")
-    parser.add_argument("--grace-seconds", type=float, default=10.0,
+    parser.add_argument("--grace-seconds", type=non_negative_float, default=10.0,
                         help="on SIGTERM, how long in-flight RPCs may take before they are cancelled")
     parser.add_argument("--instance-id", default=None, help="lease owner id (default: hostname-pid-random)")
-    parser.add_argument("--kubeconfig", default=None,
+    parser.add_argument("--kubeconfig", default=None, type=readable_file,
                         help="Kubernetes API access for pod discovery (default: in-cluster, then $KUBECONFIG or "
                              "~/.kube/config, else none)")
-    parser.add_argument("--max-trackers", type=int, default=4000,
+    parser.add_argument("--max-trackers", type=positive_int, default=4000,
                         help="most ScaledObjects (trackers) this scaler tracks; new ones beyond get RESOURCE_EXHAUSTED")
-    parser.add_argument("--max-trackers-per-namespace", type=int, default=2000,
+    parser.add_argument("--max-trackers-per-namespace", type=positive_int, default=2000,
                         help="most trackers per namespace; new ones beyond get RESOURCE_EXHAUSTED")
     parser.add_argument("--allow-targets", default=None,
                         help="comma-separated CIDRs, addresses and host names the scaler may connect to "
@@ -211,9 +215,7 @@ async def serve(args: argparse.Namespace) -> int:
         guard = TargetGuard.from_flag(args.allow_targets)
     except ValueError as exc:
         log.error("cannot start the scaler", extra={"error": str(exc)})
-        return 2
-    if args.max_trackers < 1 or args.max_trackers_per_namespace < 1:
-        log.error("cannot start the scaler", extra={"error": "--max-trackers* must be at least 1"})
+        print(f"warmscale scaler: {exc}", file=sys.stderr)  # the message names the flag
         return 2
     discovery, api = None, None
     if not getattr(args, "no_kubernetes", False):

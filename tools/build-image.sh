@@ -19,8 +19,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-VERSION="$(python3 -c "import tomllib;print(tomllib.load(open('$ROOT/pyproject.toml','rb'))['project']['version'])")"
-TAG="${1:-localhost/warmscale:$VERSION}"
+# The version from git (setuptools-scm, as `pip install` computes it), passed into the build, whose
+# context has no .git; an image tag cannot hold '+', so the tag uses '-' there.
+VERSION="$(cd "$ROOT" && python3 -m setuptools_scm 2>/dev/null || echo 0.1.0+unknown)"
+TAG="${1:-localhost/warmscale:${VERSION//+/-}}"
 BASE="localhost/warmscale-base:bookworm"
 CACHE="${WARMSCALE_IMAGE_CACHE:-$HOME/.cache/warmscale/image}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -74,7 +76,7 @@ VOLUMES=()
 [ -n "$CA_BUNDLE" ] && [ -f "$CA_BUNDLE" ] && VOLUMES=(--volume "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro")
 log "buildah bud -> $TAG"
 nice -n 10 buildah bud --runtime "$RUNTIME" "${ULIMITS[@]}" "${VOLUMES[@]}" --layers --network "$NETWORK" \
-  --build-arg "PYTHON_IMAGE=$BASE" -f "$ROOT/Dockerfile" -t "$TAG" "$ROOT"
+  --build-arg "PYTHON_IMAGE=$BASE" --build-arg "WARMSCALE_VERSION=$VERSION" -f "$ROOT/Dockerfile" -t "$TAG" "$ROOT"
 
 # 3. smoke test
 cleanup() { podman rm -f "$NAME" >/dev/null 2>&1 || true; }

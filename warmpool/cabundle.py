@@ -24,7 +24,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--cert-namespace", default=os.environ.get("POD_NAMESPACE", "warmscale"),
                    help=f"namespace of the install (its Secret {CA_SECRET}, written by the controller)")
-    p.add_argument("--webhook-configuration", default="warmscale-webhook")
+    p.add_argument("--webhook-configuration", default="warmscale-webhook",
+                   help="the MutatingWebhookConfiguration whose caBundle is set")
     p.add_argument("--wait", type=float, default=0.0,
                    help="seconds to wait for the CA Secret (the controller writes it once it leads)")
 

@@ -12,6 +12,7 @@ import sys
 import uuid
 from typing import Any
 
+from warmscale.cliargs import UsageError, port, positive_float, positive_int, readable_file
 from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, parse_allow_list, parse_file_source_allow
 
 log = logging.getLogger("warmscale.warmpool")
@@ -24,11 +25,12 @@ def lease_namespace(args: argparse.Namespace) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    parser.add_argument("--kubeconfig", type=readable_file,
+                        help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     parser.add_argument("--namespace", help="watch only this namespace, or these (comma-separated); default: all. "
                         "Namespaced RBAC for them: `warmscale rbac --namespace NS[,NS...]`")
-    parser.add_argument("--metrics-port", type=int, default=9102, help="Prometheus metrics port (0: off)")
-    parser.add_argument("--metrics-address", default="0.0.0.0")
+    parser.add_argument("--metrics-port", type=port(), default=9102, help="Prometheus metrics port (0: off)")
+    parser.add_argument("--metrics-address", default="0.0.0.0", help="address the metrics port listens on")
     parser.add_argument("--scaler-address", default="warmscale-scaler.warmscale.svc:9090",
                         help="host:port of the scaler for owned ScaledObjects' external-push trigger")
     parser.add_argument("--stager-image",
@@ -40,12 +42,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-namespace", default=None,
                         help="namespace of the leader-election Lease (default: --namespace if given, else "
                         "$POD_NAMESPACE, else warmscale); it must exist, else the controller exits with an error")
-    parser.add_argument("--lease-name", default="warmscale-warmpool")
-    parser.add_argument("--lease-duration", type=float, default=15.0)
-    parser.add_argument("--renew-period", type=float, default=5.0)
+    parser.add_argument("--lease-name", default="warmscale-warmpool", help="name of the leader-election Lease")
+    parser.add_argument("--lease-duration", type=positive_float, default=15.0,
+                        help="seconds a leader's Lease holds without renewal before another replica takes over")
+    parser.add_argument("--renew-period", type=positive_float, default=5.0,
+                        help="seconds between the leader's Lease renewals (less than --lease-duration)")
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host-pid-random)")
-    parser.add_argument("--resync", type=float, default=30.0, help="seconds between full reconciles")
-    parser.add_argument("--watch-timeout", type=int, default=300,
+    parser.add_argument("--resync", type=positive_float, default=30.0, help="seconds between full reconciles")
+    parser.add_argument("--watch-timeout", type=positive_int, default=300,
                         help="seconds after which each watch is resumed from its resourceVersion (a compacted "
                         "version answers 410 Gone: the cache lists afresh)")
     parser.add_argument("--cache-root-allow", default=",".join(DEFAULT_ALLOWED),
@@ -54,11 +58,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--file-source-allow", default="",
                         help="comma-separated host directories under which file:// model sources may lie (default: "
                         "none, file:// is refused); system paths and cache roots are refused whatever this says")
-    parser.add_argument("--webhook-port", type=int, default=0,
+    parser.add_argument("--webhook-port", type=port(), default=0,
                         help="serve the mutating admission webhook (prefer staged nodes) on this HTTPS port (0: off)")
-    parser.add_argument("--webhook-address", default="0.0.0.0")
-    parser.add_argument("--webhook-cert", help="serving certificate (PEM); default: a self-signed one is generated")
-    parser.add_argument("--webhook-key", help="private key of --webhook-cert (PEM)")
+    parser.add_argument("--webhook-address", default="0.0.0.0", help="address the webhook port listens on")
+    parser.add_argument("--webhook-cert", type=readable_file,
+                        help="serving certificate (PEM); default: a self-signed one is generated")
+    parser.add_argument("--webhook-key", type=readable_file, help="private key of --webhook-cert (PEM)")
     parser.add_argument("--webhook-hosts", default="127.0.0.1,localhost",
                         help="SANs of the generated self-signed certificate (comma-separated)")
     parser.add_argument("--webhook-cert-dir", default=None,
@@ -77,11 +82,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        "warmscale-keda-client-tls, read by the ClusterTriggerAuthentication); '' for none")
     certs.add_argument("--webhook-configuration", default="warmscale-webhook",
                        help="MutatingWebhookConfiguration whose caBundle is kept current ('' for none)")
-    certs.add_argument("--webhook-service", default="warmscale-webhook")
-    certs.add_argument("--scaler-service", default="warmscale")
-    certs.add_argument("--cert-validity-hours", type=float, default=90 * 24.0,
+    certs.add_argument("--webhook-service", default="warmscale-webhook",
+                       help="Service of the webhook (its certificate's DNS names)")
+    certs.add_argument("--scaler-service", default="warmscale",
+                       help="Service of the scaler (its certificate's DNS names)")
+    certs.add_argument("--cert-validity-hours", type=positive_float, default=90 * 24.0,
                        help="lifetime of the leaf certificates (renewed after 2/3 of it)")
-    certs.add_argument("--ca-validity-days", type=float, default=3650.0)
+    certs.add_argument("--ca-validity-days", type=positive_float, default=3650.0,
+                       help="lifetime of the CA certificate")
     certs.add_argument("--webhook-cert-hosts", default="",
                        help="extra SANs of the webhook certificate (comma-separated DNS names or IPs; e.g. "
                        "127.0.0.1 when the API server calls the webhook by URL, as on the local cluster)")
@@ -257,6 +265,12 @@ def _path_policy(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.renew_period >= args.lease_duration:
+        raise UsageError(f"--renew-period {args.renew_period:g} must be less than --lease-duration "
+                         f"{args.lease_duration:g}")
+    if bool(args.webhook_cert) != bool(args.webhook_key):
+        raise UsageError("--webhook-cert and --webhook-key go together")
+
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

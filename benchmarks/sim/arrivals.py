@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from warmscale.traces import loader
 
 
 @dataclass
@@ -35,31 +36,15 @@ class Workload:
         return int(self.n.sum())
 
 
-def _header(path: Path) -> list[str]:
-    with path.open(newline="") as f:
-        row = next(csv.reader(f))
-    return [c.strip().lower() for c in row]
-
-
 def detect_kind(path: Path) -> str:
-    h = _header(path)
-    if {"timestamp_s", "input_tokens", "output_tokens"} <= set(h):
-        return "requests"
-    if {"bucket_start_s", "bucket_end_s"} <= set(h) and ("requests" in h or "rate_rps" in h):
-        return "rate"
-    raise ValueError(f"{path}: unknown trace format (header {h}); expected timestamp_s,input_tokens,output_tokens "
-                     "or bucket_start_s,bucket_end_s,requests|rate_rps")
-
-
-def _columns(path: Path, names: list[str]) -> list[np.ndarray]:
-    h = _header(path)
-    idx = [h.index(n) for n in names]
-    data = np.loadtxt(path, delimiter=",", skiprows=1, usecols=idx, ndmin=2, dtype=np.float64)
-    return [data[:, i] for i in range(len(names))]
+    return loader.detect_kind(path)
 
 
 def load_requests(path: Path) -> Workload:
-    t, inp, out = _columns(path, ["timestamp_s", "input_tokens", "output_tokens"])
+    rows = loader.read_requests(path)
+    t = np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows))
+    inp = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    out = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
     order = np.argsort(t, kind="stable")
     t, inp, out = t[order], inp[order], out[order]
     if len(t):
@@ -70,12 +55,10 @@ def load_requests(path: Path) -> Workload:
 
 
 def load_rate(path: Path, tokens: Workload, *, dt: float, seed: int, scale: float = 1.0) -> Workload:
-    h = _header(path)
-    if "requests" in h:
-        start, end, count = _columns(path, ["bucket_start_s", "bucket_end_s", "requests"])
-    else:
-        start, end, rate = _columns(path, ["bucket_start_s", "bucket_end_s", "rate_rps"])
-        count = rate * (end - start)
+    rates = loader.read_rates(path)
+    start, end = np.asarray(rates.start, dtype=np.float64), np.asarray(rates.end, dtype=np.float64)
+    value = np.asarray(rates.value, dtype=np.float64)
+    count = value if rates.column == "requests" else value * (end - start)
     count = np.maximum(count, 0.0) * scale
     origin = float(start.min())
     start, end = start - origin, end - origin
@@ -127,7 +110,11 @@ def load_trace(path: str | Path, *, dt: float, seed: int, tokens_from: str | Pat
         return load_requests(p)
     tok = Path(tokens_from) if tokens_from else default_tokens_for(p)
     if not tok.exists():
-        raise FileNotFoundError(f"{tok}: a per-request trace is needed for the token sizes (--tokens-from)")
+        raise loader.TraceError(p, f"a rate curve takes its token sizes from a per-request trace: {tok} does not "
+                                "exist (--tokens-from)")
+    if loader.detect_kind(tok) != "requests":
+        raise loader.TraceError(tok, "the token sizes of a rate curve come from a per-request trace "
+                                "(timestamp_s,input_tokens,output_tokens) (--tokens-from)", line=1, column=1)
     return load_rate(p, load_requests(tok), dt=dt, seed=seed, scale=rate_scale)
 
 

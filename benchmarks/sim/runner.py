@@ -388,8 +388,12 @@ def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: 
 
 
 def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings, bc: BenchConfig,
-            log: Callable[[str], None] | None = None) -> tuple[dict[str, PolicyResult], dict[str, Any]]:
+            log: Callable[[str], None] | None = None, done: Callable[[str], None] | None = None
+            ) -> tuple[dict[str, PolicyResult], dict[str, Any]]:
+    """Every policy of ``bc`` on ``work``; ``done(name)`` after each task (the oracle's sizing passes,
+    then each policy: ``len(bc.policies) + 1`` calls, more when a re-run is needed), for progress."""
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    tick = done or (lambda name: None)
     grid = max(10.0, s.dt)
     curve = need_curve(work, engine, s.slo_ttft, grid)
     s_oracle = replace(s)  # the sizing passes see the settings as given (before the warm-up default)
@@ -398,15 +402,18 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
     results: dict[str, PolicyResult] = {}
 
     def report(res: PolicyResult) -> None:
+        tick(res.name)
         say(f"{res.name:24s} attainment {res.slo_attainment:.4f}  gpu-h {res.gpu_hours:8.2f}  "
             f"p99 {res.ttft_p99_s:7.2f}s  max {res.max_replicas:3d}  ({res.wall_s:.1f}s)")
 
     if bc.jobs > 1 and len(bc.policies) > 1:
-        curve, initial, done = _simulate_in_processes(work, curve, engine, startup, s_oracle, s, bc, say, report)
+        curve, initial, finished = _simulate_in_processes(work, curve, engine, startup, s_oracle, s, bc, say, report,
+                                                          tick)
         peak = int(curve.need.max())
-        results = {name: done[name] for name in bc.policies}
+        results = {name: finished[name] for name in bc.policies}
     else:
         curve, _ = refine_need(work, curve, engine, startup, s_oracle, bc.oracle_iterations, say)
+        tick(_SIZING)
         peak = int(curve.need.max())
         initial = _initial(curve, bc)
         for pol in build_policies(bc.policies, curve, peak, engine, startup, s, bc, initial):
@@ -457,7 +464,7 @@ def _job(name: str, initial: int, need: np.ndarray | None) -> tuple[str, int, An
 
 def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfile, startup: StartupProfile,
                            s_oracle: SimSettings, s: SimSettings, bc: BenchConfig, say: Callable[[str], None],
-                           report: Callable[[PolicyResult], None]
+                           report: Callable[[PolicyResult], None], tick: Callable[[str], None]
                            ) -> tuple[NeedCurve, int, dict[str, PolicyResult]]:
     """The oracle's sizing passes and every policy as tasks on ``bc.jobs`` forked processes, longest
     first; the same inputs, so the same results as one after the other (each simulation is
@@ -504,6 +511,7 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
                 name, start, value = got
                 if name == _SIZING:
                     need, lines = value
+                    tick(_SIZING)
                     for line in lines:
                         say(line)
                     refined = NeedCurve(grid_s=curve.grid_s, need=need)

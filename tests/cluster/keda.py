@@ -81,10 +81,10 @@ def locate(build: bool = False) -> KedaBinaries:
     """The cached KEDA binaries (built first when ``build``); :class:`BinariesMissing` otherwise."""
     binaries = KedaBinaries.expected()
     if binaries.missing() and build:
-        import subprocess
+        from .binaries import run_build_script
 
         log.info("building KEDA (first time ~10 min on 2 cores)", extra={"script": str(BUILD_SCRIPT)})
-        subprocess.run(["bash", str(BUILD_SCRIPT), "--keda-only"], check=True)
+        run_build_script(["--keda-only"])
     missing = binaries.missing()
     if missing:
         raise BinariesMissing(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
+
+from warmscale.traces import loader
 
 # The Azure coding trace (shipped in the package): on/off bursts, twelve of its 57 minutes idle.
 DEFAULT_TRACE = "azure-code"
@@ -18,11 +19,11 @@ class Arrival:
 
 
 def load_trace(path: Path) -> list[tuple[float, int, int]]:
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or "timestamp_s" not in reader.fieldnames:
-            raise ValueError(f"{path}: not a per-request trace (timestamp_s,input_tokens,output_tokens)")
-        return [(float(r["timestamp_s"]), int(r["input_tokens"]), int(r["output_tokens"])) for r in reader]
+    """The requests of a per-request trace, checked (:func:`warmscale.traces.loader.read_requests`)."""
+    if loader.detect_kind(path) != "requests":
+        raise loader.TraceError(path, "the demo replays a per-request trace (timestamp_s,input_tokens,"
+                                "output_tokens), not a rate curve", line=1, column=1)
+    return loader.read_requests(path)
 
 
 def busiest_minute(rows: list[tuple[float, int, int]]) -> float:

@@ -340,9 +340,11 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
         say(f"{counter.count} warnings or errors were logged: see {logs_to}")
     if opts.json:
         await asyncio.to_thread(Path(opts.json).write_bytes, orjson.dumps(summary, option=orjson.OPT_INDENT_2))
-    if opts.plot:
+    if opts.plot and plotting_available():
         await asyncio.to_thread(plot, summary, Path(opts.plot))
         say(f"plot: {opts.plot}")
+    elif opts.plot:
+        print(f"plot: not written ({PLOT_HINT})", file=sys.stderr)
     return summary
 
 
@@ -446,6 +448,20 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
                  f"for {dg:+,.0f} GPU-seconds ({100 * dg / t['gpu_seconds'] if t['gpu_seconds'] else 0:+.0f}%), "
                  "placeholders included")
     return lines
+
+
+PLOT_HINT = "matplotlib is not installed: pip install 'warmscale[demo]' for the PNG"
+
+
+def plotting_available() -> bool:
+    """Whether the plot's library is installed (the ``demo`` extra); without it the demo runs and
+    prints its table, and writes no PNG."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except ValueError:  # a module set to None in sys.modules (how a test removes it)
+        return False
 
 
 def plot(summary: dict[str, Any], path: Path) -> None:

@@ -24,8 +24,8 @@ _AZURE_2023 = ("github.com/Azure/AzurePublicDataset, data/AzureLLMInferenceTrace
 _CC_BY = "CC-BY-4.0 (https://creativecommons.org/licenses/by/4.0/)"
 _APACHE = "Apache-2.0 (https://www.apache.org/licenses/LICENSE-2.0)"
 _WHERE_SHARED = ("it is not shipped in the package (too large); put it in a folder and pass --traces DIR "
-                 f"or set {ENV_VAR} (the file is read from $" + ENV_VAR + "/traces); the development "
-                 "machines have it in shared/traces")
+                 f"or set {ENV_VAR} (the file is read from $" + ENV_VAR + "/traces); its source is in "
+                 "the package's traces/README.md")
 
 
 @dataclass(frozen=True)
