@@ -93,7 +93,7 @@ def test_metric_lexer() -> None:
     q = ('(sum by (namespace) (rate(warmscale_decisions_total{reason="ttft",namespace=~"$namespace"}'
          '[$__rate_interval])) or vector(0)) / on (namespace) group_left max(up{job="x"} offset 5m) '
          '> 0.5 and histogram_quantile(0.99, sum by (le) (rate(warmscale_rpc_duration_seconds_bucket[5m]))) '
-         '+ label_replace(warmscale_known_replicas, "workload", "$1", "scaledobject", "(.*)") - time()')
+         '+ label_replace(warmscale_known_replicas, "x", "$1", "scaledObject", "(.*)") - time()')
     assert metric_names(q) == {"warmscale_decisions_total", "up", "warmscale_rpc_duration_seconds_bucket",
                                "warmscale_known_replicas"}
 
