@@ -15,6 +15,8 @@ Outputs
       to reference as a directory. Once it has one, base/ can list ../warmpool instead.
   manifests/base/controller-admission-policy.yaml
       likewise, a copy of manifests/warmpool/admission-policy.yaml (the node-write policy)
+  charts/warmscale/files/warmscale.rules.yaml, charts/warmscale/files/dashboards/*.json
+      the chart's copies of the rules and the dashboards (a chart reads files inside itself only)
 
 Dashboards are built with grafana-foundation-sdk (pinned in the dev dependencies: the committed JSON
 is what that exact version renders). Every query selects on the template variables ``namespace``
@@ -52,6 +54,7 @@ WARMPOOL_RBAC = ROOT / "manifests" / "warmpool" / "rbac.yaml"
 CONTROLLER_RBAC = ROOT / "manifests" / "base" / "controller-rbac.yaml"
 WARMPOOL_POLICY = ROOT / "manifests" / "warmpool" / "admission-policy.yaml"
 CONTROLLER_POLICY = ROOT / "manifests" / "base" / "controller-admission-policy.yaml"
+CHART_FILES = ROOT / "charts" / "warmscale" / "files"
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SO = 'namespace=~"$namespace",scaledObject=~"$scaledObject"'
@@ -392,6 +395,9 @@ def outputs() -> dict[Path, str]:
     files[PROMETHEUS_RULE_FILE] = render_prometheus_rule()
     files[CONTROLLER_RBAC] = render_controller_rbac()
     files[CONTROLLER_POLICY] = render_controller_policy()
+    files[CHART_FILES / "warmscale.rules.yaml"] = RULES_FILE.read_text()
+    for name in DASHBOARDS:
+        files[CHART_FILES / "dashboards" / name] = files[GRAFANA_DIR / name]
     return files
 
 

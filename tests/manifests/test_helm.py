@@ -3,7 +3,9 @@
 Helm v4 is built from its Go module by .ci/build-cluster.sh (testbed/helm, pinned in
 testbed/versions.env) into ~/.cache/warmscale/bin/helm-<version>/helm; ``$WARMSCALE_HELM`` overrides.
 Equivalent means: the same kinds, names and namespaces, and the same objects apart from labels and
-annotations. Two differences of form are normalised: kustomize's secretGenerator adds a content hash
+annotations (the pod templates' labels apart from the chart's own: instance, managed-by, version,
+chart), for a release installed in the kustomization's namespace ``warmscale``. The chart creates no
+Namespace object (``helm install -n NS --create-namespace`` does). Two differences of form are normalised: kustomize's secretGenerator adds a content hash
 to the Secret's name (and to its references), and writes ``data`` where the chart writes ``stringData``.
 """
 
@@ -23,6 +25,10 @@ import yaml
 from .helpers import ROOT, kubectl, render, require_tool
 
 CHART = ROOT / "charts" / "warmscale"
+INSTALL_NAMESPACE = "warmscale"  # the kustomization's
+# Labels only the chart sets (Helm's conventions); the kustomization's pods carry the others.
+CHART_LABELS = ("app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version",
+                "helm.sh/chart")
 Key = tuple[str, str, str]
 
 
@@ -37,7 +43,7 @@ def helm() -> str:
 
 
 def helm_template(*sets: str) -> list[dict[str, Any]]:
-    cmd = [helm(), "template", "warmscale", str(CHART), "--namespace", "default"]
+    cmd = [helm(), "template", "warmscale", str(CHART), "--namespace", INSTALL_NAMESPACE]
     for s in sets:
         cmd += ["--set", s]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -61,12 +67,16 @@ def _unhash(o: Any) -> Any:
 def normalise(objs: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
     out = {}
     for o in objs:
+        if o["kind"] == "Namespace":
+            continue  # the kustomization creates its namespace; a Helm release is installed into one
         o = _unhash(copy.deepcopy(o))
         meta = o["metadata"]
         for k in ("labels", "annotations"):
             meta.pop(k, None)
         for tmpl in (o.get("spec", {}).get("template", {}),):
             (tmpl.get("metadata") or {}).pop("annotations", None)
+            for k in CHART_LABELS:
+                ((tmpl.get("metadata") or {}).get("labels") or {}).pop(k, None)
         if o["kind"] == "Secret" and "stringData" in o:
             o.setdefault("data", {}).update({k: base64.b64encode(v.encode()).decode()
                                              for k, v in o.pop("stringData").items()})
