@@ -116,3 +116,15 @@ def test_every_referenced_metric_is_exported() -> None:
 def test_unknown_metric_is_caught() -> None:
     names = metric_names('sum(rate(warmscale_no_such_metric_total{namespace="x"}[5m]))')
     assert names - exported_metrics().keys() == {"warmscale_no_such_metric_total"}
+
+
+def test_every_alert_has_a_runbook_in_troubleshooting() -> None:
+    """Each alert's runbook_url is the troubleshooting page's section of that alert (GitHub's anchor of
+    a "### <AlertName>" heading is the name in lower case)."""
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    headings = {line[4:].strip() for line in page.splitlines() if line.startswith("### ")}
+    for rule in alert_rules():
+        name = rule["alert"]
+        url = rule["annotations"].get("runbook_url", "")
+        assert url == f"https://github.com/warmscale/warmscale/blob/main/docs/troubleshooting.md#{name.lower()}", name
+        assert name in headings, f"docs/troubleshooting.md has no section '### {name}'"
