@@ -18,7 +18,6 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,36 +122,6 @@ def test_values_reach_the_objects() -> None:
     assert objs[("Secret", "warmscale-redis")]["stringData"]["url"] == "redis://redis.example:6379/0"
     scaler = objs[("Deployment", "warmscale-scaler")]["spec"]["template"]["spec"]["containers"][0]
     assert scaler["resources"]["limits"]["memory"] == "2Gi"
-
-
-@pytest.mark.cluster
-def test_chart_installs(k8s_cluster: Any, tmp_path: Path) -> None:
-    """`helm install` on the local cluster (KEDA's CRDs and namespace present), then `helm uninstall`."""
-    kc = ["--kubeconfig", str(k8s_cluster.kubeconfig)]
-    subprocess.run([kubectl(), *kc, "create", "namespace", "keda"], capture_output=True, text=True, timeout=60)
-    # as on an empty cluster: what other suites (or a kustomize install) left would not belong to the release
-    subprocess.run([kubectl(), *kc, "delete", "-k", str(ROOT / "manifests"), "--ignore-not-found", "--wait=true"],
-                   capture_output=True, text=True, timeout=300)
-    out = subprocess.run([helm(), *kc, "install", "warmscale", str(CHART), "--namespace", "default"],
-                         capture_output=True, text=True, timeout=300)
-    try:
-        assert out.returncode == 0, out.stderr
-        listed = subprocess.run([kubectl(), *kc, "-n", "warmscale", "get", "deploy,svc,secret", "-o", "name"],
-                                capture_output=True, text=True, timeout=60).stdout.split()
-        for name in ("deployment.apps/warmscale-scaler", "deployment.apps/warmscale-controller",
-                     "service/warmscale-webhook", "secret/warmscale-redis"):
-            assert name in listed, listed
-        hook = subprocess.run([kubectl(), *kc, "get", "mutatingwebhookconfiguration", "warmscale-webhook", "-o",
-                               "name"], capture_output=True, text=True, timeout=60)
-        assert hook.returncode == 0
-    finally:
-        subprocess.run([helm(), *kc, "uninstall", "warmscale", "--namespace", "default", "--wait"],
-                       capture_output=True, text=True, timeout=300)
-        # other suites expect the placeholders' PriorityClass (the uninstall removed it)
-        from warmscale.warmpool import objects as ob
-
-        subprocess.run([kubectl(), *kc, "create", "-f", "-"], input=yaml.safe_dump(ob.priority_class()),
-                       capture_output=True, text=True, timeout=60)
 
 
 # ------------------------------------------------------------------------ conventions of the chart
