@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -84,7 +85,7 @@ async def setup(keda_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory)
         finally:
             scaler.stop()
             custom = client.CustomObjectsApi(api)
-            for d in WITH_WORKLOADS:
+            for d in [*WITH_WORKLOADS, README]:
                 for o in _objects(d, scaler.address):
                     await _delete(api, custom, o)
 
@@ -106,8 +107,40 @@ def _owned_scaled_objects(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# The README's "Using the scaler" trigger as it should read under the default (mutual TLS) install, on a
+# Deployment of its own: the snippet handed over for README.md, checked here like the examples.
+README_TRIGGER = yaml.safe_load("""
+type: external-push
+authenticationRef:
+  name: warmscale-mtls
+  kind: ClusterTriggerAuthentication
+metadata:
+  scalerAddress: warmscale.warmscale.svc:9090
+  enableTLS: "true"
+  engine: vllm
+  prometheusAddress: http://prometheus.monitoring:9090
+  prometheusSelector: 'namespace="llm",pod=~"llama-.*"'
+  maxReplicas: "8"
+  ttftSloSeconds: "0.5"
+""")
+README = "readme-snippet"
+
+
+def _readme_objects() -> list[dict[str, Any]]:
+    labels = {"app.kubernetes.io/name": "readme-llama"}
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "readme-llama", "namespace": "llm"},
+              "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {
+                  "metadata": {"labels": labels},
+                  "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]}}}}
+    so = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+          "metadata": {"name": "readme-llama", "namespace": "llm"},
+          "spec": {"scaleTargetRef": {"name": "readme-llama"}, "minReplicaCount": 1, "maxReplicaCount": 8,
+                   "triggers": [copy.deepcopy(README_TRIGGER)]}}
+    return [deploy, so]
+
+
 def _objects(directory: str, scaler_address: str) -> list[dict[str, Any]]:
-    objs = render(f"manifests/examples/{directory}")
+    objs = _readme_objects() if directory == README else render(f"manifests/examples/{directory}")
     objs += _owned_scaled_objects(objs)
     for o in objs:
         if o["kind"] == "ScaledObject":
@@ -130,7 +163,7 @@ async def _delete(api: client.ApiClient, custom: client.CustomObjectsApi, o: dic
             raise
 
 
-@pytest.mark.parametrize("directory", WITH_WORKLOADS)
+@pytest.mark.parametrize("directory", [*WITH_WORKLOADS, README])
 async def test_example_applies_and_keda_accepts_its_scaled_objects(setup: Setup, directory: str) -> None:
     objs = _objects(directory, setup.scaler.address)
     scaled = [o for o in objs if o["kind"] == "ScaledObject"]
