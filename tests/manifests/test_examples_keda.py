@@ -85,7 +85,7 @@ async def setup(keda_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory)
         finally:
             scaler.stop()
             custom = client.CustomObjectsApi(api)
-            for d in [*WITH_WORKLOADS, README]:
+            for d in [*WITH_WORKLOADS, README, MIGRATION]:
                 for o in _objects(d, scaler.address):
                     await _delete(api, custom, o)
 
@@ -124,23 +124,41 @@ metadata:
   ttftSloSeconds: "0.5"
 """)
 README = "readme-snippet"
+MIGRATION = "migration-guide"  # docs/migrate-from-keda-prometheus.md, its "After" ScaledObject
 
 
-def _readme_objects() -> list[dict[str, Any]]:
-    labels = {"app.kubernetes.io/name": "readme-llama"}
-    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "readme-llama", "namespace": "llm"},
+def _migration_scaled_object() -> dict[str, Any]:
+    text = (MANIFESTS.parent / "docs" / "migrate-from-keda-prometheus.md").read_text()
+    after = text.split("## After", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    so: dict[str, Any] = yaml.safe_load(after)
+    return so
+
+
+def _snippet_objects(name: str, so: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Deployment of its own (two ScaledObjects cannot share a target) and the snippet's ScaledObject on it."""
+    labels = {"app.kubernetes.io/name": name}
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "llm"},
               "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": {
                   "metadata": {"labels": labels},
                   "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]}}}}
-    so = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-          "metadata": {"name": "readme-llama", "namespace": "llm"},
-          "spec": {"scaleTargetRef": {"name": "readme-llama"}, "minReplicaCount": 1, "maxReplicaCount": 8,
-                   "triggers": [copy.deepcopy(README_TRIGGER)]}}
+    so = copy.deepcopy(so)
+    so["metadata"] = {"name": name, "namespace": "llm"}
+    so["spec"]["scaleTargetRef"] = {"name": name}
     return [deploy, so]
 
 
+def _readme_objects() -> list[dict[str, Any]]:
+    return _snippet_objects("readme-llama", {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "spec": {
+        "minReplicaCount": 1, "maxReplicaCount": 8, "triggers": [README_TRIGGER]}})
+
+
 def _objects(directory: str, scaler_address: str) -> list[dict[str, Any]]:
-    objs = _readme_objects() if directory == README else render(f"manifests/examples/{directory}")
+    if directory == README:
+        objs = _readme_objects()
+    elif directory == MIGRATION:
+        objs = _snippet_objects("migrate-llama", _migration_scaled_object())
+    else:
+        objs = render(f"manifests/examples/{directory}")
     objs += _owned_scaled_objects(objs)
     for o in objs:
         if o["kind"] == "ScaledObject":
@@ -163,7 +181,7 @@ async def _delete(api: client.ApiClient, custom: client.CustomObjectsApi, o: dic
             raise
 
 
-@pytest.mark.parametrize("directory", [*WITH_WORKLOADS, README])
+@pytest.mark.parametrize("directory", [*WITH_WORKLOADS, README, MIGRATION])
 async def test_example_applies_and_keda_accepts_its_scaled_objects(setup: Setup, directory: str) -> None:
     objs = _objects(directory, setup.scaler.address)
     scaled = [o for o in objs if o["kind"] == "ScaledObject"]
