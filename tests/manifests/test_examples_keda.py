@@ -8,7 +8,9 @@ cluster here and cannot resolve ``warmscale.warmscale.svc``, so it points at the
 127.0.0.1 instead; ``authenticationRef``, ``enableTLS`` and every other key stay as shipped, so a
 missing ``kind: ClusterTriggerAuthentication`` or a bad metadata key fails here. For the examples whose
 ScaledObject the controller creates (``warmscale.io/autoscale: "true"``), the test builds it with the
-controller's own code (``warmpool.objects.scaled_object``) from the shipped Deployment.
+controller's own code (``warmpool.objects.scaled_object``) from the shipped Deployment. Two more cases
+hold the ScaledObjects users copy from the docs: the README's "Using the scaler" trigger (as corrected
+for mutual TLS) and the migration guide's "After".
 """
 
 from __future__ import annotations
