@@ -33,6 +33,9 @@ RUN if [ -n "$WARMSCALE_VERSION" ]; then export SETUPTOOLS_SCM_PRETEND_VERSION_F
  && python -m pip wheel --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE} AS runtime
+# The commit the image was built from (warmscale_build_info{commit}); .git is not in the build context.
+ARG WARMSCALE_COMMIT=unknown
+ENV WARMSCALE_COMMIT=${WARMSCALE_COMMIT}
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PATH=/opt/warmscale/bin:$PATH
 RUN groupadd --system --gid 10001 warmscale \

@@ -17,10 +17,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from warmscale import buildinfo
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.signals.redact import redact, redact_value
 
-SO_LABELS = ("namespace", "scaledobject")
+# The ScaledObject's label is KEDA's own name for it (keda_scaler_metrics_value{scaledObject=...}), and the
+# warm-pool controller's series use the same one: one join key across KEDA, the scaler and the controller.
+SO_LABEL = "scaledObject"
+SO_LABELS = ("namespace", SO_LABEL)
 RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
 
 
@@ -90,7 +94,8 @@ class ScalerMetrics:
         # Next-layer diagnosis (scaler.advice): episodes within the window of each finding that repeated.
         self.advice = Gauge("warmscale_advice",
                             "Next-layer findings that repeated (episodes within the window): see `warmscale advise`.",
-                            ("namespace", "workload", "finding"), registry=r)
+                            (*SO_LABELS, "finding"), registry=r)
+        self.build_info = buildinfo.register(r, "scaler")
 
     PER_SO = ("waiting", "running", "queue", "kv_usage", "ttft", "ttft_slo", "itl", "itl_slo", "known", "unknown",
               "signal_age", "scrape_errors", "ready", "starting", "time_to_ready", "desired", "active", "metric_value",

@@ -76,7 +76,9 @@ VOLUMES=()
 [ -n "$CA_BUNDLE" ] && [ -f "$CA_BUNDLE" ] && VOLUMES=(--volume "$CA_BUNDLE:/etc/ssl/certs/ca-certificates.crt:ro")
 log "buildah bud -> $TAG"
 nice -n 10 buildah bud --runtime "$RUNTIME" "${ULIMITS[@]}" "${VOLUMES[@]}" --layers --network "$NETWORK" \
-  --build-arg "PYTHON_IMAGE=$BASE" --build-arg "WARMSCALE_VERSION=$VERSION" -f "$ROOT/Dockerfile" -t "$TAG" "$ROOT"
+  --build-arg "PYTHON_IMAGE=$BASE" --build-arg "WARMSCALE_VERSION=$VERSION" \
+  --build-arg "WARMSCALE_COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" \
+  -f "$ROOT/Dockerfile" -t "$TAG" "$ROOT"
 
 # 3. smoke test
 cleanup() { podman rm -f "$NAME" >/dev/null 2>&1 || true; }

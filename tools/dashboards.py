@@ -15,11 +15,14 @@ Outputs
       to reference as a directory. Once it has one, base/ can list ../warmpool instead.
   manifests/base/controller-admission-policy.yaml
       likewise, a copy of manifests/warmpool/admission-policy.yaml (the node-write policy)
+  charts/warmscale/files/warmscale.rules.yaml, charts/warmscale/files/dashboards/*.json
+      the chart's copies of the rules and the dashboards (a chart reads files inside itself only)
 
 Dashboards are built with grafana-foundation-sdk (pinned in the dev dependencies: the committed JSON
 is what that exact version renders). Every query selects on the template variables ``namespace``
-and ``scaledobject`` (``workload`` for the controller's series, which carry the workload name; a
-ScaledObject the controller owns has the workload's name). ``tests/manifests`` checks that every
+and ``scaledObject``: the scaler's and the controller's series name the ScaledObject with KEDA's label
+``scaledObject`` (the controller's carry the workload's name, which the ScaledObject it keeps has).
+``tests/manifests`` checks that every
 metric named here is exported by ``scaler.metrics`` or ``warmpool.controller`` and that every query
 returns data from a real Prometheus scraping the running scaler and controller.
 """
@@ -51,12 +54,11 @@ WARMPOOL_RBAC = ROOT / "manifests" / "warmpool" / "rbac.yaml"
 CONTROLLER_RBAC = ROOT / "manifests" / "base" / "controller-rbac.yaml"
 WARMPOOL_POLICY = ROOT / "manifests" / "warmpool" / "admission-policy.yaml"
 CONTROLLER_POLICY = ROOT / "manifests" / "base" / "controller-admission-policy.yaml"
+CHART_FILES = ROOT / "charts" / "warmscale" / "files"
 
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
-SO = 'namespace=~"$namespace",scaledobject=~"$scaledobject"'
-WL = 'namespace=~"$namespace",workload=~"$scaledobject"'
-BY_SO = "by (namespace, scaledobject)"
-BY_WL = "by (namespace, workload)"
+SO = 'namespace=~"$namespace",scaledObject=~"$scaledObject"'
+BY_SO = "by (namespace, scaledObject)"
 SCALER_JOB = 'job="warmscale-scaler"'
 CONTROLLER_JOB = 'job="warmscale-controller"'
 
@@ -117,7 +119,7 @@ def _variables(d: db.Dashboard, source_metric: str, name_label: str) -> db.Dashb
                            .query(f"label_values({source_metric}, namespace)")
                            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
                            .multi(True).include_all(True).all_value(".*").sort(dm.VariableSort.ALPHABETICAL_ASC))
-            .with_variable(db.QueryVariable("scaledobject").label("ScaledObject / workload").datasource(DS)
+            .with_variable(db.QueryVariable("scaledObject").label("ScaledObject").datasource(DS)
                            .query(f'label_values({source_metric}{{namespace=~"$namespace"}}, {name_label})')
                            .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
                            .multi(True).include_all(True).all_value(".*").sort(dm.VariableSort.ALPHABETICAL_ASC)))
@@ -144,7 +146,7 @@ def autoscaling() -> db.Dashboard:
     d = _variables(_base("warmscale / Autoscaling", "warmscale-autoscaling",
                          "What the warmscale scaler sees (engine signals) and decides (replica targets), how "
                          "fresh its signals are, and how its gRPC service to KEDA behaves."),
-                   "warmscale_desired_replicas", "scaledobject")
+                   "warmscale_desired_replicas", "scaledObject")
     d = d.annotation(scale_events_annotation())
 
     d = d.with_row(db.Row("Replicas: desired vs actual vs ready"))
@@ -154,12 +156,12 @@ def autoscaling() -> db.Dashboard:
         "replicas the policy counted (from the API server when the scaler can see the pods). ready: Ready "
         "replicas. warm floor: the warm-pool controller's current min-ready floor (minReplicaCount). Orange "
         "marks: scale events.",
-        [Q(f"max {BY_SO} (warmscale_desired_replicas{{{SO}}})", "desired {{namespace}}/{{scaledobject}}"),
+        [Q(f"max {BY_SO} (warmscale_desired_replicas{{{SO}}})", "desired {{namespace}}/{{scaledObject}}"),
          Q(f"max {BY_SO} (warmscale_ready_replicas{{{SO}}} + warmscale_starting_replicas{{{SO}}})",
-           "actual {{namespace}}/{{scaledobject}}"),
-         Q(f"max {BY_SO} (warmscale_ready_replicas{{{SO}}})", "ready {{namespace}}/{{scaledobject}}"),
-         Q(f'max {BY_SO} (label_replace(warmscale_min_ready_floor{{{WL}}}, "scaledobject", "$1", "workload", "(.*)"))',
-           "warm floor {{namespace}}/{{scaledobject}}")],
+           "actual {{namespace}}/{{scaledObject}}"),
+         Q(f"max {BY_SO} (warmscale_ready_replicas{{{SO}}})", "ready {{namespace}}/{{scaledObject}}"),
+         Q(f"max {BY_SO} (warmscale_min_ready_floor{{{SO}}})",
+           "warm floor {{namespace}}/{{scaledObject}}")],
         width=16, height=9))
     d = d.with_panel(_series(
         "Decisions by rule",
@@ -171,11 +173,11 @@ def autoscaling() -> db.Dashboard:
         "Metric reported to the HPA",
         "GetMetrics value (target 1 per replica); differs from desired only where the HPA's tolerance band is "
         "compensated (docs/policy.md).",
-        [Q(f"max {BY_SO} (warmscale_metric_value{{{SO}}})", "{{namespace}}/{{scaledobject}}")], width=12, height=7))
+        [Q(f"max {BY_SO} (warmscale_metric_value{{{SO}}})", "{{namespace}}/{{scaledObject}}")], width=12, height=7))
     d = d.with_panel(_series(
         "Active (IsActive)",
         "1 while the scaler answers IsActive true; 0 lets KEDA scale the target to zero after its cooldown.",
-        [Q(f"max {BY_SO} (warmscale_active{{{SO}}})", "{{namespace}}/{{scaledobject}}")],
+        [Q(f"max {BY_SO} (warmscale_active{{{SO}}})", "{{namespace}}/{{scaledObject}}")],
         width=12, height=7, maximum=1))
 
     d = d.with_row(db.Row("Signals: queue, running, KV cache, TTFT vs SLO"))
@@ -183,21 +185,21 @@ def autoscaling() -> db.Dashboard:
         "Waiting and running requests",
         "Requests waiting in the engines' queues and running in their batches, summed over replicas with a "
         "fresh signal, plus the gateway queue (Redis) when configured.",
-        [Q(f"sum {BY_SO} (warmscale_waiting_requests{{{SO}}})", "waiting {{namespace}}/{{scaledobject}}"),
-         Q(f"sum {BY_SO} (warmscale_running_requests{{{SO}}})", "running {{namespace}}/{{scaledobject}}"),
-         Q(f"sum {BY_SO} (warmscale_gateway_queue_length{{{SO}}})", "gateway {{namespace}}/{{scaledobject}}")]))
+        [Q(f"sum {BY_SO} (warmscale_waiting_requests{{{SO}}})", "waiting {{namespace}}/{{scaledObject}}"),
+         Q(f"sum {BY_SO} (warmscale_running_requests{{{SO}}})", "running {{namespace}}/{{scaledObject}}"),
+         Q(f"sum {BY_SO} (warmscale_gateway_queue_length{{{SO}}})", "gateway {{namespace}}/{{scaledObject}}")]))
     d = d.with_panel(_series(
         "KV-cache usage (highest replica)",
         "Highest KV-cache usage over the replicas (0..1). The KV rule engages at kvCacheHigh (default 0.9) and "
         "sizes for kvCacheTarget (0.8).",
-        [Q(f"max {BY_SO} (warmscale_kv_cache_usage_ratio{{{SO}}})", "{{namespace}}/{{scaledobject}}")],
+        [Q(f"max {BY_SO} (warmscale_kv_cache_usage_ratio{{{SO}}})", "{{namespace}}/{{scaledObject}}")],
         unit="percentunit", maximum=1, thresholds=[(0.8, "orange"), (0.9, "red")]))
     d = d.with_panel(_series(
         "TTFT at the SLO quantile",
         "Time to first token at the configured quantile (ttftQuantile) over the scaler's window "
         "(ttftWindowSeconds), from the engines' histograms, against the ScaledObject's ttftSloSeconds.",
-        [Q(f"max {BY_SO} (warmscale_ttft_quantile_seconds{{{SO}}})", "{{namespace}}/{{scaledobject}}"),
-         Q(f"max {BY_SO} (warmscale_ttft_slo_seconds{{{SO}}})", "SLO {{namespace}}/{{scaledobject}}")],
+        [Q(f"max {BY_SO} (warmscale_ttft_quantile_seconds{{{SO}}})", "{{namespace}}/{{scaledObject}}"),
+         Q(f"max {BY_SO} (warmscale_ttft_slo_seconds{{{SO}}})", "SLO {{namespace}}/{{scaledObject}}")],
         unit="s"))
     d = d.with_panel(_series(
         "TTFT over the SLO (share of decisions)",
@@ -206,7 +208,7 @@ def autoscaling() -> db.Dashboard:
         [Q(f'(sum {BY_SO} (rate(warmscale_decisions_total{{{SO},reason="ttft"}}[$__rate_interval])) '
            f"or sum {BY_SO} (rate(warmscale_decisions_total{{{SO}}}[$__rate_interval])) * 0) "
            f"/ sum {BY_SO} (rate(warmscale_decisions_total{{{SO}}}[$__rate_interval]))",
-           "{{namespace}}/{{scaledobject}}")],
+           "{{namespace}}/{{scaledObject}}")],
         unit="percentunit", maximum=1, thresholds=[(0.5, "red")]))
 
     d = d.with_row(db.Row("Signal staleness"))
@@ -214,27 +216,27 @@ def autoscaling() -> db.Dashboard:
         "Oldest signal age",
         "Age of the oldest fresh replica signal. Past stalenessSeconds (default 30 s) a replica becomes "
         "unknown; unknown replicas block scale-down and all-unknown holds the last decision.",
-        [Q(f"max {BY_SO} (warmscale_signal_age_seconds{{{SO}}})", "{{namespace}}/{{scaledobject}}")],
+        [Q(f"max {BY_SO} (warmscale_signal_age_seconds{{{SO}}})", "{{namespace}}/{{scaledObject}}")],
         unit="s", width=8, thresholds=[(30, "red")]))
     d = d.with_panel(_series(
         "Unknown replicas and scrape errors",
         "Replicas whose signal is unknown (stale, unreachable, unparseable) and snapshot/source errors per second.",
-        [Q(f"max {BY_SO} (warmscale_unknown_replicas{{{SO}}})", "unknown {{namespace}}/{{scaledobject}}"),
+        [Q(f"max {BY_SO} (warmscale_unknown_replicas{{{SO}}})", "unknown {{namespace}}/{{scaledObject}}"),
          Q(f"sum {BY_SO} (rate(warmscale_scrape_errors_total{{{SO}}}[$__rate_interval])) "
            f"or max {BY_SO} (warmscale_unknown_replicas{{{SO}}}) * 0",
-           "errors/s {{namespace}}/{{scaledobject}}")], width=8))
+           "errors/s {{namespace}}/{{scaledObject}}")], width=8))
     d = d.with_panel(_series(
         "Decision age",
         "Seconds since the latest decision was computed (by whichever scaler replica holds the compute lease).",
-        [Q(f"time() - max {BY_SO} (warmscale_decision_timestamp_seconds{{{SO}}})", "{{namespace}}/{{scaledobject}}")],
+        [Q(f"time() - max {BY_SO} (warmscale_decision_timestamp_seconds{{{SO}}})", "{{namespace}}/{{scaledObject}}")],
         unit="s", width=8, thresholds=[(60, "red")]))
     d = d.with_panel(_series(
         "Next-layer advice",
         "Failures that repeated (episodes within 24 h) and the layer they ask for (warmscale_advice; "
         "cold-start-slo: warm pool settings). Empty while nothing repeats. `warmscale advise` shows the evidence "
         "and the other findings (prefill interference, quota contention, partial gangs, engine OOM).",
-        [Q('max by (namespace, workload, finding) (warmscale_advice{namespace=~"$namespace"})',
-           "{{finding}} {{namespace}}/{{workload}}")], width=24, height=6, draw_bars=True))
+        [Q(f"max by (namespace, scaledObject, finding) (warmscale_advice{{{SO}}})",
+           "{{finding}} {{namespace}}/{{scaledObject}}")], width=24, height=6, draw_bars=True))
 
     d = d.with_row(db.Row("Scaler RPC latency and errors"))
     d = d.with_panel(_series(
@@ -276,7 +278,7 @@ def warm_pool() -> db.Dashboard:
     d = _variables(_base("warmscale / Warm pool", "warmscale-warm-pool",
                          "Capacity the warm-pool controller holds (placeholders, staged and pre-pulled nodes) and "
                          "what it buys: replica start-up time by warm state."),
-                   "warmscale_min_ready_floor", "workload")
+                   "warmscale_min_ready_floor", "scaledObject")
     d = d.annotation(scale_events_annotation())
 
     d = d.with_row(db.Row("Warm pool: placeholders, staged nodes, pre-pull progress"))
@@ -285,10 +287,10 @@ def warm_pool() -> db.Dashboard:
         Q(f"sum(warmscale_leader{{{CONTROLLER_JOB}}})", "leaders"), thresholds=[(2, "red")]))
     d = d.with_panel(_stat(
         "Warm capacity held", "Replicas' worth of GPU capacity held by ready placeholder pods, all workloads.",
-        Q(f"sum(warmscale_warm_capacity_replicas{{{WL}}})", "placeholders")))
+        Q(f"sum(warmscale_warm_capacity_replicas{{{SO}}})", "placeholders")))
     d = d.with_panel(_stat(
         "Staged nodes", "Nodes with the model staged, all workloads.",
-        Q(f"sum(warmscale_staged_nodes{{{WL}}})", "staged")))
+        Q(f"sum(warmscale_staged_nodes{{{SO}}})", "staged")))
     d = d.with_panel(_stat(
         "Reconcile errors (1h)", "Failed reconciles of the controller in the last hour.",
         Q(f'sum(increase(warmscale_reconcile_total{{{CONTROLLER_JOB},result="error"}}[1h])) or vector(0)', "errors"),
@@ -297,17 +299,17 @@ def warm_pool() -> db.Dashboard:
         "Placeholders and warm floor",
         "Ready placeholder pods (replicas' worth of held GPU capacity, warmscale.io/standby) and the current "
         "warm floor (warmscale.io/min-ready, kept as the ScaledObject's minReplicaCount).",
-        [Q(f"max {BY_WL} (warmscale_warm_capacity_replicas{{{WL}}})", "placeholders {{namespace}}/{{workload}}"),
-         Q(f"max {BY_WL} (warmscale_min_ready_floor{{{WL}}})", "floor {{namespace}}/{{workload}}")]))
+        [Q(f"max {BY_SO} (warmscale_warm_capacity_replicas{{{SO}}})", "placeholders {{namespace}}/{{scaledObject}}"),
+         Q(f"max {BY_SO} (warmscale_min_ready_floor{{{SO}}})", "floor {{namespace}}/{{scaledObject}}")]))
     d = d.with_panel(_series(
         "Staged and pre-pulled nodes",
         "Chosen nodes (warmscale.io/prestage-nodes) with the model's weights staged and with every image pulled.",
-        [Q(f"max {BY_WL} (warmscale_staged_nodes{{{WL}}})", "staged {{namespace}}/{{workload}}"),
-         Q(f"max {BY_WL} (warmscale_prepull_nodes{{{WL}}})", "pre-pulled {{namespace}}/{{workload}}")]))
+        [Q(f"max {BY_SO} (warmscale_staged_nodes{{{SO}}})", "staged {{namespace}}/{{scaledObject}}"),
+         Q(f"max {BY_SO} (warmscale_prepull_nodes{{{SO}}})", "pre-pulled {{namespace}}/{{scaledObject}}")]))
     d = d.with_panel(_series(
         "Pre-pull progress",
         "Pre-pulled / chosen nodes per workload (1 = every chosen node has every image).",
-        [Q(f"max {BY_WL} (warmscale_prepull_progress_ratio{{{WL}}})", "{{namespace}}/{{workload}}")],
+        [Q(f"max {BY_SO} (warmscale_prepull_progress_ratio{{{SO}}})", "{{namespace}}/{{scaledObject}}")],
         unit="percentunit", maximum=1))
     d = d.with_panel(_series(
         "Reconciles by result",
@@ -322,20 +324,20 @@ def warm_pool() -> db.Dashboard:
         "held, staged capacity), staged (weights and image local), cold. The scaler uses the warmest available "
         "state's median as its look-ahead.",
         [Q("histogram_quantile(0.5, sum by (warm_state, le) "
-           f"(rate(warmscale_startup_seconds_bucket{{{WL}}}[$__range])))", "p50 {{warm_state}}"),
+           f"(rate(warmscale_startup_seconds_bucket{{{SO}}}[$__range])))", "p50 {{warm_state}}"),
          Q("histogram_quantile(0.9, sum by (warm_state, le) "
-           f"(rate(warmscale_startup_seconds_bucket{{{WL}}}[$__range])))", "p90 {{warm_state}}")],
+           f"(rate(warmscale_startup_seconds_bucket{{{SO}}}[$__range])))", "p90 {{warm_state}}")],
         unit="s", width=12))
     d = d.with_panel(_series(
         "Mean time to Ready by warm state",
         "Average start-up seconds per warm state over the dashboard's time range.",
-        [Q(f"sum by (warm_state) (rate(warmscale_startup_seconds_sum{{{WL}}}[$__range])) / "
-           f"sum by (warm_state) (rate(warmscale_startup_seconds_count{{{WL}}}[$__range]))", "{{warm_state}}")],
+        [Q(f"sum by (warm_state) (rate(warmscale_startup_seconds_sum{{{SO}}}[$__range])) / "
+           f"sum by (warm_state) (rate(warmscale_startup_seconds_count{{{SO}}}[$__range]))", "{{warm_state}}")],
         unit="s", width=6))
     d = d.with_panel(_series(
         "Replica starts by warm state",
         "Replicas that became Ready per warm state in the dashboard's time range.",
-        [Q(f"sum by (warm_state) (increase(warmscale_startup_seconds_count{{{WL}}}[$__range]))", "{{warm_state}}")],
+        [Q(f"sum by (warm_state) (increase(warmscale_startup_seconds_count{{{SO}}}[$__range]))", "{{warm_state}}")],
         width=6, draw_bars=True))
     return d
 
@@ -393,6 +395,9 @@ def outputs() -> dict[Path, str]:
     files[PROMETHEUS_RULE_FILE] = render_prometheus_rule()
     files[CONTROLLER_RBAC] = render_controller_rbac()
     files[CONTROLLER_POLICY] = render_controller_policy()
+    files[CHART_FILES / "warmscale.rules.yaml"] = RULES_FILE.read_text()
+    for name in DASHBOARDS:
+        files[CHART_FILES / "dashboards" / name] = files[GRAFANA_DIR / name]
     return files
 
 

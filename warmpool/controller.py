@@ -22,7 +22,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from warmscale import buildinfo
 from warmscale.advise.events import workload_events
+from warmscale.scaler.metrics import SO_LABEL
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
@@ -66,7 +68,9 @@ class LogSink:
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        lab = ["namespace", "workload"]
+        # The workload's name under the ScaledObject label the scaler and KEDA use: the ScaledObject the
+        # controller keeps for a workload has the workload's name.
+        lab = ["namespace", SO_LABEL]
         self.warm_capacity = Gauge("warmscale_warm_capacity_replicas", "Replicas' worth of capacity held by ready "
                                    "placeholder pods", lab, registry=self.registry)
         self.staged_nodes = Gauge("warmscale_staged_nodes", "Chosen nodes with the model staged", lab,
@@ -78,7 +82,7 @@ class Metrics:
         self.floor = Gauge("warmscale_min_ready_floor", "Current warm floor (minReplicaCount)", lab,
                            registry=self.registry)
         self.startup = Histogram("warmscale_startup_seconds", "Replica creation to Ready, by warm state",
-                                 ["namespace", "workload", "warm_state"], registry=self.registry,
+                                 [*lab, "warm_state"], registry=self.registry,
                                  buckets=(1, 2, 5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 900, 1800, 3600))
         self.reconciles = Counter("warmscale_reconcile_total", "Reconciles by result", ["result"],
                                   registry=self.registry)
@@ -92,6 +96,7 @@ class Metrics:
         self.webhook = WebhookMetrics(self.registry)
         self.certs = CertMetrics(self.registry)
         self.http = HttpMetrics(self.registry)
+        self.build_info = buildinfo.register(self.registry, "controller")
 
 
 @dataclass

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.servers
 
 
 def payload(desired: int, ready: int, ttft: float) -> str:
-    labels = 'namespace="llm",scaledobject="vllm-llama"'
+    labels = 'namespace="llm",scaledObject="vllm-llama"'
     return (f"warmscale_desired_replicas{{{labels}}} {desired}\n"
             f"warmscale_ready_replicas{{{labels}}} {ready}\n"
             f"warmscale_ttft_quantile_seconds{{{labels}}} {ttft}\n"
@@ -33,7 +33,7 @@ async def test_cold_starts_read_back_from_prometheus(prometheus_server: Callable
     exporter = FakeEngine(payload(2, 2, 0.2))
     prom = prometheus_server([exporter.target])
     try:
-        prom.wait_for('warmscale_desired_replicas{scaledobject="vllm-llama"}')
+        prom.wait_for('warmscale_desired_replicas{scaledObject="vllm-llama"}')
         start = time.time()
         for _ in range(3):
             exporter.serve(payload(6, 2, 2.0))  # scale-up, capacity still cold, TTFT over the SLO

@@ -13,7 +13,7 @@ T0 = 1_800_000_000.0
 
 
 def value(reg: CollectorRegistry) -> float | None:
-    return reg.get_sample_value("warmscale_advice", {"namespace": "llm", "workload": "vllm-llama",
+    return reg.get_sample_value("warmscale_advice", {"namespace": "llm", "scaledObject": "vllm-llama",
                                                      "finding": "cold-start-slo"})
 
 

@@ -146,7 +146,7 @@ class ScalerCLI:
 
     async def gauge(self, metric: str, name: str) -> float | None:
         text = await self.metrics()
-        m = re.search(rf'^{metric}\{{namespace="faults",scaledobject="{name}"\}} (\S+)$', text, re.M)
+        m = re.search(rf'^{metric}\{{namespace="faults",scaledObject="{name}"\}} (\S+)$', text, re.M)
         return float(m.group(1)) if m else None
 
     async def decisions(self, name: str) -> list[dict[str, Any]]:

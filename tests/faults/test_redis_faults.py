@@ -70,11 +70,11 @@ async def _both(procs: list[ScalerProcess], engine: Engine, pred: Callable[[int]
 
 
 def _degraded(p: ScalerProcess) -> float:
-    return p.metric("warmscale_store_degraded", namespace="llm", scaledobject="chat") or 0.0
+    return p.metric("warmscale_store_degraded", namespace="llm", scaledObject="chat") or 0.0
 
 
 def _holders(procs: list[ScalerProcess]) -> float:
-    return sum(p.metric("warmscale_lease_held", namespace="llm", scaledobject="chat") or 0.0 for p in procs)
+    return sum(p.metric("warmscale_lease_held", namespace="llm", scaledObject="chat") or 0.0 for p in procs)
 
 
 async def _watch_min(procs: list[ScalerProcess], engine: Engine, seconds: float, **extra: str) -> int:

@@ -294,7 +294,7 @@ async def test_dashboards_and_alerts_against_real_prometheus(
             "scaleDownStabilizationSeconds": "5", "nodeIdleSeconds": "0", "hpaTolerance": "0",
             "burstConfirmSeconds": "0"})
         # The quiet count is scraped before the load ramps up: a scale event the dashboards show.
-        quiet = f'warmscale_desired_replicas{{namespace="{ns}",scaledobject="llama"}}'
+        quiet = f'warmscale_desired_replicas{{namespace="{ns}",scaledObject="llama"}}'
 
         async def quiet_count_scraped() -> bool:
             return bool(await asyncio.to_thread(lambda: prom.api("query", query=quiet)["result"]))
@@ -314,7 +314,7 @@ async def test_dashboards_and_alerts_against_real_prometheus(
         deadline = time.monotonic() + 90
         while pending and time.monotonic() < deadline:
             for where, expr in list(pending.items()):
-                q = concrete(expr, namespace=ns, scaledobject="llama").replace("[1h]", "[5m]")
+                q = concrete(expr, namespace=ns, scaledObject="llama").replace("[1h]", "[5m]")
                 if prom.api("query", query=q)["result"]:
                     del pending[where]
             await asyncio.sleep(1)
@@ -344,7 +344,7 @@ async def test_dashboards_and_alerts_against_real_prometheus(
         # The alerts match the real label sets: the dead endpoint makes the stale-signal alert pending
         # for exactly this ScaledObject.
         def stale_alert() -> bool:
-            return any(a["labels"]["alertname"] == "WarmscaleSignalsStale" and a["labels"].get("scaledobject") ==
+            return any(a["labels"]["alertname"] == "WarmscaleSignalsStale" and a["labels"].get("scaledObject") ==
                        "llama" and a["labels"].get("namespace") == ns for a in prom.api("alerts")["alerts"])
 
         async def stale_alert_async() -> bool:

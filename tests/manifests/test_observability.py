@@ -93,7 +93,7 @@ def test_metric_lexer() -> None:
     q = ('(sum by (namespace) (rate(warmscale_decisions_total{reason="ttft",namespace=~"$namespace"}'
          '[$__rate_interval])) or vector(0)) / on (namespace) group_left max(up{job="x"} offset 5m) '
          '> 0.5 and histogram_quantile(0.99, sum by (le) (rate(warmscale_rpc_duration_seconds_bucket[5m]))) '
-         '+ label_replace(warmscale_known_replicas, "workload", "$1", "scaledobject", "(.*)") - time()')
+         '+ label_replace(warmscale_known_replicas, "x", "$1", "scaledObject", "(.*)") - time()')
     assert metric_names(q) == {"warmscale_decisions_total", "up", "warmscale_rpc_duration_seconds_bucket",
                                "warmscale_known_replicas"}
 
@@ -116,3 +116,15 @@ def test_every_referenced_metric_is_exported() -> None:
 def test_unknown_metric_is_caught() -> None:
     names = metric_names('sum(rate(warmscale_no_such_metric_total{namespace="x"}[5m]))')
     assert names - exported_metrics().keys() == {"warmscale_no_such_metric_total"}
+
+
+def test_every_alert_has_a_runbook_in_troubleshooting() -> None:
+    """Each alert's runbook_url is the troubleshooting page's section of that alert (GitHub's anchor of
+    a "### <AlertName>" heading is the name in lower case)."""
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    headings = {line[4:].strip() for line in page.splitlines() if line.startswith("### ")}
+    for rule in alert_rules():
+        name = rule["alert"]
+        url = rule["annotations"].get("runbook_url", "")
+        assert url == f"https://github.com/warmscale/warmscale/blob/main/docs/troubleshooting.md#{name.lower()}", name
+        assert name in headings, f"docs/troubleshooting.md has no section '### {name}'"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from typing import Any
 
 import pytest
+import yaml
 
 from warmscale.scaler.config import KEDA_KEYS, parse_metadata
 from warmscale.warmpool import objects as ob
@@ -260,6 +262,53 @@ def test_example(engine: str) -> None:
     # Mutual TLS through the install's ClusterTriggerAuthentication.
     assert meta["enableTLS"] == "true"
     assert trigger["authenticationRef"] == {"name": "warmscale-mtls", "kind": "ClusterTriggerAuthentication"}
+
+
+EXAMPLE_DIRS = sorted(p.name for p in (ROOT / "manifests" / "examples").iterdir() if p.is_dir())
+# Signals that exist while a workload has no replica: only they can wake it from zero.
+WAKE_SOURCES = ("redisQueue", "eppAddress", "eppPool")
+# Engines that export no TTFT histogram: ttftSloSeconds could never act on them.
+NO_TTFT_HISTOGRAM = {"tgi"}
+
+
+def test_every_example_directory_is_listed_and_renders() -> None:
+    listed = yaml.safe_load((ROOT / "manifests" / "examples" / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == EXAMPLE_DIRS
+    for d in EXAMPLE_DIRS:
+        assert render(f"manifests/examples/{d}"), d
+
+
+@pytest.mark.parametrize("directory", [d for d in EXAMPLE_DIRS if d != "common"])
+def test_example_works_as_shipped(directory: str) -> None:
+    """What made examples fail once installed: each trigger names the install's ClusterTriggerAuthentication
+    by kind, sets no SLO its engine cannot measure, scales to zero only with a wake source; each annotated
+    workload loads the staged copy; no weights source the image cannot fetch."""
+    objs = render(f"manifests/examples/{directory}")
+    for so in find(objs, "ScaledObject"):
+        for t in so["spec"]["triggers"]:
+            assert t["authenticationRef"] == {"name": "warmscale-mtls", "kind": "ClusterTriggerAuthentication"}, \
+                so["metadata"]["name"]
+            meta = t["metadata"]
+            assert meta.get("enableTLS") == "true"
+            if meta.get("engine") in NO_TTFT_HISTOGRAM:
+                assert "ttftSloSeconds" not in meta, f"{so['metadata']['name']}: {meta['engine']} has no TTFT data"
+            if meta.get("scaleToZero") == "true":
+                assert any(k in meta for k in WAKE_SOURCES), f"{so['metadata']['name']}: zero with no wake source"
+            else:
+                assert so["spec"]["minReplicaCount"] >= 1
+    for wl in find(objs, "Deployment") + find(objs, "StatefulSet"):
+        cfg = parse_annotations(wl["metadata"].get("annotations"))
+        if not cfg.enabled or cfg.model_uri is None:
+            continue
+        name = wl["metadata"]["name"]
+        assert wl["spec"]["template"]["metadata"]["labels"].get("warmscale.io/enabled") == "true", name
+        c = _container(wl)
+        assert any("$(WARMSCALE_MODEL_PATH)" in a for a in c.get("args") or []), f"{name} ignores the staged copy"
+        assert "WARMSCALE_MODEL_PATH" in {e["name"] for e in c.get("env") or []}, name
+        assert all(m["mountPath"] != cfg.cache_root for m in c.get("volumeMounts") or []), name
+        if cfg.model_uri.scheme == "s3":
+            deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+            assert any(d.startswith("boto3") for d in deps), f"{name}: s3:// needs boto3, which the image lacks"
 
 
 def test_examples_namespace_needs_no_secret() -> None:

@@ -337,7 +337,7 @@ async def test_metrics_and_decision_log_endpoints(make_server: Any, clients: Any
                 return float(s.value)
         raise KeyError((name, labels))
 
-    so = {"namespace": "llm", "scaledobject": "chat"}
+    so = {"namespace": "llm", "scaledObject": "chat"}
     assert value("warmscale_desired_replicas", **so) == 4
     assert value("warmscale_running_requests", **so) == 100
     assert value("warmscale_waiting_requests", **so) == 0

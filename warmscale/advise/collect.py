@@ -23,9 +23,10 @@ from urllib3.util.retry import Retry
 
 from warmscale.advise.model import LatencySample, LoadSample, PodRecord, ScaleSample, Signals
 from warmscale.advise.pods import gpu_quota_namespaces, pod_record
+from warmscale.scaler.metrics import SO_LABEL
 
 STEP_S = 30.0
-# The scaler's series (one per ScaledObject: labels namespace, scaledobject).
+# The scaler's series (one per ScaledObject: labels namespace, scaledObject).
 SCALE_QUERIES = {
     "desired": "warmscale_desired_replicas",
     "ready": "warmscale_ready_replicas",
@@ -116,7 +117,7 @@ async def read_prometheus(address: str, start: float, end: float, pods: list[Pod
                                          for q in (ITL_QUERY, PROMPT_QUERY, RUNNING_QUERY, KV_QUERY)))
     except PrometheusApiClientException as exc:
         raise RuntimeError(f"prometheus: {exc}") from None
-    by = {k: _series(r, "namespace", "scaledobject") for k, r in zip(SCALE_QUERIES, scale_res, strict=True)}
+    by = {k: _series(r, "namespace", SO_LABEL) for k, r in zip(SCALE_QUERIES, scale_res, strict=True)}
     scale: list[ScaleSample] = []
     for key, desired in by["desired"].items():
         for t in sorted(desired):
