@@ -40,7 +40,8 @@ class SourcesReader:
     With ``discovery`` (a :class:`signals.sources.pods.KubeDiscovery`), every ScaledObject gets a
     :class:`~signals.sources.pods.PodEndpoints`: it serves ``podSelector`` (pods scraped directly) and
     fills the snapshot's ready/starting/current replica counts (pods of ``podSelector``, else of the
-    ScaledObject's ``scaleTargetRef``), whatever the signal sources are. A discovery failure is a
+    ScaledObject's ``scaleTargetRef``), whatever the signal sources are, and the replicas' GPU product
+    (:mod:`signals.gpus`; ``gpuProduct`` overrides it). A discovery failure is a
     source error; the other sources keep working."""
 
     def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None,
@@ -113,7 +114,7 @@ class SourcesReader:
         target = provider.target.name if getattr(provider, "target", None) is not None else None
         return replace(snapshot, ready_replicas=counts.ready, starting_replicas=counts.starting,
                        current_replicas=counts.current if counts.current is not None else snapshot.current_replicas,
-                       target_name=target)
+                       target_name=target, gpu_product=counts.gpu_product or snapshot.gpu_product)
 
     async def _sweep(self) -> None:
         mono = time.monotonic()
