@@ -80,6 +80,7 @@ class SourcesReader:
                 limit=0, ttl_dns_cache=30, socket_factory=factory))
         if self.guard is not None:
             await self.guard.refresh_hosts()
+        namespace = scope[0] if scope is not None else None
         if self.discovery is None:
             scope = None
         key = (scope, cfg)
@@ -99,7 +100,7 @@ class SourcesReader:
         snapshot: Snapshot = await collector.collect(now)
         if provider is not None:
             snapshot = await self._with_counts(snapshot, provider, cfg)
-        return snapshot
+        return with_attributed_gpus(snapshot, namespace)
 
     @staticmethod
     async def _with_counts(snapshot: Snapshot, provider: Any, cfg: ScalerConfig) -> Snapshot:
@@ -114,7 +115,8 @@ class SourcesReader:
         target = provider.target.name if getattr(provider, "target", None) is not None else None
         return replace(snapshot, ready_replicas=counts.ready, starting_replicas=counts.starting,
                        current_replicas=counts.current if counts.current is not None else snapshot.current_replicas,
-                       target_name=target, gpu_product=counts.gpu_product or snapshot.gpu_product)
+                       target_name=target, gpu_product=counts.gpu_product or snapshot.gpu_product,
+                       pods=counts.pods)
 
     async def _sweep(self) -> None:
         mono = time.monotonic()
@@ -143,6 +145,20 @@ class SourcesReader:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def with_attributed_gpus(snapshot: Snapshot, namespace: str | None) -> Snapshot:
+    """Narrow the dcgm-exporter readings to the GPUs DCGM attributes to this ScaledObject's pods
+    (the API's pods, else the replicas' names as the sources report them: pod names for Prometheus
+    and pod discovery). Neither known: the GPUs are unknown (``None``)."""
+    from warmscale.signals.engines.dcgm import attribute
+
+    if snapshot.gpus is None:
+        return snapshot
+    pods = snapshot.pods if snapshot.pods is not None else tuple(r.replica for r in snapshot.replicas)
+    if snapshot.pods is None and not pods:
+        return replace(snapshot, gpus=None)
+    return replace(snapshot, gpus=attribute(snapshot.gpus, namespace, pods))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -76,6 +76,8 @@ class ScalerConfig:
     pd_group: str | None = None
     decode_per_prefill_min: float | None = None
     decode_per_prefill_max: float | None = None
+    dcgm_endpoints: tuple[str, ...] = ()
+    dcgm_busy_utilization: float = 0.9
 
     @property
     def read_budget_seconds(self) -> float:
@@ -408,6 +410,17 @@ KEYS = (
         "Lower bound of decode replicas per prefill replica in the pdGroup; raises decode."),
     Key("decodePerPrefillMax", "decode_per_prefill_max", _parse_float, Range(0, 64, lo_open=True),
         "Upper bound of decode replicas per prefill replica in the pdGroup; raises prefill."),
+    Key("dcgmEndpoints", "dcgm_endpoints", _parse_endpoints, None,
+        "Comma-separated NVIDIA dcgm-exporter metrics URLs (e.g. each node's `:9400/metrics`, or a "
+        "Service in front of them). The GPUs DCGM attributes to the ScaledObject's pods (its pod and "
+        "namespace labels; the pods as pod discovery or the replica sources name them) are a secondary "
+        "signal: while their mean utilisation is at or above dcgmBusyUtilization the decision does not go "
+        "below the current count. It only holds what runs (never more, and never less than the engine "
+        "signals ask for); unreadable exporters change nothing (docs/scaler.md, DCGM)."),
+    Key("dcgmBusyUtilization", "dcgm_busy_utilization", _parse_float, Range(0.05, 1),
+        "Mean GPU utilisation (DCGM_FI_PROF_GR_ENGINE_ACTIVE, else DCGM_FI_DEV_GPU_UTIL / 100) of the "
+        "ScaledObject's GPUs at or above which a scale-down is held (dcgmEndpoints). GPU_UTIL reads near "
+        "1 at light load: with it alone, 1 holds only fully busy GPUs."),
 )
 
 # Keys KEDA itself reads from an external trigger's metadata; accepted and ignored.

@@ -48,6 +48,10 @@ class Decision:
     # unknown): GetMetrics then answers UNAVAILABLE, so the HPA keeps whatever runs (it does not act
     # on a failed metric, whatever its stabilisation), instead of being told a floor that may be lower.
     sized: bool = True
+    # dcgm-exporter's view of the ScaledObject's GPUs (dcgmEndpoints; None: not read): shown in the
+    # decision log; busy GPUs hold a scale-down ("gpu-busy-hold").
+    gpu_utilization: float | None = None
+    gpu_memory_used: float | None = None
 
 
 def _ceil(x: float) -> int:
@@ -254,6 +258,11 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     # Partial data: unknown replicas block any scale-down.
     if obs.uncertain and last is not None and desired < last:
         desired, reason = last, "partial-data-hold"
+    # DCGM, secondary (docs/scaler.md "DCGM"): while the ScaledObject's GPUs are busy, no scale-down
+    # below what runs. It only holds: it never asks for more than runs, nor lowers what the rules ask.
+    if (obs.gpu_utilization is not None and obs.gpu_utilization >= cfg.dcgm_busy_utilization
+            and current is not None and desired < current):
+        desired, reason = current, "gpu-busy-hold"
 
     # Prefill/decode ratio bound of the pdGroup (raises a lagging role, never lowers one).
     if obs.pd_floor is not None and desired < obs.pd_floor:
@@ -421,5 +430,7 @@ def _finish(
         itl_base_s=obs.itl_base_s,
         itl_per_seq_s=obs.itl_per_seq_s,
         sized=sized,
+        gpu_utilization=obs.gpu_utilization,
+        gpu_memory_used=obs.gpu_memory_used,
     )
     return decision, new_state

@@ -606,6 +606,7 @@ class Tracker:
             "active": decision.active, "reason": decision.reason, "metric_value": decision.metric_value,
             "rules": decision.rules, "ready": decision.ready, "starting": decision.starting,
             "time_to_ready_s": decision.time_to_ready_s, "computed_here": computed,
+            "gpu_utilization": decision.gpu_utilization, "gpu_memory_used": decision.gpu_memory_used,
         })
         if old is None or _answer(old) != _answer(decision):
             self.version += 1
