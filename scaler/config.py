@@ -78,6 +78,7 @@ class ScalerConfig:
     decode_per_prefill_max: float | None = None
     dcgm_endpoints: tuple[str, ...] = ()
     dcgm_busy_utilization: float = 0.9
+    metric_unit: str = "replicas"
 
     @property
     def read_budget_seconds(self) -> float:
@@ -195,6 +196,13 @@ def _parse_redis_address(raw: str) -> str:
     if not host or not _PORT_RE.fullmatch(port):
         raise ValueError(f"expected host:port or a redis:// URL, got {redact(r)[:200]!r}")
     return _parse_url(f"redis://{r}", ("redis",))
+
+
+def _parse_metric_unit(raw: str) -> str:
+    u = raw.strip().lower()
+    if u not in ("replicas", "inflight"):
+        raise ValueError(f"expected replicas or inflight, got {raw!r}")
+    return u
 
 
 def _parse_queue_type(raw: str) -> str:
@@ -368,6 +376,12 @@ KEYS: tuple[Key, ...] = (
     Key("hpaTolerance", "hpa_tolerance", _parse_float, Range(0, 1, hi_open=True),
         "The HPA's tolerance (0.1 by default; 0 when the ScaledObject sets behavior.*.tolerance: 0 on "
         "Kubernetes >= 1.33). The reported metric compensates for it."),
+    Key("metricUnit", "metric_unit", _parse_metric_unit, None,
+        "Unit of the reported metric. replicas: target 1, value ~ the decided count (the spec never "
+        "changes). inflight: target = the running + waiting requests one replica is sized for "
+        "(targetInflightPerReplica, else targetUtilization x the learned sequences per replica), value = "
+        "decided count x target; the target follows the learned capacity in small, HPA-safe steps, each "
+        "pushed to KEDA by StreamMetricSpec (docs/scaler.md). The HPA lands on the same count either way."),
     Key("metricName", "metric_name", str.strip, bool, "Name of the metric reported to KEDA."),
 )
 
