@@ -15,7 +15,7 @@ from aiohttp import ClientSession
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.scaler.conftest import META, META_ZERO, ScriptedReader, eventually
+from tests.scaler.conftest import META, META_ZERO, MaxRunningReader, ScriptedReader, eventually
 from warmscale.scaler.hpa import hpa_replicas
 
 VERSIONS = ["main", "v2.20.2"]
@@ -161,22 +161,6 @@ async def test_stream_metric_spec_matches_get_metric_spec(make_server: Any, clie
     assert streamed.metricSpecs[0].metricName == "llm-replicas"
     assert streamed.metricSpecs[0].targetSizeFloat == 1.0
     stream.cancel()
-
-
-class MaxRunningReader(ScriptedReader):
-    """Engines that also report how many sequences one replica runs at most (SGLang-style)."""
-
-    def __init__(self, load: float, replicas: int, max_running: float) -> None:
-        super().__init__(load=load, replicas=replicas)
-        self.max_running = max_running
-
-    async def __call__(self, cfg: Any, now: float, scope: tuple[str, str] = ("", "")) -> Any:
-        from dataclasses import replace
-
-        snap = await super().__call__(cfg, now, scope)
-        return replace(snap, replicas=tuple(
-            replace(r, signal=replace(r.signal, engine="sglang", max_running=self.max_running))
-            for r in snap.replicas))
 
 
 @pytest.mark.parametrize("rpc_process", [False, True])
