@@ -548,3 +548,42 @@ async def test_gpu_product_unknown_without_the_nodes_grant(
     assert discovery.nodes.error is not None and "403" in discovery.nodes.error
     warned = [r for r in caplog.records if r.getMessage().startswith("cannot read a node's GPU product")]
     assert len(warned) == 1
+
+
+async def test_dcgm_gpus_attributed_to_the_discovered_pods(
+    k8s_admin: client.ApiClient, k8s_namespace: str, discoveries: Callable[..., KubeDiscovery],
+    fake_engine: Callable[..., FakeEngine],
+) -> None:
+    """A dcgm-exporter (a local server) reports GPUs of the ScaledObject's two pods (found through its
+    scaleTargetRef), of another pod in the namespace, of a same-named pod elsewhere, and an idle one:
+    the snapshot keeps the first three GPUs, and the pod -> GPU map names them by UUID and index."""
+    from warmscale.signals.engines.dcgm import gpus_by_pod
+
+    ns = k8s_namespace
+    core, apps, custom = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 2)))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm", "llm"))
+    a, b = await wait_for(lambda: running(core, ns, "app=llm", 2), within=30, what="2 pods Running")
+
+    def line(gpu: int, namespace: str | None = None, pod: str | None = None, util: float = 90.0) -> str:
+        owner = f',container="engine",namespace="{namespace}",pod="{pod}"' if pod else ""
+        return f'DCGM_FI_DEV_GPU_UTIL{{gpu="{gpu}",UUID="GPU-{gpu}",Hostname="node-1"{owner}}} {util}\n'
+
+    exporter = fake_engine("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + line(0, ns, a) + line(1, ns, a) + line(2, ns, b)
+                           + line(3, ns, "someone-else") + line(4, "elsewhere", a) + line(5, util=0.0))
+    engine = fake_engine(vllm_payload(running=1, waiting=0))
+    reader = SourcesReader(discovery=discoveries())
+    try:
+        cfg = parse_metadata({"engine": "vllm", "endpoints": engine.url, "dcgmEndpoints": exporter.url})
+
+        async def attributed() -> Any:
+            snap = await reader.read(cfg, 0.0, (ns, "llm"))
+            return snap if snap.pods is not None and len(snap.pods) == 2 else None
+
+        snap = await wait_for(attributed, within=20, what="the pods counted")
+        assert snap.gpus is not None and sorted(g.gpu for g in snap.gpus) == ["0", "1", "2"]
+        by_pod = gpus_by_pod(snap.gpus)
+        assert [(r.index, r.uuid) for r in by_pod[(ns, a)]] == [("0", "GPU-0"), ("1", "GPU-1")]
+        assert [r.index for r in by_pod[(ns, b)]] == ["2"]
+    finally:
+        await reader.aclose()

@@ -103,3 +103,19 @@ async def test_collector_gathers_the_gpus(fake_engine: Callable[..., FakeEngine]
             await collector.aclose()
     assert snap.gpus is not None and len(snap.gpus) == 4 and not snap.source_errors
     assert len(snap.known) == 1
+
+
+async def test_allow_targets_checks_dcgm_endpoints() -> None:
+    """``--allow-targets``: an exporter outside the list is INVALID_ARGUMENT naming dcgmEndpoints."""
+    from warmscale.scaler.config import ConfigError
+    from warmscale.scaler.target_guard import TargetGuard
+
+    guard = TargetGuard.from_flag("127.0.0.1/32")
+    assert guard is not None
+    ok = parse_metadata({"endpoints": "http://127.0.0.1:8000/metrics", "dcgmEndpoints": "http://127.0.0.1:9400/metrics"})
+    await guard.check_config(ok)
+    bad = parse_metadata({"endpoints": "http://127.0.0.1:8000/metrics",
+                          "dcgmEndpoints": "http://127.0.0.1:9400/metrics,http://10.9.9.9:9400/metrics"})
+    with pytest.raises(ConfigError) as info:
+        await guard.check_config(bad)
+    assert info.value.key == "dcgmEndpoints"
