@@ -147,6 +147,25 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+async def read_json(call: Callable[..., Awaitable[Any]], *args: Any, request_timeout: float, **kwargs: Any) -> Obj:
+    """One API call's raw JSON body (no model objects); a non-2xx answer is an :class:`ApiException`
+    carrying the server's message."""
+    resp = await call(*args, _preload_content=False, _request_timeout=request_timeout, **kwargs)
+    try:
+        body = await resp.read()
+        status = int(resp.status)
+    finally:
+        resp.release()
+    if not 200 <= status < 300:
+        try:
+            message = str(json.loads(body).get("message", ""))
+        except ValueError:
+            message = body.decode(errors="replace")
+        raise ApiException(status=status, reason=message[:300])
+    data: Obj = json.loads(body)
+    return data
+
+
 # ----------------------------------------------------------------------------------- list+watch cache
 
 
@@ -220,20 +239,7 @@ class ListWatchCache:
         old.set()
 
     async def _list(self) -> str:
-        resp = await self._list_fn(*self._args, _preload_content=False, _request_timeout=self._request_timeout,
-                                   **self._kwargs)
-        try:
-            body = await resp.read()
-            status = int(resp.status)
-        finally:
-            resp.release()
-        if not 200 <= status < 300:
-            try:
-                message = str(json.loads(body).get("message", ""))
-            except ValueError:
-                message = body.decode(errors="replace")
-            raise ApiException(status=status, reason=message[:300])
-        data = json.loads(body)
+        data = await read_json(self._list_fn, *self._args, request_timeout=self._request_timeout, **self._kwargs)
         self.items = {str((o.get("metadata") or {}).get("name", "")): o for o in data.get("items") or []}
         self.lists += 1
         if self.failing_since is not None:
@@ -351,16 +357,9 @@ class NodeProducts:
 
     async def _read(self, name: str) -> None:
         try:
-            resp = await self._read_node(name, _preload_content=False, _request_timeout=self._request_timeout)
-            try:
-                body = await resp.read()
-                status = int(resp.status)
-            finally:
-                resp.release()
-            if not 200 <= status < 300:
-                raise ApiException(status=status, reason=body.decode(errors="replace")[:300])
+            node = await read_json(self._read_node, name, request_timeout=self._request_timeout)
             self.reads += 1
-            self._known[name] = (node_gpu_product(json.loads(body)), self._clock())
+            self._known[name] = (node_gpu_product(node), self._clock())
             self._failed.pop(name, None)
             if self.error is not None:
                 log.info("kubernetes node read recovered", extra={"node": name})
