@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.dcgm_guard import gpu_busy_hold
 from warmscale.scaler.gateway import saturation_rule
 from warmscale.scaler.hpa import metric_value_for
 from warmscale.scaler.ladder import Ladder, held_count, longest_hold, single, time_to_ready, warm_steps
@@ -258,11 +259,8 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     # Partial data: unknown replicas block any scale-down.
     if obs.uncertain and last is not None and desired < last:
         desired, reason = last, "partial-data-hold"
-    # DCGM, secondary (docs/scaler.md "DCGM"): while the ScaledObject's GPUs are busy, no scale-down
-    # below what runs. It only holds: it never asks for more than runs, nor lowers what the rules ask.
-    if (obs.gpu_utilization is not None and obs.gpu_utilization >= cfg.dcgm_busy_utilization
-            and current is not None and desired < current):
-        desired, reason = current, "gpu-busy-hold"
+    # DCGM, secondary: busy GPUs hold a scale-down below what runs (scaler/dcgm_guard.py).
+    desired, reason = gpu_busy_hold(desired, reason, obs, cfg, current)
 
     # Prefill/decode ratio bound of the pdGroup (raises a lagging role, never lowers one).
     if obs.pd_floor is not None and desired < obs.pd_floor:
