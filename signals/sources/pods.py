@@ -67,6 +67,9 @@ SUPPORTED_TARGETS = {("apps", "Deployment"): "deployments", ("apps", "StatefulSe
 # a rule): re-read each node this often. A failed read is retried after NODE_RETRY_S.
 NODE_PRODUCT_TTL_S = 600.0
 NODE_RETRY_S = 60.0
+# Forbidden (no nodes grant: a choice, not a fault): no node is read again for this long, so an
+# install without the grant costs one 403 per 10 minutes, not one per node per minute.
+NODE_FORBIDDEN_RETRY_S = 600.0
 
 
 class DiscoveryError(Exception):
@@ -332,8 +335,9 @@ class NodeProducts:
 
     :meth:`lookup` answers from the cache at once and starts reads for the names it lacks or holds
     too long; only the first lookup of a name waits for its read (at most ``first_wait_s``). A read
-    that fails (forbidden, not found, timeout) leaves the node unknown until :data:`NODE_RETRY_S`
-    later; each kind of failure is logged once."""
+    that fails (not found, timeout) leaves the node unknown until :data:`NODE_RETRY_S` later; a
+    forbidden one stops every read for :data:`NODE_FORBIDDEN_RETRY_S`; each kind of failure is
+    logged once. Nodes not read for two TTLs (gone, or no longer any pod's) are forgotten."""
 
     def __init__(self, read_node: Callable[..., Awaitable[Any]], *, first_wait_s: float = 1.0,
                  request_timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -345,10 +349,15 @@ class NodeProducts:
         self._failed: dict[str, float] = {}  # name -> failed at
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self.error: str | None = None
-        self.reads = 0
+        self.reads = 0  # reads that answered
+        self.attempts = 0  # reads started
+        self._forbidden_at: float | None = None
+        self._swept_at = clock()
 
     def _due(self, name: str, now: float) -> bool:
         if name in self._inflight:
+            return False
+        if self._forbidden_at is not None and now - self._forbidden_at < NODE_FORBIDDEN_RETRY_S:
             return False
         if name in self._failed:
             return now - self._failed[name] >= NODE_RETRY_S
@@ -356,6 +365,7 @@ class NodeProducts:
         return known is None or now - known[1] >= NODE_PRODUCT_TTL_S
 
     async def _read(self, name: str) -> None:
+        self.attempts += 1
         try:
             node = await read_json(self._read_node, name, request_timeout=self._request_timeout)
             self.reads += 1
@@ -373,12 +383,20 @@ class NodeProducts:
                             extra={"node": name, "error": message})
             self.error = message
             self._failed[name] = self._clock()
+            if isinstance(exc, ApiException) and exc.status == 403:
+                self._forbidden_at = self._clock()
         finally:
             self._inflight.pop(name, None)
 
     async def lookup(self, names: Sequence[str]) -> dict[str, str | None]:
         """The known product of each name (``None``: unlabelled, or not read yet / unreadable)."""
         now = self._clock()
+        if now - self._swept_at >= NODE_PRODUCT_TTL_S:
+            self._swept_at = now
+            for gone in [n for n, (_, at) in self._known.items() if now - at >= 2 * NODE_PRODUCT_TTL_S]:
+                del self._known[gone]
+            for gone in [n for n, at in self._failed.items() if now - at >= 2 * NODE_PRODUCT_TTL_S]:
+                del self._failed[gone]
         first: list[asyncio.Task[None]] = []
         for name in dict.fromkeys(names):
             if name and self._due(name, now):

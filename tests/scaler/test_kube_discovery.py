@@ -527,8 +527,9 @@ async def test_gpu_product_unknown_without_the_nodes_grant(
     k8s_admin: client.ApiClient, k8s_namespace: str, k8s_sa_client: SaClientFactory, k8s_node_pool: Any,
     discoveries: Callable[..., KubeDiscovery], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Without the nodes ClusterRole the product is unknown (None): the counts still work, and the
-    forbidden read is logged once, not on every tick."""
+    """Without the nodes ClusterRole the product is unknown (None): the counts still work, the
+    forbidden read is logged once, not on every tick, and no node is read again for
+    NODE_FORBIDDEN_RETRY_S (one 403, not one per node per minute)."""
     from dataclasses import replace as dc_replace
 
     from tests.cluster.fleet import H100, POOL_LABEL
@@ -546,6 +547,9 @@ async def test_gpu_product_unknown_without_the_nodes_grant(
     for _ in range(3):
         assert (await provider.counts()).gpu_product is None
     assert discovery.nodes.error is not None and "403" in discovery.nodes.error
+    assert discovery.nodes.attempts == 1 and discovery.nodes.reads == 0
+    assert (await discovery.nodes.lookup(["another-node"])) == {"another-node": None}
+    assert discovery.nodes.attempts == 1
     warned = [r for r in caplog.records if r.getMessage().startswith("cannot read a node's GPU product")]
     assert len(warned) == 1
 
