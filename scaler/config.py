@@ -379,9 +379,10 @@ KEYS: tuple[Key, ...] = (
     Key("metricUnit", "metric_unit", _parse_metric_unit, None,
         "Unit of the reported metric. replicas: target 1, value ~ the decided count (the spec never "
         "changes). inflight: target = the running + waiting requests one replica is sized for "
-        "(targetInflightPerReplica, else targetUtilization x the learned sequences per replica), value = "
-        "decided count x target; the target follows the learned capacity in small, HPA-safe steps, each "
-        "pushed to KEDA by StreamMetricSpec (docs/scaler.md). The HPA lands on the same count either way."),
+        "(targetInflightPerReplica, else targetUtilization x the most sequences one replica runs as the "
+        "engines report it (SGLang, TRT-LLM, Triton; else the capacity prior)), value = decided count x "
+        "target; the target follows that figure in HPA-safe steps, each pushed to KEDA by StreamMetricSpec "
+        "(docs/scaler.md). The HPA lands on the same count either way."),
     Key("metricName", "metric_name", str.strip, bool, "Name of the metric reported to KEDA."),
 )
 
