@@ -53,6 +53,15 @@ def test_pod_to_gpu_map() -> None:
     assert [r.index for r in dcgm.gpus_by_pod(dcgm.gpu_usage(parse_text(text)))[("a", "p")]] == ["9", "10"]
 
 
+def test_the_payload_parser_reads_only_the_fields_it_uses() -> None:
+    """parse_gpus (what the source runs) gives what parsing the whole payload gives, and a field it
+    does not read cannot fail it."""
+    text = sample("dcgm-load.prom")
+    assert dcgm.parse_gpus(text) == dcgm.gpu_usage(parse_text(text))
+    noisy = text + "DCGM_FI_DEV_SM_CLOCK{gpu=\"0\" 1980\n"  # a malformed line of another field
+    assert dcgm.parse_gpus(noisy) == dcgm.gpu_usage(parse_text(text))
+
+
 def test_bad_values_are_unknown_not_zero() -> None:
     text = ('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="G0",pod="p",namespace="a"} NaN\n'
             'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="G1",pod="p",namespace="a"} 250\n'
