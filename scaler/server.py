@@ -137,6 +137,8 @@ class ExternalScalerService:
         gauge = self.metrics.streams.labels(method)
         gauge.inc()
         tracker.streams += 1
+        spec = int(method == "StreamMetricSpec")
+        tracker.spec_streams += spec
         try:
             last: Any = None
             while not self.shutting_down:
@@ -151,6 +153,7 @@ class ExternalScalerService:
                 await tracker.wait_change(version, STREAM_IDLE_WAKE_SECONDS)
         finally:
             tracker.streams -= 1
+            tracker.spec_streams -= spec
             tracker.touch()
             gauge.dec()
         # Returning ends the stream with OK: a clean end resets KEDA's reconnect back-off.

@@ -146,6 +146,9 @@ class Tracker:
         self.version = 0
         self.last_asked = time.monotonic()
         self.streams = 0
+        # Open StreamMetricSpec streams for this tracker (here, or in the RPC front): the published
+        # target moves only while KEDA listens for it (scaler.metric_target).
+        self.spec_streams = 0
         self.owner = False
         self._state: ScalerState | None = None
         self._changed = asyncio.Event()
@@ -442,15 +445,18 @@ class Tracker:
 
     def _in_units(self, decision: Decision, obs: Observation, state: ScalerState,
                   now: float) -> tuple[Decision, ScalerState]:
-        """metricUnit inflight: the published target moves toward the wanted one in HPA-safe steps and
-        the value lands the decided count under it (scaler.metric_target); replicas: unchanged."""
+        """metricUnit inflight: the published target moves toward the wanted one in HPA-safe steps, only
+        while KEDA has a StreamMetricSpec stream open to this process (else the HPA could not follow),
+        and the value lands the decided count under it (scaler.metric_target); replicas: unchanged."""
         cfg = self.cfg
         if cfg.metric_unit == "replicas":
             return decision, state
         pub = PublishedTarget.restore(cfg, state.published_target)
         before = self._state.last_desired if self._state is not None else None
         current = obs.current_replicas if obs.current_replicas is not None else before
-        pub = retarget(pub, wanted_target(cfg, obs.max_seqs), decision.desired, current, cfg.hpa_tolerance, now)
+        if self.spec_streams > 0:  # KEDA < 2.21, or a stream on another replica: the HPA could not follow
+            pub = retarget(pub, wanted_target(cfg, obs.max_seqs), decision.desired, current, cfg.hpa_tolerance,
+                           now)
         if pub.changed_at == now:
             log.info("metric target changed", extra={"namespace": self.namespace, "scaledobject": self.name,
                                                      "target": pub.target, "previous": pub.previous})
