@@ -19,7 +19,9 @@ only where it cannot move the HPA by itself:
   target (:func:`agreeing_value`), else it waits for the next decision;
 - for ``RETARGET_SETTLE_S`` after a change the value is chosen to land the same under both targets
   again, and where none does (the count changed meanwhile), the value that lands at least the
-  decided count under both: the HPA may briefly get more, never fewer.
+  decided count under both: the HPA may briefly get more, never fewer;
+- the tracker calls :func:`retarget` only while KEDA has a StreamMetricSpec stream open to it (KEDA
+  reads GetMetricSpec when it builds the HPA, not after: without the stream the HPA keeps its target).
 """
 
 from __future__ import annotations
