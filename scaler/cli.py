@@ -43,7 +43,8 @@ class SourcesReader:
     With ``discovery`` (a :class:`signals.sources.pods.KubeDiscovery`), every ScaledObject gets a
     :class:`~signals.sources.pods.PodEndpoints`: it serves ``podSelector`` (pods scraped directly) and
     fills the snapshot's ready/starting/current replica counts (pods of ``podSelector``, else of the
-    ScaledObject's ``scaleTargetRef``), whatever the signal sources are. A discovery failure is a
+    ScaledObject's ``scaleTargetRef``), whatever the signal sources are, and the replicas' GPU product
+    (:mod:`signals.gpus`; ``gpuProduct`` overrides it). A discovery failure is a
     source error; the other sources keep working."""
 
     def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None,
@@ -82,6 +83,7 @@ class SourcesReader:
                 limit=0, ttl_dns_cache=30, socket_factory=factory))
         if self.guard is not None:
             await self.guard.refresh_hosts()
+        namespace = scope[0] if scope is not None else None
         if self.discovery is None:
             scope = None
         key = (scope, cfg)
@@ -101,7 +103,7 @@ class SourcesReader:
         snapshot: Snapshot = await collector.collect(now)
         if provider is not None:
             snapshot = await self._with_counts(snapshot, provider, cfg)
-        return snapshot
+        return with_attributed_gpus(snapshot, namespace)
 
     @staticmethod
     async def _with_counts(snapshot: Snapshot, provider: Any, cfg: ScalerConfig) -> Snapshot:
@@ -116,7 +118,8 @@ class SourcesReader:
         target = provider.target.name if getattr(provider, "target", None) is not None else None
         return replace(snapshot, ready_replicas=counts.ready, starting_replicas=counts.starting,
                        current_replicas=counts.current if counts.current is not None else snapshot.current_replicas,
-                       target_name=target)
+                       target_name=target, gpu_product=counts.gpu_product or snapshot.gpu_product,
+                       pods=counts.pods)
 
     async def _sweep(self) -> None:
         mono = time.monotonic()
@@ -145,6 +148,20 @@ class SourcesReader:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def with_attributed_gpus(snapshot: Snapshot, namespace: str | None) -> Snapshot:
+    """Narrow the dcgm-exporter readings to the GPUs DCGM attributes to this ScaledObject's pods
+    (the API's pods, else the replicas' names as the sources report them: pod names for Prometheus
+    and pod discovery). Neither known: the GPUs are unknown (``None``)."""
+    from warmscale.signals.engines.dcgm import attribute
+
+    if snapshot.gpus is None:
+        return snapshot
+    pods = snapshot.pods if snapshot.pods is not None else tuple(r.replica for r in snapshot.replicas)
+    if snapshot.pods is None and not pods:
+        return replace(snapshot, gpus=None)
+    return replace(snapshot, gpus=attribute(snapshot.gpus, namespace, pods))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -81,6 +81,9 @@ class ScalerConfig:
     pd_group: str | None = None
     decode_per_prefill_min: float | None = None
     decode_per_prefill_max: float | None = None
+    dcgm_endpoints: tuple[str, ...] = ()
+    dcgm_busy_utilization: float = 0.9
+    metric_unit: str = "replicas"
 
     @property
     def read_budget_seconds(self) -> float:
@@ -198,6 +201,13 @@ def _parse_redis_address(raw: str) -> str:
     if not host or not _PORT_RE.fullmatch(port):
         raise ValueError(f"expected host:port or a redis:// URL, got {redact(r)[:200]!r}")
     return _parse_url(f"redis://{r}", ("redis",))
+
+
+def _parse_metric_unit(raw: str) -> str:
+    u = raw.strip().lower()
+    if u not in ("replicas", "inflight"):
+        raise ValueError(f"expected replicas or inflight, got {raw!r}")
+    return u
 
 
 def _parse_queue_type(raw: str) -> str:
@@ -387,6 +397,13 @@ KEYS: tuple[Key, ...] = (
     Key("hpaTolerance", "hpa_tolerance", _parse_float, Range(0, 1, hi_open=True),
         "The HPA's tolerance (0.1 by default; 0 when the ScaledObject sets behavior.*.tolerance: 0 on "
         "Kubernetes >= 1.33). The reported metric compensates for it."),
+    Key("metricUnit", "metric_unit", _parse_metric_unit, None,
+        "Unit of the reported metric. replicas: target 1, value ~ the decided count (the spec never "
+        "changes). inflight: target = the running + waiting requests one replica is sized for "
+        "(targetInflightPerReplica, else targetUtilization x the most sequences one replica runs as the "
+        "engines report it (SGLang, TRT-LLM, Triton; else the capacity prior)), value = decided count x "
+        "target; the target follows that figure in HPA-safe steps, each pushed to KEDA by StreamMetricSpec "
+        "(docs/scaler.md). The HPA lands on the same count either way."),
     Key("metricName", "metric_name", str.strip, bool, "Name of the metric reported to KEDA."),
 )
 
@@ -429,6 +446,17 @@ KEYS = (
         "Lower bound of decode replicas per prefill replica in the pdGroup; raises decode."),
     Key("decodePerPrefillMax", "decode_per_prefill_max", _parse_float, Range(0, 64, lo_open=True),
         "Upper bound of decode replicas per prefill replica in the pdGroup; raises prefill."),
+    Key("dcgmEndpoints", "dcgm_endpoints", _parse_endpoints, None,
+        "Comma-separated NVIDIA dcgm-exporter metrics URLs (e.g. each node's `:9400/metrics`, or a "
+        "Service in front of them). The GPUs DCGM attributes to the ScaledObject's pods (its pod and "
+        "namespace labels; the pods as pod discovery or the replica sources name them) are a secondary "
+        "signal: while their mean utilisation is at or above dcgmBusyUtilization the decision does not go "
+        "below the current count. It only holds what runs (never more, and never less than the engine "
+        "signals ask for); unreadable exporters change nothing (docs/scaler.md, DCGM)."),
+    Key("dcgmBusyUtilization", "dcgm_busy_utilization", _parse_float, Range(0.05, 1),
+        "Mean GPU utilisation (DCGM_FI_PROF_GR_ENGINE_ACTIVE, else DCGM_FI_DEV_GPU_UTIL / 100) of the "
+        "ScaledObject's GPUs at or above which a scale-down is held (dcgmEndpoints). GPU_UTIL reads near "
+        "1 at light load: with it alone, 1 holds only fully busy GPUs."),
 )
 
 # Keys KEDA itself reads from an external trigger's metadata; accepted and ignored.

@@ -8,6 +8,8 @@ recent activity (for idleness) and the demand trend (for the look-ahead).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -68,6 +70,10 @@ class Observation:
     itl_base_s: float = cap.ITL_PRIORS["generic"].base_s
     itl_per_seq_s: float = cap.ITL_PRIORS["generic"].per_seq_s
     itl_factor: float = 1.0
+    # dcgm-exporter (secondary, dcgmEndpoints): mean utilisation and framebuffer share of the GPUs
+    # DCGM attributes to the ScaledObject's pods (None: not configured, unreadable, or no such GPU).
+    gpu_utilization: float | None = None
+    gpu_memory_used: float | None = None
     itl_samples: int = 0
     # With itlSloSeconds set: a known replica that exposed an ITL histogram no longer does (or sends a
     # malformed one). Unknown ITL blocks scale-down as an unknown replica does.
@@ -507,6 +513,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         sleeping_replicas=sleeping,
         warm_floor=snapshot.warm_floor,
         pd_floor=snapshot.pd_floor,
+        gpu_utilization=_mean(g.utilization for g in snapshot.gpus or ()),
+        gpu_memory_used=_mean(g.memory_used for g in snapshot.gpus or ()),
         zero_allowed=snapshot.zero_allowed,
         absent=absent,
         queues_known=len(queue_lengths) + sum(1 for g in snapshot.gateways if g.signal is not None),
@@ -618,3 +626,9 @@ def _rate(samples: tuple[tuple[float, float], ...]) -> float | None:
     if span <= 0:
         return None
     return sum(v for _, v in samples[1:]) / span
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    """Mean of the known values (``None`` when there is none)."""
+    known = [v for v in values if v is not None]
+    return math.fsum(known) / len(known) if known else None

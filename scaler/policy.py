@@ -5,8 +5,8 @@ appends what it did to :attr:`Decision.trace`:
 
 1. ``need`` (decide/need.py): every rule's count from the observation; the largest is the need.
 2. ``confirm`` (decide/confirm.py): cold capacity only for a need that lasts or recurs.
-3. ``partial-data``, ``pd-ratio`` (decide/guards.py): unknown replicas block a scale-down; the
-   prefill/decode ratio raises a lagging role.
+3. ``partial-data``, ``gpu-busy``, ``pd-ratio`` (decide/guards.py): unknown replicas block a
+   scale-down, and so do busy GPUs (DCGM); the prefill/decode ratio raises a lagging role.
 4. ``bounds`` (decide/bounds.py): scale to zero where allowed, min/max replicas, the warm floor.
 5. ``hold``, ``state-lost`` (decide/hold.py): the burst hold and the lost-state hold.
 6. ``landing`` (decide/landing.py): the metric value that lands the HPA on the count.
@@ -22,7 +22,7 @@ from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.decide.bounds import bounds
 from warmscale.scaler.decide.confirm import confirm
 from warmscale.scaler.decide.fleet import Fleet, fleet_of
-from warmscale.scaler.decide.guards import partial_data, pd_ratio
+from warmscale.scaler.decide.guards import gpu_busy, partial_data, pd_ratio
 from warmscale.scaler.decide.hold import burst_hold, hold_in_force, lost_state_hold, window_max_push
 from warmscale.scaler.decide.landing import METRIC_TARGET, landing
 from warmscale.scaler.decide.need import MIN_TTFT_SAMPLES, SCALE_DOWN_HEADROOM, need
@@ -53,6 +53,10 @@ class Decision:
     # unknown): GetMetrics then answers UNAVAILABLE, so the HPA keeps whatever runs (it does not act
     # on a failed metric, whatever its stabilisation), instead of being told a floor that may be lower.
     sized: bool = True
+    # dcgm-exporter's view of the ScaledObject's GPUs (dcgmEndpoints; None: not read): shown in the
+    # decision log; busy GPUs hold a scale-down ("gpu-busy-hold").
+    gpu_utilization: float | None = None
+    gpu_memory_used: float | None = None
     # Every step's (step, before, after, why, inputs), in order (scaler/decide/trace.py).
     trace: tuple[Step, ...] = ()
 
@@ -71,6 +75,8 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
                                              fleet.provisioned)
     trace.append(Step("confirm", before, desired, reason if desired != before else "ok", inputs))
     desired, reason, step = partial_data(desired, reason, obs, state)
+    trace.append(step)
+    desired, reason, step = gpu_busy(desired, reason, obs, state, cfg)
     trace.append(step)
     desired, reason, step = pd_ratio(desired, reason, obs)
     trace.append(step)
@@ -125,6 +131,8 @@ def _land(desired: int, active: bool, reason: str, rules: dict[str, int], obs: O
         itl_base_s=obs.itl_base_s,
         itl_per_seq_s=obs.itl_per_seq_s,
         sized=sized,
+        gpu_utilization=obs.gpu_utilization,
+        gpu_memory_used=obs.gpu_memory_used,
         trace=tuple(trace),
     )
     return decision, new_state

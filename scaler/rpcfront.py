@@ -166,7 +166,7 @@ class FrontLink:
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 elif kind == "touch":
-                    self._touch(msg.get("tids") or [])
+                    self._touch(msg.get("tids") or [], set(msg.get("spec") or []))
                 elif kind == "stats":
                     self._stats(msg)
                 elif kind == "stopped":
@@ -205,7 +205,9 @@ class FrontLink:
         self._send({"t": "got", "id": rid, "tid": tid, "a": _answer(tracker, d),
                     "v": tracker.version if tracker.decision is not None else -1})
 
-    def _touch(self, tids: list[int]) -> None:
+    def _touch(self, tids: list[int], spec: set[int] | None = None) -> None:
+        for tid, tracker in self._by_tid.items():  # StreamMetricSpec streams open in the front, per tracker
+            tracker.spec_streams = int(tid in (spec or ()))
         gone = []
         for tid in tids:
             t = self._by_tid.get(tid)
@@ -300,6 +302,7 @@ class FrontService:
         self._next_id = 1
         self.asked: set[int] = set()
         self.streams: dict[int, int] = {}
+        self.spec_streams: dict[int, int] = {}  # open StreamMetricSpec streams per tracker
         self.open_streams = {"StreamIsActive": 0, "StreamMetricSpec": 0}
         self.observations: list[tuple[str, str, float]] = []
         self.shutting_down = False
@@ -356,7 +359,8 @@ class FrontService:
             if now - e.asked > self.idle_seconds / 2 and not self.streams.get(e.tid):
                 self._forget(e.tid)
         obs, self.observations = self.observations, []
-        self.send({"t": "touch", "tids": sorted(tids)})
+        self.send({"t": "touch", "tids": sorted(tids),
+                   "spec": sorted(t for t, n in self.spec_streams.items() if n > 0)})
         self.send({"t": "stats", "rpc": obs, "streams": self.open_streams})
 
     # -- RPCs
@@ -423,6 +427,8 @@ class FrontService:
                       render: Callable[[_Entry], Any]) -> None:
         e = await self._entry(request, context)
         self.streams[e.tid] = self.streams.get(e.tid, 0) + 1
+        spec = int(method == "StreamMetricSpec")
+        self.spec_streams[e.tid] = self.spec_streams.get(e.tid, 0) + spec
         self.open_streams[method] += 1
         try:
             last: Any = None
@@ -439,6 +445,7 @@ class FrontService:
                 e = self.by_tid.get(e.tid, e)
         finally:
             self.streams[e.tid] -= 1
+            self.spec_streams[e.tid] = self.spec_streams.get(e.tid, 0) - spec
             self.open_streams[method] -= 1
 
     async def StreamIsActive(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -5,7 +5,9 @@ RPCs answer from the trackers' latest decisions (see :mod:`scaler.tracker`):
 - ``IsActive`` / ``StreamIsActive``: ``decision.active`` (the stream sends the current value on open
   and every change, woken by the tracker when a new decision differs).
 - ``GetMetricSpec`` / ``StreamMetricSpec``: one spec, ``metricName`` = the ``metricName`` key,
-  ``targetSizeFloat`` = ``decision.metric_target`` (1.0) and ``targetSize`` its ceiling.
+  ``targetSizeFloat`` = ``decision.metric_target`` (1.0 with ``metricUnit: replicas``; the published
+  per-replica target with ``inflight``, :mod:`scaler.metric_target`) and ``targetSize`` its ceiling.
+  The stream sends the spec on open and again whenever the target changes.
 - ``GetMetrics``: ``metricValueFloat`` = ``decision.metric_value`` (chosen so that the HPA's
   ``ceil(value / target)`` lands on the decided count), ``metricValue`` = its ceiling; ``UNAVAILABLE``
   while the count has no basis yet (``Decision.sized``: no decision and nothing known), so the HPA
@@ -136,6 +138,8 @@ class ExternalScalerService:
         gauge = self.metrics.streams.labels(method)
         gauge.inc()
         tracker.streams += 1
+        spec = int(method == "StreamMetricSpec")
+        tracker.spec_streams += spec
         try:
             last: Any = None
             while not self.shutting_down:
@@ -150,6 +154,7 @@ class ExternalScalerService:
                 await tracker.wait_change(version, STREAM_IDLE_WAKE_SECONDS)
         finally:
             tracker.streams -= 1
+            tracker.spec_streams -= spec
             tracker.touch()
             gauge.dec()
         # Returning ends the stream with OK: a clean end resets KEDA's reconnect back-off.

@@ -112,6 +112,9 @@ class ScalerState:
     state_lost_at: float | None = None
     # The need's rises above what was provisioned (scaler.bursts), published for standby: auto.
     bursts: BurstMemory = field(default_factory=BurstMemory)
+    # metricUnit inflight: the HPA target last published, the one before it and when it changed
+    # (scaler.metric_target; None: not published yet).
+    published_target: tuple[float, float | None, float | None] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +139,7 @@ class ScalerState:
             "last_decision_at": self.last_decision_at,
             "state_lost_at": self.state_lost_at,
             "bursts": self.bursts.to_dict(),
+            "published_target": list(self.published_target) if self.published_target is not None else None,
         }
 
     @classmethod
@@ -162,4 +166,11 @@ class ScalerState:
             last_decision_at=d.get("last_decision_at"),
             state_lost_at=d.get("state_lost_at"),
             bursts=BurstMemory.from_dict(d.get("bursts")),
+            published_target=_published(d.get("published_target")),
         )
+
+
+def _published(raw: Any) -> tuple[float, float | None, float | None] | None:
+    if not isinstance(raw, list | tuple) or len(raw) != 3 or not raw[0]:
+        return None
+    return (float(raw[0]), None if raw[1] is None else float(raw[1]), None if raw[2] is None else float(raw[2]))

@@ -81,6 +81,7 @@ class TargetGuard:
             targets.append(("redisAddress", cfg.redis_address))
         if cfg.epp_address:
             targets.append(("eppAddress", cfg.epp_address))
+        targets += [("dcgmEndpoints", u) for u in cfg.dcgm_endpoints]
         hosts: dict[str, list[IPAddress] | BaseException] = {}
         checked: list[tuple[str, str, str]] = []
         for key, url in targets:

@@ -31,6 +31,7 @@ from warmscale.scaler.bursts import burst_stats, warm_and_cold
 from warmscale.scaler.bursts import record as record_burst
 from warmscale.scaler.config import ScalerConfig, parse_metadata
 from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.metric_target import PublishedTarget, retarget, value_for, wanted_target
 from warmscale.scaler.metrics import ScalerMetrics
 from warmscale.scaler.observation import Observation, observe
 from warmscale.scaler.pdgroup import Member, peer, ratio_floor
@@ -97,13 +98,15 @@ def decision_from_dict(d: Mapping[str, Any]) -> Decision:
     return Decision(**kwargs)
 
 
-def hold_decision(cfg: ScalerConfig, last_desired: int | None = None) -> Decision:
+def hold_decision(cfg: ScalerConfig, last_desired: int | None = None, state: ScalerState | None = None) -> Decision:
     """The answer when no decision exists yet: active, never 0, and unsized unless a stored count
-    exists, so GetMetrics answers UNAVAILABLE and the HPA keeps what runs (docs/scaler.md, "Hold")."""
+    exists, so GetMetrics answers UNAVAILABLE and the HPA keeps what runs (docs/scaler.md, "Hold").
+    Its target is the one last published (``state``), else the initial one (scaler.metric_target)."""
     desired = last_desired if last_desired else max(1, cfg.min_replicas)
     desired = max(1, min(desired, cfg.max_replicas))
-    return Decision(desired=desired, active=True, reason="hold-no-decision", metric_value=float(desired),
-                    metric_target=1.0, sized=bool(last_desired))
+    target = PublishedTarget.restore(cfg, state.published_target if state is not None else None).target
+    return Decision(desired=desired, active=True, reason="hold-no-decision", metric_value=float(desired) * target,
+                    metric_target=target, sized=bool(last_desired))
 
 
 def source_phase(cfg: ScalerConfig) -> float:
@@ -147,6 +150,9 @@ class Tracker:
         self.version = 0
         self.last_asked = time.monotonic()
         self.streams = 0
+        # Open StreamMetricSpec streams for this tracker (here, or in the RPC front): the published
+        # target moves only while KEDA listens for it (scaler.metric_target).
+        self.spec_streams = 0
         self.owner = False
         self._state: ScalerState | None = None
         self._changed = asyncio.Event()
@@ -188,7 +194,7 @@ class Tracker:
         if d is not None:
             return d
         last = self._state.last_desired if self._state is not None else None
-        return hold_decision(self.cfg, last)
+        return hold_decision(self.cfg, last, self._state)
 
     async def wait_change(self, version: int, max_wait: float) -> None:
         """Return once :attr:`version` moved past ``version`` (or on wake-up, or after ``max_wait`` seconds)."""
@@ -417,6 +423,7 @@ class Tracker:
         obs, state = observe(snapshot, self._state, self.cfg)
         self._account_slo(state, snapshot.taken_at)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
+        decision, state = self._in_units(decision, obs, state, snapshot.taken_at)
         state = self._record_bursts(state, decision, snapshot)
         decided = m.clock()  # the stored decision's age (for followers) counts from here, not from the read
         m.metrics.compute_seconds.observe(time.perf_counter() - t0)
@@ -441,6 +448,27 @@ class Tracker:
                         slo_s=self.cfg.ttft_slo_seconds, time_to_ready_s=decision.time_to_ready_s)
         await self._publish_pd(decision, now, obs.kv_transfer_s)
         await self._publish_bursts(state, decision, snapshot, now)
+
+    def _in_units(self, decision: Decision, obs: Observation, state: ScalerState,
+                  now: float) -> tuple[Decision, ScalerState]:
+        """metricUnit inflight: the published target moves toward the wanted one in HPA-safe steps, only
+        while KEDA has a StreamMetricSpec stream open to this process (else the HPA could not follow),
+        and the value lands the decided count under it (scaler.metric_target); replicas: unchanged."""
+        cfg = self.cfg
+        if cfg.metric_unit == "replicas":
+            return decision, state
+        pub = PublishedTarget.restore(cfg, state.published_target)
+        before = self._state.last_desired if self._state is not None else None
+        current = obs.current_replicas if obs.current_replicas is not None else before
+        if self.spec_streams > 0:  # KEDA < 2.21, or a stream on another replica: the HPA could not follow
+            pub = retarget(pub, wanted_target(cfg, obs.max_seqs), decision.desired, current, cfg.hpa_tolerance,
+                           now)
+        if pub.changed_at == now:
+            log.info("metric target changed", extra={"namespace": self.namespace, "scaledobject": self.name,
+                                                     "target": pub.target, "previous": pub.previous})
+        value = value_for(pub, decision.desired, current, cfg.hpa_tolerance, now)
+        return (replace(decision, metric_target=pub.target, metric_value=value),
+                replace(state, published_target=pub.stored()))
 
     def _warm_times(self, snapshot: Snapshot) -> tuple[float, float]:
         """(warm, cold) time-to-ready: the warm pool's measured medians for this GPU product, else
@@ -630,6 +658,7 @@ class Tracker:
             "active": decision.active, "reason": decision.reason, "metric_value": decision.metric_value,
             "rules": decision.rules, "ready": decision.ready, "starting": decision.starting,
             "time_to_ready_s": decision.time_to_ready_s, "computed_here": computed,
+            "gpu_utilization": decision.gpu_utilization, "gpu_memory_used": decision.gpu_memory_used,
             # Only the replica that computed a decision has its trace (the store keeps the answer).
             "trace": trace,
         })

@@ -171,6 +171,33 @@ class GatewayReading:
 
 
 @dataclass(frozen=True)
+class GpuReading:
+    """One GPU as NVIDIA dcgm-exporter reports it (:mod:`signals.engines.dcgm`).
+
+    ``gpu`` is its index on the node, ``uuid`` its UUID; ``namespace``/``pod``/``container`` are
+    DCGM's pod attribution (present only while the GPU is allocated to a pod). ``utilization`` is
+    the busy share 0..1 (``None`` when the exporter has no utilisation field for it);
+    ``fb_used_mib``/``fb_free_mib`` the framebuffer memory."""
+
+    gpu: str
+    uuid: str | None
+    hostname: str | None
+    namespace: str | None
+    pod: str | None
+    utilization: float | None
+    container: str | None = None
+    fb_used_mib: float | None = None
+    fb_free_mib: float | None = None
+
+    @property
+    def memory_used(self) -> float | None:
+        """Framebuffer share in use 0..1 (``None`` unless both used and free are known)."""
+        if self.fb_used_mib is None or self.fb_free_mib is None or self.fb_used_mib + self.fb_free_mib <= 0:
+            return None
+        return self.fb_used_mib / (self.fb_used_mib + self.fb_free_mib)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the sources saw for one ScaledObject at ``taken_at``.
 
@@ -189,6 +216,10 @@ class Snapshot:
     ``gateways`` are endpoint-picker readings (flow-control queue, saturation, stale endpoints).
     ``read_until`` is when the last source answered (``None``: at ``taken_at``); the data may be that
     much younger than ``taken_at``, so idle evidence starts no earlier than it.
+    ``gpus`` are dcgm-exporter readings: every GPU the exporters report as the collector gathers them,
+    narrowed by the scaler to the GPUs DCGM attributes to the ScaledObject's pods (``None``: no DCGM
+    source, or nothing to attribute them by: unknown, which never changes a decision).
+    ``pods`` names the ScaledObject's ready and starting pods where the API shows them.
     """
 
     taken_at: float
@@ -214,6 +245,8 @@ class Snapshot:
     source_errors: tuple[str, ...] = field(default_factory=tuple)
     absent: tuple[str, ...] = ()
     read_until: float | None = None
+    gpus: tuple[GpuReading, ...] | None = None
+    pods: tuple[str, ...] | None = None
 
     @property
     def known(self) -> tuple[ReplicaReading, ...]:

@@ -1,11 +1,15 @@
 """Step 3, ``guards``: what the need alone must not do (pure).
 
 - ``partial-data``: replicas whose signals are unknown block any scale-down (unknown is never idle).
+- ``gpu-busy``: DCGM, secondary: GPUs busy at ``dcgmBusyUtilization`` hold a scale-down below what
+  runs (scaler/dcgm_guard.py).
 - ``pd-ratio``: the prefill/decode ratio bound of the pdGroup raises a lagging role, never lowers one.
 """
 
 from __future__ import annotations
 
+from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.dcgm_guard import gpu_busy_hold
 from warmscale.scaler.decide.trace import Step
 from warmscale.scaler.observation import Observation
 from warmscale.scaler.state import ScalerState
@@ -23,6 +27,16 @@ def partial_data(desired: int, reason: str, obs: Observation, state: ScalerState
     return desired, reason, Step("partial-data", before, desired, reason if desired != before else "ok",
                                  {"uncertain": obs.uncertain, "unknown_replicas": obs.unknown_replicas,
                                   "running_unknown": obs.running_unknown, "last_desired": last})
+
+
+def gpu_busy(desired: int, reason: str, obs: Observation, state: ScalerState,
+             cfg: ScalerConfig) -> tuple[int, str, Step]:
+    before = desired
+    current = obs.current_replicas if obs.current_replicas is not None else state.last_desired
+    desired, reason = gpu_busy_hold(desired, reason, obs, cfg, current)
+    return desired, reason, Step("gpu-busy", before, desired, reason if desired != before else "ok",
+                                 {"gpu_utilization": obs.gpu_utilization,
+                                  "busy_at": cfg.dcgm_busy_utilization, "current": current})
 
 
 def pd_ratio(desired: int, reason: str, obs: Observation) -> tuple[int, str, Step]:

@@ -16,6 +16,7 @@ from warmscale.scaler.decide.fleet import Fleet
 from warmscale.scaler.decide.trace import Step
 from warmscale.scaler.gateway import saturation_rule
 from warmscale.scaler.ladder import time_to_ready
+from warmscale.scaler.metric_target import inflight_per_replica
 from warmscale.scaler.observation import Observation
 from warmscale.scaler.roles import select_rules, ttft_budget
 from warmscale.scaler.slo import itl_count, prefill_slo_count, slo_count
@@ -59,8 +60,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     if ready == 0:
         now_inflight += backlog  # nothing serves yet (scale from zero): every waiting request needs a slot
     # Concurrency one replica is sized for: the override, else the learned sequence capacity.
-    per_replica = (cfg.target_inflight_per_replica if cfg.target_inflight_per_replica is not None
-                   else max(1.0, cfg.target_utilization * obs.max_seqs))
+    per_replica = inflight_per_replica(cfg, obs.max_seqs)
     growth = max(0.0, obs.running_slope)
     # A trend extrapolated over a cold start can ask for many times today's load; the proportional
     # rules' step bound (scaleUpMaxStep) bounds it too, per decision.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from warmscale.signals.histogram import Histogram
-from warmscale.signals.model import GatewayReading, QueueReading, ReplicaReading
+from warmscale.signals.model import GatewayReading, GpuReading, QueueReading, ReplicaReading
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,8 @@ class SourceResult:
     failures (Prometheus unreachable, pod discovery failed); per-replica and per-queue failures are
     unknown readings that carry their own error. ``absent``: a replica source that saw no replica at
     all (no endpoint, no pod, an empty Prometheus result, or a failure with nothing to report): the
-    replicas' load is unknown, never zero (see :attr:`signals.model.Snapshot.absent`)."""
+    replicas' load is unknown, never zero (see :attr:`signals.model.Snapshot.absent`). ``gpus``:
+    dcgm-exporter readings (``None``: this source reads no GPUs, or none answered)."""
 
     replicas: tuple[ReplicaReading, ...] = ()
     queues: tuple[QueueReading, ...] = ()
@@ -25,6 +26,7 @@ class SourceResult:
     errors: tuple[str, ...] = ()
     absent: bool = False
     gateways: tuple[GatewayReading, ...] = ()
+    gpus: tuple[GpuReading, ...] | None = None
 
 
 @runtime_checkable

@@ -7,7 +7,8 @@
 
 Replica sources: the ``endpoints`` list, pods found by ``podSelector`` or, with ``metricsPort`` alone,
 the scale target's pods (through an :class:`~signals.sources.base.EndpointProvider` the caller
-supplies: :class:`signals.sources.pods.PodEndpoints` in the scaler), and Prometheus. When a direct
+supplies: :class:`signals.sources.pods.PodEndpoints` in the scaler), and Prometheus; besides them the
+gateway queue, the endpoint picker and dcgm-exporter (GPU readings, :mod:`signals.sources.dcgm`). When a direct
 source (endpoints or pods) is configured, Prometheus only supplies the windowed TTFT, so that no
 replica is counted twice.
 """
@@ -22,8 +23,9 @@ import aiohttp
 
 from warmscale.scaler.config import ScalerConfig
 from warmscale.signals.histogram import Histogram
-from warmscale.signals.model import GatewayReading, QueueReading, ReplicaReading, Snapshot
+from warmscale.signals.model import GatewayReading, GpuReading, QueueReading, ReplicaReading, Snapshot
 from warmscale.signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
+from warmscale.signals.sources.dcgm import DcgmSource
 from warmscale.signals.sources.gateway import EppPrometheusSource, EppScrapeSource
 from warmscale.signals.sources.prometheus import PrometheusSource
 from warmscale.signals.sources.redis_queue import Allows, RedisQueueSource
@@ -118,6 +120,10 @@ def build_sources(
     elif cfg.epp_pool and cfg.prometheus_address:
         sources.append(EppPrometheusSource(cfg.prometheus_address, cfg.epp_pool, session,
                                            selector=cfg.prometheus_selector, timeout=cfg.scrape_timeout_seconds))
+    if cfg.dcgm_endpoints:
+        sources.append(DcgmSource(cfg.dcgm_endpoints, session, timeout=cfg.scrape_timeout_seconds,
+                                  max_payload_bytes=cfg.max_payload_bytes, wait=wait, shared=shared,
+                                  fresh_for=fresh_for))
     if cfg.redis_address and cfg.redis_queue:
         sources.append(
             RedisQueueSource(
@@ -170,7 +176,10 @@ class SnapshotCollector:
         absent: list[str] = []
         ttft: Histogram | None = None
         itl: Histogram | None = None
+        gpus: list[GpuReading] | None = None
         for source, res in zip(self.sources, results, strict=True):
+            if res.gpus is not None:
+                gpus = [*(gpus or ()), *res.gpus]
             if res.absent:
                 absent.append(source.name)
             replicas.extend(r.stale(taken, self.staleness_seconds) for r in res.replicas)
@@ -191,6 +200,7 @@ class SnapshotCollector:
             gateways=tuple(gateways),
             source_errors=tuple(errors),
             absent=tuple(absent),
+            gpus=tuple(gpus) if gpus is not None else None,
         )
 
     async def aclose(self) -> None:

@@ -16,7 +16,12 @@ counts pods (:meth:`PodEndpoints.counts`):
 - *ready*: Ready condition True (and not terminating);
 - *starting*: not terminating, not finished, not Ready (Pending pods included: they are replicas
   the HPA already asked for);
-- *current*: the scale target's ``spec.replicas`` when it can be read.
+- *current*: the scale target's ``spec.replicas`` when it can be read;
+- *gpu_product*: the GPU product the replicas run on (:mod:`signals.gpus`): the one the target's pod
+  template pins, else the GFD label ``nvidia.com/gpu.product`` most of the pods' nodes carry. Nodes
+  are read one by one (``get``, cluster-scoped: the scaler's ClusterRole ``warmscale-scaler-nodes``),
+  in the background and cached for :data:`NODE_PRODUCT_TTL_S`; a node not read yet, or unreadable
+  (no RBAC), is unknown, and counting never waits for it beyond the first read.
 
 Which pods are scraped: Running pods with an IP that are Ready, or that were Ready before (seen by
 this cache: an engine that lost readiness under load is still loaded). A pod that has never been
@@ -47,6 +52,7 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from warmscale.signals.gpus import fleet_gpu_product, node_gpu_product, template_gpu_product
 from warmscale.signals.sources.base import Endpoint
 
 log = logging.getLogger("warmscale.signals.pods")
@@ -57,6 +63,13 @@ UrlFor = Callable[[Obj, "int | None", str], "str | None"]
 
 KEDA_GROUP, KEDA_VERSION, SCALEDOBJECTS = "keda.sh", "v1alpha1", "scaledobjects"
 SUPPORTED_TARGETS = {("apps", "Deployment"): "deployments", ("apps", "StatefulSet"): "statefulsets"}
+# A node's GPU product changes only when the node is re-imaged or replaced (then it has a new name as
+# a rule): re-read each node this often. A failed read is retried after NODE_RETRY_S.
+NODE_PRODUCT_TTL_S = 600.0
+NODE_RETRY_S = 60.0
+# Forbidden (no nodes grant: a choice, not a fault): no node is read again for this long, so an
+# install without the grant costs one 403 per 10 minutes, not one per node per minute.
+NODE_FORBIDDEN_RETRY_S = 600.0
 
 
 class DiscoveryError(Exception):
@@ -137,6 +150,25 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+async def read_json(call: Callable[..., Awaitable[Any]], *args: Any, request_timeout: float, **kwargs: Any) -> Obj:
+    """One API call's raw JSON body (no model objects); a non-2xx answer is an :class:`ApiException`
+    carrying the server's message."""
+    resp = await call(*args, _preload_content=False, _request_timeout=request_timeout, **kwargs)
+    try:
+        body = await resp.read()
+        status = int(resp.status)
+    finally:
+        resp.release()
+    if not 200 <= status < 300:
+        try:
+            message = str(json.loads(body).get("message", ""))
+        except ValueError:
+            message = body.decode(errors="replace")
+        raise ApiException(status=status, reason=message[:300])
+    data: Obj = json.loads(body)
+    return data
+
+
 # ----------------------------------------------------------------------------------- list+watch cache
 
 
@@ -210,20 +242,7 @@ class ListWatchCache:
         old.set()
 
     async def _list(self) -> str:
-        resp = await self._list_fn(*self._args, _preload_content=False, _request_timeout=self._request_timeout,
-                                   **self._kwargs)
-        try:
-            body = await resp.read()
-            status = int(resp.status)
-        finally:
-            resp.release()
-        if not 200 <= status < 300:
-            try:
-                message = str(json.loads(body).get("message", ""))
-            except ValueError:
-                message = body.decode(errors="replace")
-            raise ApiException(status=status, reason=message[:300])
-        data = json.loads(body)
+        data = await read_json(self._list_fn, *self._args, request_timeout=self._request_timeout, **self._kwargs)
         self.items = {str((o.get("metadata") or {}).get("name", "")): o for o in data.get("items") or []}
         self.lists += 1
         if self.failing_since is not None:
@@ -300,6 +319,7 @@ class PodCounts:
     starting: int
     current: int | None  # the scale target's spec.replicas (None: target not readable)
     pods: tuple[str, ...] = ()  # names of the ready + starting pods
+    gpu_product: str | None = None  # the replicas' GPU product (signals.gpus; None: unknown)
 
 
 @dataclass(frozen=True)
@@ -308,6 +328,90 @@ class TargetRef:
     kind: str
     name: str
     api_version: str = "apps/v1"
+
+
+class NodeProducts:
+    """GPU products of nodes by name, read with ``get`` (one read in flight per node) and cached.
+
+    :meth:`lookup` answers from the cache at once and starts reads for the names it lacks or holds
+    too long; only the first lookup of a name waits for its read (at most ``first_wait_s``). A read
+    that fails (not found, timeout) leaves the node unknown until :data:`NODE_RETRY_S` later; a
+    forbidden one stops every read for :data:`NODE_FORBIDDEN_RETRY_S`; each kind of failure is
+    logged once. Nodes not read for two TTLs (gone, or no longer any pod's) are forgotten."""
+
+    def __init__(self, read_node: Callable[..., Awaitable[Any]], *, first_wait_s: float = 1.0,
+                 request_timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._read_node = read_node
+        self.first_wait_s = first_wait_s
+        self._request_timeout = request_timeout_s
+        self._clock = clock
+        self._known: dict[str, tuple[str | None, float]] = {}  # name -> (product, read at)
+        self._failed: dict[str, float] = {}  # name -> failed at
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+        self.error: str | None = None
+        self.reads = 0  # reads that answered
+        self.attempts = 0  # reads started
+        self._forbidden_at: float | None = None
+        self._swept_at = clock()
+
+    def _due(self, name: str, now: float) -> bool:
+        if name in self._inflight:
+            return False
+        if self._forbidden_at is not None and now - self._forbidden_at < NODE_FORBIDDEN_RETRY_S:
+            return False
+        if name in self._failed:
+            return now - self._failed[name] >= NODE_RETRY_S
+        known = self._known.get(name)
+        return known is None or now - known[1] >= NODE_PRODUCT_TTL_S
+
+    async def _read(self, name: str) -> None:
+        self.attempts += 1
+        try:
+            node = await read_json(self._read_node, name, request_timeout=self._request_timeout)
+            self.reads += 1
+            self._known[name] = (node_gpu_product(node), self._clock())
+            self._failed.pop(name, None)
+            if self.error is not None:
+                log.info("kubernetes node read recovered", extra={"node": name})
+                self.error = None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            message = _reason(exc)
+            if message != self.error:
+                log.warning("cannot read a node's GPU product; it stays unknown",
+                            extra={"node": name, "error": message})
+            self.error = message
+            self._failed[name] = self._clock()
+            if isinstance(exc, ApiException) and exc.status == 403:
+                self._forbidden_at = self._clock()
+        finally:
+            self._inflight.pop(name, None)
+
+    async def lookup(self, names: Sequence[str]) -> dict[str, str | None]:
+        """The known product of each name (``None``: unlabelled, or not read yet / unreadable)."""
+        now = self._clock()
+        if now - self._swept_at >= NODE_PRODUCT_TTL_S:
+            self._swept_at = now
+            for gone in [n for n, (_, at) in self._known.items() if now - at >= 2 * NODE_PRODUCT_TTL_S]:
+                del self._known[gone]
+            for gone in [n for n, at in self._failed.items() if now - at >= 2 * NODE_PRODUCT_TTL_S]:
+                del self._failed[gone]
+        first: list[asyncio.Task[None]] = []
+        for name in dict.fromkeys(names):
+            if name and self._due(name, now):
+                task = self._inflight[name] = asyncio.create_task(self._read(name), name=f"read node {name}")
+                if name not in self._known and name not in self._failed:
+                    first.append(task)
+        if first:
+            await asyncio.wait(first, timeout=self.first_wait_s)
+        return {n: (self._known.get(n) or (None, 0.0))[0] for n in names}
+
+    async def aclose(self) -> None:
+        tasks = list(self._inflight.values())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class KubeDiscovery:
@@ -330,6 +434,7 @@ class KubeDiscovery:
         self._custom = client.CustomObjectsApi(api)
         self._caches: dict[tuple[str, ...], ListWatchCache] = {}
         self._was_ready: dict[str, set[str]] = {}  # per pods cache: uids seen Ready
+        self.nodes = NodeProducts(self._core.read_node, first_wait_s=sync_timeout_s)
 
     # -- shared caches ------------------------------------------------------------------------------
     def _cache(self, key: tuple[str, ...], make: Callable[[], ListWatchCache]) -> ListWatchCache:
@@ -380,7 +485,7 @@ class KubeDiscovery:
     async def aclose(self) -> None:
         caches = list(self._caches.values())
         self._caches.clear()
-        await asyncio.gather(*(c.aclose() for c in caches), return_exceptions=True)
+        await asyncio.gather(*(c.aclose() for c in caches), self.nodes.aclose(), return_exceptions=True)
 
 
 class PodEndpoints:
@@ -399,6 +504,7 @@ class PodEndpoints:
         self.metrics_path = metrics_path
         self.target: TargetRef | None = None
         self.target_error: str | None = None
+        self.template: Obj | None = None  # the scale target's pod template spec (last read)
         self._held: dict[str, ListWatchCache] = {}  # role -> cache
         self._keys: dict[str, tuple[str, ...]] = {}
 
@@ -447,10 +553,12 @@ class PodEndpoints:
         """The pods, their cache, and the target's spec.replicas (None when not readable)."""
         current: int | None = None
         selector = self.pod_selector
+        self.template = None
         try:
             _, obj = await self._target()
             spec = obj.get("spec") or {}
             current = int(spec["replicas"]) if spec.get("replicas") is not None else 1
+            self.template = (spec.get("template") or {}).get("spec")
             if selector is None:
                 selector = selector_string(spec.get("selector"))
             self.target_error = None
@@ -469,6 +577,7 @@ class PodEndpoints:
         pods, cache, current = await self._pods()
         ready = starting = 0
         names: list[str] = []
+        nodes: list[str] = []
         was_ready = self.discovery.was_ready(cache)
         for pod in pods:
             state = pod_state(pod)
@@ -480,8 +589,19 @@ class PodEndpoints:
             else:
                 continue
             names.append(str(pod["metadata"].get("name", "")))
+            nodes.append(str((pod.get("spec") or {}).get("nodeName") or ""))
         was_ready.intersection_update(str(p["metadata"].get("uid", "")) for p in pods)  # forget deleted pods
-        return PodCounts(ready=ready, starting=starting, current=current, pods=tuple(names))
+        product = await self._gpu_product(nodes)
+        return PodCounts(ready=ready, starting=starting, current=current, pods=tuple(names), gpu_product=product)
+
+    async def _gpu_product(self, nodes: Sequence[str]) -> str | None:
+        """The replicas' GPU product: the template's pin needs no node read (signals.gpus)."""
+        pinned = template_gpu_product(self.template)
+        if pinned is not None:
+            return pinned
+        scheduled = [n for n in nodes if n]
+        known = await self.discovery.nodes.lookup(scheduled) if scheduled else {}
+        return fleet_gpu_product(self.template, (known.get(n) for n in scheduled))
 
     async def endpoints(self) -> Sequence[Endpoint]:
         """Metrics endpoints of the pods to scrape (see the module docstring for which)."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster import pki
 from tests.cluster.scaling import patch_scaled_object, read_hpa
 from tests.keda.conftest import E2E, report
+from tests.scaler.conftest import MaxRunningReader
 
 
 async def _hpa_metric(e2e: E2E, name: str) -> str | None:
@@ -120,3 +123,84 @@ async def test_mutual_tls_with_trigger_authentication(e2e: E2E) -> None:
     t1 = w.timeline.first(onset, spec=1)
     assert scaler.open_streams().get("StreamIsActive", 0) >= 1
     report("mtls", onset_to_first_scale_s=round((t1 or onset) - onset, 2), replicas=w.timeline.specs_since(onset))
+
+
+def _quantity(q: str) -> float:
+    """A Kubernetes quantity as KEDA writes metric targets (plain or milli)."""
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+async def _hpa_target(e2e: E2E, name: str) -> float | None:
+    hpa = await read_hpa(e2e.api, e2e.namespace, name)
+    if hpa is None or not hpa.spec.metrics or hpa.spec.metrics[0].type != "External":
+        return None
+    avg = hpa.spec.metrics[0].external.target.average_value
+    return _quantity(str(avg)) if avg is not None else None
+
+
+async def test_stream_metric_spec_target_changes_reach_the_hpa_without_moving_it(
+    e2e: E2E, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """metricUnit inflight through the real KEDA: the scaler (in this process, its gRPC server real,
+    its engines scripted: SGLang-style, 2 replicas, 120 requests, 100 then 130 sequences per replica)
+    publishes the per-replica target; every change it streams reaches the HPA's AverageValue target
+    (KEDA applies StreamMetricSpec; GetMetricSpec only while it builds the HPA), and the Deployment stays at 2 replicas
+    throughout: 120 / (0.8 x 100) and 120 / (0.8 x 130) both round up to 2."""
+    from warmscale.scaler import metric_target
+    from warmscale.scaler.server import ScalerServer, ServerOptions
+
+    monkeypatch.setattr(metric_target, "RETARGET_MIN_INTERVAL_S", 3.0)
+    w = await e2e.workload("inflight", 2)
+    reader = MaxRunningReader(load=120.0, replicas=2, max_running=100.0)
+    server = ScalerServer(ServerOptions(host="127.0.0.1", grpc_port=0, metrics_port=None, grace_seconds=0.5), reader)
+    await server.start()
+    try:
+        meta = {"endpoints": "http://127.0.0.1:9/metrics", "engine": "sglang", "metricUnit": "inflight",
+                "hpaTolerance": "0", "minReplicas": "1", "maxReplicas": "8", "burstConfirmSeconds": "0",
+                "scrapeIntervalSeconds": "0.5", "scaleDownStabilizationSeconds": "4", "nodeIdleSeconds": "0",
+                "timeToReadySeconds": "2"}
+        await e2e.scale_with(w, f"127.0.0.1:{server.grpc_port}", meta, min_replicas=1, polling_interval=1)
+        await _until(lambda: _hpa_active(e2e, "inflight"), 60, "HPA ScalingActive")
+
+        def near(t: float | None, want: float) -> bool:
+            return t is not None and abs(want / t - 1) < metric_target.RETARGET_MIN_CHANGE
+
+        seen: list[float] = []
+
+        async def target_near(want: float) -> bool:
+            t = await _hpa_target(e2e, "inflight")
+            if t is not None and (not seen or seen[-1] != t):
+                seen.append(t)
+            return near(t, want)
+
+        await _until(lambda: target_near(80.0), 120, "HPA target near 0.8 x 100")
+        await w.timeline.wait(spec=2, within=60, what="2 replicas")
+        t0 = time.monotonic()
+        before = len(seen)
+        polls_before = _rpc_counts(server).get("GetMetricSpec", 0)
+        reader.max_running = 130.0
+        await _until(lambda: target_near(104.0), 120, "HPA target near 0.8 x 130")
+        changed_s = time.monotonic() - t0
+        await asyncio.sleep(5)  # two HPA syncs under the last target
+        # Each streamed change reached the HPA: the steps down from the prior, then the step up.
+        assert before >= 3 and len(seen) > before, seen
+        assert w.timeline.specs_since(t0) == [2], w.timeline.specs_since(t0)
+        tracker = server.manager.trackers()[0]
+        assert tracker.decision is not None and tracker.decision.metric_target == seen[-1]
+        calls = _rpc_counts(server)
+        # KEDA took the new spec from the stream (GetMetricSpec is called only while it builds the HPA).
+        assert calls.get("GetMetricSpec", 0) == polls_before, (polls_before, calls)
+    finally:
+        await server.stop(0.5)
+    report("stream-metric-spec-target", hpa_targets=seen, change_to_last_target_s=round(changed_s, 1),
+           replicas=w.timeline.specs_since(t0), get_metric_spec_at_creation=polls_before, rpcs=calls)
+
+
+def _rpc_counts(server: Any) -> dict[str, float]:
+    """warmscale_rpc_duration_seconds_count by method (all codes), from an in-process server."""
+    out: dict[str, float] = {}
+    for fam in server.metrics.registry.collect():
+        for sample in fam.samples:
+            if sample.name == "warmscale_rpc_duration_seconds_count":
+                out[sample.labels["method"]] = out.get(sample.labels["method"], 0.0) + sample.value
+    return out

@@ -184,7 +184,11 @@ async def test_scaler_rbac_with_its_token(installed: Cluster) -> None:
                                                                 "vllm-llama")) == 200
         for verb in ("watch", "list", "get"):
             assert await can(api, verb, "pods", EXAMPLE_NS)
-        # Nothing more: no writes, no Secrets, no other namespaces, nothing cluster-wide.
+        # Cluster-wide only: get on nodes (their GPU product label), not list or watch.
+        assert await status(core.read_node("no-such-node")) == 404
+        assert await can(api, "get", "nodes")
+        assert not await can(api, "list", "nodes") and not await can(api, "watch", "nodes")
+        # Nothing more: no writes, no Secrets, no other namespaces, nothing else cluster-wide.
         assert await status(core.list_namespaced_secret(EXAMPLE_NS)) == 403
         assert await status(core.list_namespaced_pod("default")) == 403
         assert await status(core.list_pod_for_all_namespaces()) == 403

@@ -168,6 +168,13 @@ def test_scaler_rbac_is_read_only() -> None:
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("keda.sh", "scaledobjects")}
     assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in role["rules"])
+    # The one cluster-wide grant: get on nodes (their GPU product label), bound to the scaler only.
+    objs = render("manifests")
+    nodes = one(objs, "ClusterRole", "warmscale-scaler-nodes")
+    assert nodes["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = one(objs, "ClusterRoleBinding", "warmscale-scaler-nodes")
+    assert binding["roleRef"]["name"] == "warmscale-scaler-nodes"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "warmscale-scaler", "namespace": "warmscale"}]
 
 
 def test_no_rbac_grants_secrets_or_wildcards() -> None:

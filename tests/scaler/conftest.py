@@ -72,6 +72,22 @@ class ScriptedReader:
         return Snapshot(taken_at=now, replicas=readings)
 
 
+class MaxRunningReader(ScriptedReader):
+    """Engines that also report how many sequences one replica runs at most (SGLang-style)."""
+
+    def __init__(self, load: float, replicas: int, max_running: float) -> None:
+        super().__init__(load=load, replicas=replicas)
+        self.max_running = max_running
+
+    async def __call__(self, cfg: ScalerConfig, now: float, scope: tuple[str, str] = ("", "")) -> Snapshot:
+        from dataclasses import replace
+
+        snap = await super().__call__(cfg, now, scope)
+        return replace(snap, replicas=tuple(
+            replace(r, signal=replace(r.signal, engine="sglang", max_running=self.max_running))
+            for r in snap.replicas if r.signal is not None))
+
+
 @dataclass
 class Client:
     """A KEDA-like client built from one of the two proto versions."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from aiohttp import ClientSession
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.scaler.conftest import META, META_ZERO, ScriptedReader, eventually
+from tests.scaler.conftest import META, META_ZERO, MaxRunningReader, ScriptedReader, eventually
 from warmscale.scaler.hpa import hpa_replicas
 
 VERSIONS = ["main", "v2.20.2"]
@@ -160,6 +161,79 @@ async def test_stream_metric_spec_matches_get_metric_spec(make_server: Any, clie
     assert streamed.metricSpecs[0].metricName == "llm-replicas"
     assert streamed.metricSpecs[0].targetSizeFloat == 1.0
     stream.cancel()
+
+
+@pytest.mark.parametrize("rpc_process", [False, True])
+async def test_stream_metric_spec_sends_each_new_target(make_server: Any, clients: Any,
+                                                        monkeypatch: pytest.MonkeyPatch, rpc_process: bool) -> None:
+    """metricUnit inflight: the engines' per-replica capacity changes (100 -> 130 sequences); the
+    published target follows in steps, each pushed on the open stream as a new spec, GetMetricSpec
+    equals the latest streamed one, and GetMetrics keeps landing the HPA on the same count."""
+    from warmscale.scaler import metric_target
+
+    monkeypatch.setattr(metric_target, "RETARGET_MIN_INTERVAL_S", 0.5)
+    reader = MaxRunningReader(load=120.0, replicas=2, max_running=100.0)
+    server = await make_server(reader, rpc_process=rpc_process)
+    c = clients(server.grpc_port, "main")
+    meta = {k: v for k, v in META.items() if k != "targetInflightPerReplica"}
+    ref = c.ref(metadata={**meta, "metricUnit": "inflight", "engine": "sglang", "hpaTolerance": "0"})
+    stream = c.stub.StreamMetricSpec(ref)
+    targets: list[float] = []
+    raised_at: int | None = None
+
+    def near(t: float, want: float) -> bool:
+        return abs(want / t - 1) < metric_target.RETARGET_MIN_CHANGE  # retarget's dead band
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            spec = (await asyncio.wait_for(stream.read(), 10)).metricSpecs[0]
+        except TimeoutError:
+            raise AssertionError(f"no new spec within 10 s after {targets}") from None
+        targets.append(spec.targetSizeFloat)
+        if raised_at is None and near(targets[-1], 80.0):  # 0.8 x 100 sequences
+            reader.max_running = 130.0  # 0.8 x 130 = 104 per replica
+            raised_at = len(targets)
+        if raised_at is not None and near(targets[-1], 104.0):
+            break
+    stream.cancel()
+    # From the sglang prior (0.8 x 1,024 sequences = 820; the first change may come before the first
+    # message) down in steps.
+    assert 80.0 < targets[0] <= 820.0 and len(targets) > 3
+    assert raised_at is not None and near(targets[-1], 104.0), targets
+    assert all(a != b for a, b in itertools.pairwise(targets)), targets  # only on change
+    assert targets[raised_at - 1:] == sorted(targets[raised_at - 1:]), targets
+    polled = (await c.stub.GetMetricSpec(ref)).metricSpecs[0]
+    assert polled.targetSizeFloat == targets[-1]
+    resp = await c.stub.GetMetrics(c.pb.GetMetricsRequest(scaledObjectRef=ref, metricName="warmscale-desired-replicas"))
+    assert hpa_replicas(resp.metricValues[0].metricValueFloat, polled.targetSizeFloat, 2, 0.0) == 2
+
+
+@pytest.mark.parametrize("rpc_process", [False, True])
+async def test_target_holds_while_no_stream_listens(make_server: Any, clients: Any, monkeypatch: pytest.MonkeyPatch,
+                                                    rpc_process: bool) -> None:
+    """KEDA < 2.21 (or --no-stream-metric-spec) only polls GetMetricSpec, which KEDA reads when it builds
+    the HPA, not after: a changed target would never reach the HPA. So without an open StreamMetricSpec
+    stream the published target stays where it is, whatever the engines report; once a stream opens
+    it moves."""
+    from warmscale.scaler import metric_target
+
+    monkeypatch.setattr(metric_target, "RETARGET_MIN_INTERVAL_S", 0.2)
+    reader = MaxRunningReader(load=120.0, replicas=2, max_running=100.0)
+    server = await make_server(reader, rpc_process=rpc_process)
+    c = clients(server.grpc_port, "main")
+    meta = {k: v for k, v in META.items() if k != "targetInflightPerReplica"}
+    ref = c.ref(metadata={**meta, "metricUnit": "inflight", "engine": "sglang", "hpaTolerance": "0"})
+    polled = set()
+    for _ in range(15):
+        polled.add((await c.stub.GetMetricSpec(ref)).metricSpecs[0].targetSizeFloat)
+        await asyncio.sleep(0.2)
+    assert polled == {820.0}  # the sglang prior, 0.8 x 1,024 sequences: never moved
+    stream = c.stub.StreamMetricSpec(ref)
+    first = (await asyncio.wait_for(stream.read(), 5)).metricSpecs[0].targetSizeFloat
+    second = (await asyncio.wait_for(stream.read(), 5)).metricSpecs[0].targetSizeFloat
+    stream.cancel()
+    assert first == 820.0 and second < first
 
 
 async def test_stream_metric_spec_can_be_switched_off(make_server: Any, clients: Any) -> None:

@@ -428,3 +428,166 @@ async def test_watch_expiry_resumes_without_relisting(
         await scale(apps, ns, "llm", replicas)
         await counts_become(provider, PodCounts(ready=0, starting=replicas, current=replicas), within=10)
     assert d.caches()[("pods", ns, "app=llm")].lists == 1
+
+
+def scaler_nodes_rules() -> list[client.V1PolicyRule]:
+    """The rules of the scaler's nodes ClusterRole in manifests/base/scaler-nodes-rbac.yaml."""
+    docs = [d for d in yaml.safe_load_all((ROOT / "manifests/base/scaler-nodes-rbac.yaml").read_text()) if d]
+    role = next(d for d in docs if d.get("kind") == "ClusterRole")
+    return [client.V1PolicyRule(api_groups=r["apiGroups"], resources=r["resources"], verbs=r["verbs"])
+            for r in role["rules"]]
+
+
+@pytest.fixture
+async def grant_nodes(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIterator[Callable[..., Any]]:
+    """``await grant(sa_name)``: the install's nodes ClusterRole bound to a ServiceAccount of the test's
+    namespace (a ClusterRoleBinding: nodes are cluster-scoped), deleted afterwards."""
+    rbac = client.RbacAuthorizationV1Api(k8s_admin)
+    made: list[str] = []
+
+    async def grant(sa: str) -> None:
+        name = f"{k8s_namespace}-{sa}-nodes"
+        await rbac.create_cluster_role(client.V1ClusterRole(metadata=client.V1ObjectMeta(name=name),
+                                                            rules=scaler_nodes_rules()))
+        made.append(name)
+        await rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
+            metadata=client.V1ObjectMeta(name=name),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name=sa, namespace=k8s_namespace)]))
+
+    yield grant
+    for name in made:
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            try:
+                await delete(name)
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
+def gpu_deployment(name: str, replicas: int, node_selector: dict[str, str]) -> Obj:
+    dep = w.deployment(name, replicas, annotations=w.sim_annotations(start_delay="0s", ready_delay="0s"), gpus=1,
+                       node_selector=node_selector)
+    dep["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": 8000}]
+    return dep
+
+
+async def test_gpu_product_from_the_pods_nodes_as_the_scaler(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_sa_client: SaClientFactory,
+    k8s_node_pool: Any, grant_nodes: Callable[..., Any], discoveries: Callable[..., KubeDiscovery],
+) -> None:
+    """KWOK nodes labelled like GFD (H100 and A100 pools of this test). The scaler's ServiceAccount,
+    with the install's rules (namespaced reads + the nodes ClusterRole), finds the product of the
+    nodes its pods run on (the template selects the test's H100 nodes by pool, not by product), and
+    SourcesReader puts it in the snapshot. A template that pins the product needs no node read."""
+    from dataclasses import replace as dc_replace
+
+    from tests.cluster.fleet import A100, H100, POOL_LABEL
+
+    ns = k8s_namespace
+    apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    h100 = dc_replace(H100, name="gh100", count=2)
+    await k8s_node_pool(h100)
+    await k8s_node_pool(dc_replace(A100, name="ga100", count=1))
+    on_h100 = {POOL_LABEL: f"{ns}-gh100"}
+    await apps.create_namespaced_deployment(ns, w.body(gpu_deployment("llm", 2, on_h100)))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm", "llm"))
+    await apps.create_namespaced_deployment(ns, w.body(gpu_deployment(
+        "pinned", 1, {"nvidia.com/gpu.product": A100.gpu_product or "", "warmscale.io/test": ns})))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("pinned", "pinned"))
+
+    scaler_sa = await k8s_sa_client("warmscale-scaler", scaler_rbac_rules())
+    await grant_nodes("warmscale-scaler")
+    discovery = discoveries(scaler_sa)
+
+    async def product(so: str) -> str | None:
+        try:
+            c = await discovery.provider(ns, so).counts()
+        except DiscoveryError:
+            return None
+        return c.gpu_product if c.ready == 2 or so == "pinned" else None
+
+    assert await wait_for(lambda: product("llm"), within=30, what="the H100 product") == H100.gpu_product
+    reads = discovery.nodes.reads
+    assert 1 <= reads <= 2  # each node of the pods read once (cached), never a list
+    assert await product("llm") == H100.gpu_product and discovery.nodes.reads == reads
+    assert await wait_for(lambda: product("pinned"), within=30, what="the pinned product") == A100.gpu_product
+    assert discovery.nodes.reads == reads  # pinned by the template: no node read
+
+    reader = SourcesReader(discovery=discovery)
+    try:
+        cfg = parse_metadata({"engine": "vllm", "endpoints": "http://127.0.0.1:1/metrics"})
+        snap = await reader.read(cfg, 0.0, (ns, "llm"))
+        assert snap.gpu_product == H100.gpu_product
+    finally:
+        await reader.aclose()
+
+
+async def test_gpu_product_unknown_without_the_nodes_grant(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_sa_client: SaClientFactory, k8s_node_pool: Any,
+    discoveries: Callable[..., KubeDiscovery], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without the nodes ClusterRole the product is unknown (None): the counts still work, the
+    forbidden read is logged once, not on every tick, and no node is read again for
+    NODE_FORBIDDEN_RETRY_S (one 403, not one per node per minute)."""
+    from dataclasses import replace as dc_replace
+
+    from tests.cluster.fleet import H100, POOL_LABEL
+
+    ns = k8s_namespace
+    apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    await k8s_node_pool(dc_replace(H100, name="nh100", count=1))
+    await apps.create_namespaced_deployment(ns, w.body(gpu_deployment("llm", 1, {POOL_LABEL: f"{ns}-nh100"})))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm", "llm"))
+    discovery = discoveries(await k8s_sa_client("warmscale-scaler", scaler_rbac_rules()))
+    provider = discovery.provider(ns, "llm")
+    caplog.set_level(logging.WARNING, logger="warmscale.signals.pods")
+    counts = await counts_become(provider, PodCounts(ready=1, starting=0, current=1))
+    assert counts.gpu_product is None
+    for _ in range(3):
+        assert (await provider.counts()).gpu_product is None
+    assert discovery.nodes.error is not None and "403" in discovery.nodes.error
+    assert discovery.nodes.attempts == 1 and discovery.nodes.reads == 0
+    assert (await discovery.nodes.lookup(["another-node"])) == {"another-node": None}
+    assert discovery.nodes.attempts == 1
+    warned = [r for r in caplog.records if r.getMessage().startswith("cannot read a node's GPU product")]
+    assert len(warned) == 1
+
+
+async def test_dcgm_gpus_attributed_to_the_discovered_pods(
+    k8s_admin: client.ApiClient, k8s_namespace: str, discoveries: Callable[..., KubeDiscovery],
+    fake_engine: Callable[..., FakeEngine],
+) -> None:
+    """A dcgm-exporter (a local server) reports GPUs of the ScaledObject's two pods (found through its
+    scaleTargetRef), of another pod in the namespace, of a same-named pod elsewhere, and an idle one:
+    the snapshot keeps the first three GPUs, and the pod -> GPU map names them by UUID and index."""
+    from warmscale.signals.engines.dcgm import gpus_by_pod
+
+    ns = k8s_namespace
+    core, apps, custom = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    await apps.create_namespaced_deployment(ns, w.body(llm_deployment("llm", 2)))
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, scaled_object("llm", "llm"))
+    a, b = await wait_for(lambda: running(core, ns, "app=llm", 2), within=30, what="2 pods Running")
+
+    def line(gpu: int, namespace: str | None = None, pod: str | None = None, util: float = 90.0) -> str:
+        owner = f',container="engine",namespace="{namespace}",pod="{pod}"' if pod else ""
+        return f'DCGM_FI_DEV_GPU_UTIL{{gpu="{gpu}",UUID="GPU-{gpu}",Hostname="node-1"{owner}}} {util}\n'
+
+    exporter = fake_engine("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + line(0, ns, a) + line(1, ns, a) + line(2, ns, b)
+                           + line(3, ns, "someone-else") + line(4, "elsewhere", a) + line(5, util=0.0))
+    engine = fake_engine(vllm_payload(running=1, waiting=0))
+    reader = SourcesReader(discovery=discoveries())
+    try:
+        cfg = parse_metadata({"engine": "vllm", "endpoints": engine.url, "dcgmEndpoints": exporter.url})
+
+        async def attributed() -> Any:
+            snap = await reader.read(cfg, 0.0, (ns, "llm"))
+            return snap if snap.pods is not None and len(snap.pods) == 2 else None
+
+        snap = await wait_for(attributed, within=20, what="the pods counted")
+        assert snap.gpus is not None and sorted(g.gpu for g in snap.gpus) == ["0", "1", "2"]
+        by_pod = gpus_by_pod(snap.gpus)
+        assert [(r.index, r.uuid) for r in by_pod[(ns, a)]] == [("0", "GPU-0"), ("1", "GPU-1")]
+        assert [r.index for r in by_pod[(ns, b)]] == ["2"]
+    finally:
+        await reader.aclose()

@@ -171,6 +171,20 @@ def test_capacity_is_kept_per_gpu_product_and_survives_json() -> None:
     assert again.capacity == run.state.capacity
 
 
+def test_discovered_gpu_product_keys_the_capacity_and_the_override_wins() -> None:
+    """The product pod discovery puts in the snapshot (Snapshot.gpu_product, from the nodes' GFD label)
+    keys the learned capacity without a gpuProduct key; gpuProduct, when set, wins over it."""
+    found = "NVIDIA-A100-SXM4-40GB"
+    run = Run(cfg())
+    run.step([engine("a", 0.0, waiting=5)], gpu_product=found)
+    run.step([engine("a", 9_000.0, waiting=5)], gpu_product=found)
+    assert set(run.state.capacity) == {found}
+    pinned = Run(cfg(gpuProduct="NVIDIA-H100-80GB-HBM3"))
+    pinned.step([engine("a", 0.0, waiting=5)], gpu_product=found)
+    pinned.step([engine("a", 9_000.0, waiting=5)], gpu_product=found)
+    assert set(pinned.state.capacity) == {"NVIDIA-H100-80GB-HBM3"}
+
+
 # Lumpy counters: an engine prefilling ``rate`` tok/s counts a prompt's tokens when its prefill completes,
 # every ``step_s`` (0.8-s steps of a 70B) or once per long prompt; scrapes every second.
 def _lumpy_run(rate: float, step_s: float, seconds: int, waiting: float, floor: bool = False,
