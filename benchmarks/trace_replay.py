@@ -39,6 +39,9 @@ HEURISTIC = "clairvoyant-heuristic"
 # ends within about a member's spacing of their limit for 8 members.
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 21
+# The clairvoyant-best search's simulations on runs longer than 6 h: one simulation of the week takes
+# ~50 s (docs/benchmarks.md, "The week"), and the week's budget is 10 minutes.
+LONG_RUN_SEARCH_EVALS = 4
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -85,9 +88,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--no-references", action="store_true",
                         help="skip the cost references (bound, static-best, clairvoyant-best; docs/benchmarks.md)")
-    parser.add_argument("--search-evals", type=int, default=DEFAULT_SEARCH_EVALS,
+    parser.add_argument("--search-evals", type=int, default=None,
                         help=f"simulations the clairvoyant-best search may spend per member (default "
-                             f"{DEFAULT_SEARCH_EVALS})")
+                             f"{DEFAULT_SEARCH_EVALS}, {LONG_RUN_SEARCH_EVALS} on runs longer than 6 h)")
     parser.add_argument("--reference-cache", default=None,
                         help="folder of found reference schedules (default $WARMSCALE_BENCH_CACHE, else "
                              "~/.cache/warmscale/bench-references; 'none': no cache)")
@@ -208,13 +211,16 @@ def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: s
     settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
                            fast_signals=args.fast_signals,
                            progress=_progress(args.quiet) if i == 0 else None)
+    evals = getattr(args, "search_evals", None)
+    if evals is None:
+        evals = LONG_RUN_SEARCH_EVALS if long_run else DEFAULT_SEARCH_EVALS
     if long_run and "scrapeIntervalSeconds" not in overrides:
         overrides["scrapeIntervalSeconds"] = "15"
     bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
                      oracle_iterations=args.oracle_iterations, policies=names, profile=args.profile,
                      start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs),
                      references=not getattr(args, "no_references", False),
-                     search_evals=getattr(args, "search_evals", DEFAULT_SEARCH_EVALS), cache_dir=cache_dir)
+                     search_evals=evals, cache_dir=cache_dir)
     results, meta = run_all(work, engine, startup, settings, bc, say)
     settings.progress = None
     if i != 0:
