@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
+from warmscale.benchmarks.sim.arrivals import RATE_BIN_S, Workload, ensemble_members, load_trace, perturbed
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.references import DEFAULT_SEARCH_EVALS, default_cache_dir
 from warmscale.benchmarks.sim.runner import (
@@ -59,8 +59,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where to write the results JSON (default: <trace>__<profile>.json here)")
     parser.add_argument("--plot", default=None, help="where to write the PNG plot")
     parser.add_argument("--tick", type=float, default=None,
-                        help="control-loop step in seconds, also the arrival bin of rate curves (default 1; a rate "
-                             "curve's cohort arrives at its bin's middle, so its members are off by up to tick/2)")
+                        help="control-loop step in seconds (default 1); a rate curve's arrivals are binned at a "
+                             "fixed 1 s whatever the tick (each bin's cohort arrives at its middle)")
     parser.add_argument("--tokens-from", default=None,
                         help="per-request trace whose token sizes a rate curve draws from (default: by name)")
     parser.add_argument("--rate-scale", type=float, default=1.0, help="multiply a rate curve's rate")
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"warmscale bench trace: {exc}", file=sys.stderr)
         return 2
     dt = args.tick if args.tick is not None else 1.0
-    work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
+    work = load_trace(path, dt=RATE_BIN_S, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
@@ -352,6 +352,7 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
             "fast_signals": bool(args.fast_signals),
             "warmup_s": settings.warmup_s,
             "tick_s": settings.dt,
+            "rate_bin_s": RATE_BIN_S if work.kind == "rate" else None,
             "tokens_from": work.tokens_from,
             "rate_scale": args.rate_scale if work.kind == "rate" else None,
             "wall_s": round(wall, 2),
