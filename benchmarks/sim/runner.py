@@ -50,8 +50,8 @@ from warmscale.benchmarks.sim.references import (
 from warmscale.warmpool.startup_model import COLD, StartupProfile, time_to_ready
 
 POLICY_NAMES = ("warmscale", "keda-prometheus-queue", "keda-prometheus-kv", "hpa-gpu-util", "kpa-concurrency",
-                "llm-d-queue-guard", "wva-saturation", "static-peak-clairvoyant", "clairvoyant-heuristic",
-                "oracle-instant")
+                "llm-d-queue-guard", "wva-saturation", "never-scale", "static-peak-clairvoyant",
+                "clairvoyant-heuristic", "oracle-instant")
 # The cost references (issue 21): rows of every run unless BenchConfig.references is off.
 STATIC_BEST = "static-best"
 CLAIRVOYANT_BEST = "clairvoyant-best"
@@ -396,6 +396,8 @@ def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: 
             out.append(LlmdQueueGuardPolicy(max_r, fast_signals=fast))
         elif name == "wva-saturation":
             out.append(WvaSaturationPolicy(max_r, fast_signals=fast))
+        elif name == "never-scale":  # issue 21: the start fleet, held; what not autoscaling at all costs
+            out.append(SchedulePolicy(name, [0.0], [initial], info={"replicas": initial}))
         elif name == "static-peak-clairvoyant":
             out.append(SchedulePolicy(name, [0.0], [peak], info={"replicas": peak, "knows": "the oracle's peak need"}))
         elif name == "clairvoyant-heuristic":
@@ -550,7 +552,7 @@ _FORK_STATE: dict[str, Any] = {}
 # with it, never a result.
 _REFERENCES = "(references)"
 _COST_RANK = (_REFERENCES, "keda-prometheus-queue", "warmscale", "hpa-gpu-util",
-              "keda-prometheus-kv", "kpa-concurrency", "llm-d-queue-guard", "wva-saturation",
+              "keda-prometheus-kv", "kpa-concurrency", "llm-d-queue-guard", "wva-saturation", "never-scale",
               "static-peak-clairvoyant", "clairvoyant-heuristic", "oracle-instant")
 _SIZING = "(oracle sizing)"
 
