@@ -86,6 +86,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="parallel processes (default 2): for ensemble members, or, in a single run, for the "
                              "policies once the oracle is sized (results do not depend on it)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--tuned", action="store_true",
+                        help="also run every reactive baseline as <name>-tuned: the best of a small sweep of its "
+                             "main threshold on this trace (benchmarks.sim.runner.TUNING)")
     parser.add_argument("--no-references", action="store_true",
                         help="skip the cost references (bound, static-best, clairvoyant-best; docs/benchmarks.md)")
     parser.add_argument("--search-evals", type=int, default=None,
@@ -220,6 +223,7 @@ def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: s
                      oracle_iterations=args.oracle_iterations, policies=names, profile=args.profile,
                      start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs),
                      references=not getattr(args, "no_references", False),
+                     tuned=bool(getattr(args, "tuned", False)),
                      search_evals=evals, cache_dir=cache_dir)
     results, meta = run_all(work, engine, startup, settings, bc, say)
     settings.progress = None

@@ -360,8 +360,13 @@ class BenchConfig:
     start_window_s: float = 300.0
     jobs: int = 1  # the oracle's sizing passes and the policies as tasks on this many forked processes
     references: bool = True  # the bound, static-best and clairvoyant-best (issue 21)
+    tuned: bool = False  # also a ``<name>-tuned`` row per reactive baseline in ``policies`` (TUNING)
     search_evals: int = DEFAULT_SEARCH_EVALS  # simulations the clairvoyant-best search may spend
     cache_dir: Path | None = None  # found reference schedules (None: no cache)
+
+
+def tuned_names(bc: BenchConfig) -> list[str]:
+    return [n + TUNED_SUFFIX for n in bc.policies if n in TUNING] if bc.tuned else []
 
 
 def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
@@ -369,6 +374,59 @@ def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
     for in the first ``window_s`` seconds (at least 1)."""
     cells = max(1, math.ceil(window_s / curve.grid_s))
     return max(1, int(curve.need[:cells].max()))
+
+
+# The reactive baselines' main threshold and the values a ``-tuned`` row sweeps (issue 21, requirement
+# 2: warmscale against a tuned competitor, not only defaults). The first value is the default row's.
+# queue: waiting requests per replica; kv, util: the per-replica target; kpa: the container concurrency
+# (KPA targets 70% of it); wva: the KV threshold (the queue threshold scaled alike, 5 x v / 0.8); llm-d:
+# the queue divisor of max(queue/q, running/16).
+TUNING: dict[str, tuple[float, ...]] = {
+    "keda-prometheus-queue": (5.0, 1.0, 2.0, 10.0),
+    "keda-prometheus-kv": (0.8, 0.4, 0.6, 0.9),
+    "hpa-gpu-util": (0.8, 0.4, 0.6, 0.9),
+    "kpa-concurrency": (100.0, 8.0, 16.0, 32.0),
+    "llm-d-queue-guard": (1.0, 2.0, 4.0, 8.0),
+    "wva-saturation": (0.8, 0.5, 0.6, 0.7),
+}
+TUNED_SUFFIX = "-tuned"
+
+
+def reactive_policy(name: str, value: float | None, max_r: int, fast: bool) -> Policy:
+    """A reactive baseline with its main threshold at ``value`` (None: its default, TUNING[name][0])."""
+    v = TUNING[name][0] if value is None else value
+    if name == "keda-prometheus-queue":
+        return PromHpaPolicy(name, "waiting", v, max_r, fast_signals=fast)
+    if name == "keda-prometheus-kv":
+        return PromHpaPolicy(name, "kv", v, max_r, fast_signals=fast)
+    if name == "hpa-gpu-util":
+        return PromHpaPolicy(name, "util", v, max_r, use_keda=False, fast_signals=fast)
+    if name == "kpa-concurrency":
+        return KpaPolicy(KpaConfig(max_replicas=max_r, container_concurrency=v))
+    if name == "llm-d-queue-guard":
+        return LlmdQueueGuardPolicy(max_r, fast_signals=fast, queue_per_replica=v)
+    if name == "wva-saturation":
+        return WvaSaturationPolicy(max_r, kv=v, queue=5.0 * v / 0.8, fast_signals=fast)
+    raise ValueError(f"not a reactive baseline: {name!r}")
+
+
+def tuned(name: str, work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings,
+          bc: BenchConfig, initial: int) -> PolicyResult:
+    """``<name>-tuned``: the best of TUNING[name] on this trace - the cheapest that reaches the target,
+    else the highest warm attainment to a tenth of a point (then the cheapest)."""
+    base = name.removesuffix(TUNED_SUFFIX)
+    max_r = bc.max_replicas or max_replicas_for(bc.profile)
+    quiet = replace(s, progress=None)
+    runs = [(v, simulate(work, reactive_policy(base, v, max_r, s.fast_signals), engine, startup, initial, quiet))
+            for v in TUNING[base]]
+    meets = [(r.gpu_hours, i) for i, (_, r) in enumerate(runs) if r.slo_attainment_warm >= SLO_TARGET]
+    pick = min(meets)[1] if meets else min((-round(r.slo_attainment_warm, 3), r.gpu_hours, i)
+                                           for i, (_, r) in enumerate(runs))[2]
+    value, res = runs[pick]
+    sweep = [{"value": v, "slo_attainment_warm": round(r.slo_attainment_warm, 6), "gpu_hours": round(r.gpu_hours, 4)}
+             for v, r in runs]
+    return replace(res, name=name, params={**res.params, "tuned_value": value, "sweep": sweep},
+                   wall_s=sum(r.wall_s for _, r in runs))
 
 
 def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: EngineProfile,
@@ -384,18 +442,8 @@ def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: 
             beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
             out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r),
                                        fast_signals=fast, initial_replicas=initial))
-        elif name == "keda-prometheus-queue":
-            out.append(PromHpaPolicy(name, "waiting", 5.0, max_r, fast_signals=fast))
-        elif name == "keda-prometheus-kv":
-            out.append(PromHpaPolicy(name, "kv", 0.8, max_r, fast_signals=fast))
-        elif name == "hpa-gpu-util":
-            out.append(PromHpaPolicy(name, "util", 0.8, max_r, use_keda=False, fast_signals=fast))
-        elif name == "kpa-concurrency":
-            out.append(KpaPolicy(KpaConfig(max_replicas=max_r)))
-        elif name == "llm-d-queue-guard":
-            out.append(LlmdQueueGuardPolicy(max_r, fast_signals=fast))
-        elif name == "wva-saturation":
-            out.append(WvaSaturationPolicy(max_r, fast_signals=fast))
+        elif name in TUNING:
+            out.append(reactive_policy(name, None, max_r, fast))
         elif name == "never-scale":  # issue 21: the start fleet, held; what not autoscaling at all costs
             out.append(SchedulePolicy(name, [0.0], [initial], info={"replicas": initial}))
         elif name == "static-peak-clairvoyant":
@@ -430,7 +478,8 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
     if bc.jobs > 1 and len(bc.policies) > 1:
         curve, initial, done = _simulate_in_processes(work, curve, engine, startup, s_oracle, s, bc, say, report)
         peak = int(curve.need.max())
-        results = {name: done[name] for name in (*bc.policies, *(REFERENCE_ROWS if bc.references else ()))}
+        results = {name: done[name] for name in (*bc.policies, *tuned_names(bc),
+                                                  *(REFERENCE_ROWS if bc.references else ()))}
     else:
         first_peak = int(curve.need.max())
         curve, _ = refine_need(work, curve, engine, startup, s_oracle, bc.oracle_iterations, say)
@@ -440,6 +489,9 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
             res = simulate(work, pol, engine, startup, initial, s)
             results[pol.name] = res
             report(res)
+        for name in tuned_names(bc):
+            results[name] = tuned(name, work, engine, startup, s, bc, initial)
+            report(results[name])
         if bc.references:
             for res in reference_rows(work, first_peak, curve, engine, startup, s, bc, initial):
                 results[res.name] = res
@@ -568,6 +620,8 @@ def _job(name: str, initial: int, need: np.ndarray | None) -> tuple[str, int, An
                                st["bc"].oracle_iterations, lines.append)
         return name, initial, (curve.need, lines)
     curve = st["curve"] if need is None else NeedCurve(grid_s=st["curve"].grid_s, need=need)
+    if name.endswith(TUNED_SUFFIX):
+        return name, initial, tuned(name, st["work"], st["engine"], st["startup"], st["s"], st["bc"], initial)
     if name == _REFERENCES:  # static-best's sweep from the unrefined peak, as in the sequential path
         return name, initial, reference_rows(st["work"], int(st["curve"].need.max()), curve, st["engine"],
                                              st["startup"], st["s"], st["bc"], initial)
@@ -597,6 +651,7 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
     rank = {n: i for i, n in enumerate(_COST_RANK)}
     order = sorted(bc.policies, key=lambda n: rank.get(n, -1))  # an unranked name: first (unknown cost)
     todo: list[tuple[str, int, np.ndarray | None]] = [(_SIZING, guess, None)]
+    order = [*tuned_names(bc), *order]  # a sweep: the longest tasks
     todo += [(n, guess, None) for n in order if n not in CLAIRVOYANT]
     later = [n for n in order if n in CLAIRVOYANT]  # after the sizing passes
     if bc.references:
@@ -608,7 +663,7 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
     try:
         ctx = mp.get_context("fork")
-        with ctx.Pool(max(1, min(bc.jobs, len(bc.policies) + 3))) as pool:
+        with ctx.Pool(max(1, min(bc.jobs, len(order) + 2))) as pool:
             in_flight = 0
 
             def submit() -> None:
