@@ -196,3 +196,24 @@ def test_a_tuned_baseline_is_the_best_of_its_sweep(bench: dict) -> None:
         else:
             assert round(row.slo_attainment_warm, 3) == max(round(p["slo_attainment_warm"], 3) for p in sweep)
         assert row.name == f"{name}-tuned" and row.params["tuned_value"] in TUNING[name]
+
+
+def test_the_bound_holds_on_a_rate_curve_of_cohorts(tmp_path: Path) -> None:
+    """A rate curve's cohorts record their mean member's TTFT: the bound reads two SLOs as their deadline."""
+    from warmscale.benchmarks.sim.arrivals import RATE_BIN_S, load_rate
+
+    curve = tmp_path / "curve.csv"
+    curve.write_text("bucket_start_s,bucket_end_s,rate_rps\n0,600,4\n600,660,30\n660,1200,4\n1200,1230,45\n"
+                     "1230,1800,4\n")
+    work = load_rate(curve, _workload(), dt=RATE_BIN_S, seed=3)
+    assert int(work.n.max()) > 1
+    engine, startup = ENGINE_PROFILES[PROFILE], PROFILES[PROFILE]
+    s = SimSettings(dt=1.0, slo_ttft=SLO, fast_signals=True, warmup_s=time_to_ready(startup, COLD))
+    bound = lower_bound(work, engine, startup, slo=SLO, warmup_s=s.warmup_s, node_idle_s=s.node_idle_s)
+    assert bound.window_s > 2 * SLO and bound.gpu_hours > 0
+    runs = [simulate(work, SchedulePolicy(f"fixed-{n}", [0.0], [n]), engine, startup, n, s) for n in range(1, 9)]
+    runs += [simulate(work, RandomPolicy(seed, 6), engine, startup, 2, s) for seed in range(6)]
+    meeting = [r for r in runs if r.slo_attainment_warm >= SLO_TARGET]
+    assert meeting
+    for r in meeting:
+        assert r.gpu_hours >= bound.gpu_hours, (r.name, r.gpu_hours, bound.gpu_hours)
