@@ -72,11 +72,13 @@ STAT = {"min", "median", "max"}
 def test_ensemble_json_contract_and_determinism_per_seed(tmp_path: Path) -> None:
     trace = _requests_csv(tmp_path / "t.csv")
     # "oracle": v2's name of clairvoyant-heuristic, still accepted
-    args = ("--ensemble", "3", "--fast-signals", "--policies", "warmscale,hpa-gpu-util,static-peak-clairvoyant,oracle")
+    args = ("--ensemble", "3", "--fast-signals", "--tuned", "--policies",
+            "warmscale,hpa-gpu-util,static-peak-clairvoyant,oracle")
     a = _run(tmp_path, trace, "e1", *args)
     ens = a["ensemble"]
     assert set(ens) == {"members", "policies", "paired"} and ens["members"] == 3
-    names = {"warmscale", "hpa-gpu-util", "static-peak-clairvoyant", "clairvoyant-heuristic", *REFERENCE_ROWS}
+    names = {"warmscale", "hpa-gpu-util", "hpa-gpu-util-tuned", "static-peak-clairvoyant", "clairvoyant-heuristic",
+             *REFERENCE_ROWS}
     assert set(ens["policies"]) == names
     stats = ("slo_attainment", "slo_attainment_warm", "x_clairvoyant_best_warm", "x_bound", "gpu_x_oracle",
              "gpu_x_oracle_warm")
@@ -89,7 +91,7 @@ def test_ensemble_json_contract_and_determinism_per_seed(tmp_path: Path) -> None
     assert ens["policies"]["clairvoyant-heuristic"]["gpu_x_oracle"] == {"min": 1.0, "median": 1.0, "max": 1.0}
     assert ens["policies"]["clairvoyant-best"]["x_clairvoyant_best_warm"] == {"min": 1.0, "median": 1.0, "max": 1.0}
     # paired: warmscale against every baseline that does not know the future, static-best included
-    assert set(ens["paired"]) == {"hpa-gpu-util", "static-best"}
+    assert set(ens["paired"]) == {"hpa-gpu-util", "hpa-gpu-util-tuned", "static-best"}
     for p in ens["paired"].values():
         assert set(p) == {"median_diff_slo", "ci95_slo", "median_diff_gpu", "ci95_gpu"}
         assert p["ci95_slo"][0] <= p["median_diff_slo"] <= p["ci95_slo"][1]
