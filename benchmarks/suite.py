@@ -88,21 +88,14 @@ def _x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def _heuristic(doc: dict) -> float:
-    pol = doc["policies"]
-    row = pol.get("clairvoyant-heuristic") or pol.get("oracle") or {}  # v2 results call it "oracle"
-    return float(row.get("gpu_hours") or float("nan"))
-
-
 def summary_table(docs: list[tuple[dict, float]]) -> str:
     """One Markdown table of all runs: GPU-hours as multiples of clairvoyant-best and of the bound
-    (issue 21); a v2 result without ``references`` shows "-" there and keeps its x oracle column."""
+    (issue 21; "x oracle" is gone); a v2 result without ``references`` shows "-" there."""
     rows = ["| trace | profile | SLO | policy | SLO att. % | warm att. % | GPU-h | x clairvoyant-best | x bound | "
-            "x heuristic | ensemble warm att. % min/med/max | ensemble x clairvoyant-best min/med/max | dominated by | "
+            "ensemble warm att. % min/med/max | ensemble x clairvoyant-best min/med/max | dominated by | "
             "TTFT p99 s | cold | max |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for doc, wall in docs:
-        heuristic = _heuristic(doc)
         ens = (doc.get("ensemble") or {}).get("policies", {})
         warm = doc.get("warmup_excluded", {})
         for name, p in doc["policies"].items():
@@ -115,7 +108,7 @@ def summary_table(docs: list[tuple[dict, float]]) -> str:
             rows.append(
                 f"| {Path(doc['trace']).stem} | {doc['profile']} | {doc['slo_ttft_s']:g} s | {name} | "
                 f"{100 * p['slo_attainment']:.2f} | {_pct(w)} | {p['gpu_hours']:.1f} | "
-                f"{_x(p.get('x_clairvoyant_best'))} | {_x(p.get('x_bound'))} | {p['gpu_hours'] / heuristic:.2f} | "
+                f"{_x(p.get('x_clairvoyant_best'))} | {_x(p.get('x_bound'))} | "
                 f"{att} | {xcb} | {dom} | {p['ttft_p99_s']:.1f} | {p['cold_starts']} | {p['max_replicas']} |"
             )
         members = (doc.get("ensemble") or {}).get("members", 1)
@@ -126,5 +119,5 @@ def summary_table(docs: list[tuple[dict, float]]) -> str:
             ref = (f", bound {refs['bound_gpu_hours']:.1f} GPU-h, clairvoyant-best "
                    f"{refs['clairvoyant_best_gpu_hours']:.1f} GPU-h, static-best {sb['replicas']} replicas")
         rows.append(f"| | | | *{doc['requests']:,} requests, start {doc['details']['oracle']['initial_replicas']} "
-                    f"replicas, {members} member(s), {wall:.0f} s{ref}* | | | | | | | | | | | | |")
+                    f"replicas, {members} member(s), {wall:.0f} s{ref}* | | | | | | | | | | | |")
     return "\n".join(rows)
