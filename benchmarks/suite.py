@@ -124,26 +124,35 @@ def _x(x: float | None) -> str:
 
 
 def summary_table(docs: list[tuple[dict, float]]) -> str:
-    rows = ["| trace | profile | SLO | policy | SLO att. % | GPU-h | x oracle | warm-up excl. att. % | "
-            "ensemble att. % min/med/max | ensemble x oracle min/med/max | dominated by | TTFT p99 s | cold | max |",
-            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    """One Markdown table of all runs: GPU-hours as multiples of clairvoyant-best and of the bound
+    (issue 21; "x oracle" is gone); a v2 result without ``references`` shows "-" there."""
+    rows = ["| trace | profile | SLO | policy | SLO att. % | warm att. % | GPU-h | x clairvoyant-best | x bound | "
+            "ensemble warm att. % min/med/max | ensemble x clairvoyant-best min/med/max | dominated by | "
+            "TTFT p99 s | cold | max |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
     for doc, wall in docs:
-        oracle = doc["policies"].get("oracle", {}).get("gpu_hours") or float("nan")
         ens = (doc.get("ensemble") or {}).get("policies", {})
         warm = doc.get("warmup_excluded", {})
         for name, p in doc["policies"].items():
             e = ens.get(name)
-            att = "/".join(_pct(e["slo_attainment"][k]) for k in ("min", "median", "max")) if e else "-"
-            gx = "/".join(_x(e["gpu_x_oracle"][k]) for k in ("min", "median", "max")) if e else "-"
+            att = "/".join(_pct(e["slo_attainment_warm"][k]) for k in ("min", "median", "max")) if e else "-"
+            xcb = ("/".join(_x(e["x_clairvoyant_best_warm"][k]) for k in ("min", "median", "max"))
+                   if e and "x_clairvoyant_best_warm" in e else "-")
             dom = ", ".join(e["dominated_by"]) if e and e["dominated_by"] else ("none" if e else "-")
-            w = warm.get(name, {}).get("slo_attainment")
+            w = p.get("slo_attainment_warm", warm.get(name, {}).get("slo_attainment"))
             rows.append(
                 f"| {Path(doc['trace']).stem} | {doc['profile']} | {doc['slo_ttft_s']:g} s | {name} | "
-                f"{100 * p['slo_attainment']:.2f} | {p['gpu_hours']:.1f} | {p['gpu_hours'] / oracle:.2f} | "
-                f"{_pct(w)} | {att} | {gx} | {dom} | {p['ttft_p99_s']:.1f} | {p['cold_starts']} | "
-                f"{p['max_replicas']} |"
+                f"{100 * p['slo_attainment']:.2f} | {_pct(w)} | {p['gpu_hours']:.1f} | "
+                f"{_x(p.get('x_clairvoyant_best'))} | {_x(p.get('x_bound'))} | "
+                f"{att} | {xcb} | {dom} | {p['ttft_p99_s']:.1f} | {p['cold_starts']} | {p['max_replicas']} |"
             )
         members = (doc.get("ensemble") or {}).get("members", 1)
+        refs = doc.get("references")
+        ref = ""
+        if refs:
+            sb = refs["static_best"]
+            ref = (f", bound {refs['bound_gpu_hours']:.1f} GPU-h, clairvoyant-best "
+                   f"{refs['clairvoyant_best_gpu_hours']:.1f} GPU-h, static-best {sb['replicas']} replicas")
         rows.append(f"| | | | *{doc['requests']:,} requests, start {doc['details']['oracle']['initial_replicas']} "
-                    f"replicas, {members} member(s), {wall:.0f} s* | | | | | | | | | | |")
+                    f"replicas, {members} member(s), {wall:.0f} s{ref}* | | | | | | | | | | | |")
     return "\n".join(rows)

@@ -17,9 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from warmscale import progress
-from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
+from warmscale.benchmarks.sim.arrivals import RATE_BIN_S, Workload, ensemble_members, load_trace, perturbed
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
-from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, BenchConfig, PolicyResult, SimSettings, run_all
+from warmscale.benchmarks.sim.references import DEFAULT_SEARCH_EVALS, default_cache_dir
+from warmscale.benchmarks.sim.runner import (
+    ALIASES,
+    CLAIRVOYANT,
+    POLICY_NAMES,
+    BenchConfig,
+    PolicyResult,
+    SimSettings,
+    run_all,
+)
 from warmscale.cliargs import (
     UsageError,
     key_value,
@@ -30,6 +39,18 @@ from warmscale.cliargs import (
     writable_path,
 )
 from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
+
+# The policy every paired comparison is about, and the heuristic schedule v2's ratios divide by.
+SUBJECT = "warmscale"
+HEURISTIC = "clairvoyant-heuristic"
+# Paired bootstrap of the ensemble's median difference (issue 21, requirement 4): resamples of the
+# members, with a fixed seed so that a run is reproducible; 2,000 resamples put the 95% interval's
+# ends within about a member's spacing of their limit for 8 members.
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 21
+# The clairvoyant-best search's simulations on runs longer than 6 h: one simulation of the week takes
+# ~50 s (docs/benchmarks.md, "The week"), and the week's budget is 10 minutes.
+LONG_RUN_SEARCH_EVALS = 4
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,8 +68,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="where to write the results JSON (default: <trace>__<profile>.json here)")
     parser.add_argument("--plot", default=None, type=writable_path, help="where to write the PNG plot")
     parser.add_argument("--tick", type=positive_float, default=None,
-                        help="control-loop step in seconds, also the arrival bin of rate curves (default 1; a rate "
-                             "curve's cohort arrives at its bin's middle, so its members are off by up to tick/2)")
+                        help="control-loop step in seconds (default 1); a rate curve's arrivals are binned at a "
+                             "fixed 1 s whatever the tick (each bin's cohort arrives at its middle)")
     parser.add_argument("--tokens-from", default=None,
                         help="per-request trace whose token sizes a rate curve draws from (default: by name)")
     parser.add_argument("--rate-scale", type=positive_float, default=1.0, help="multiply a rate curve's rate")
@@ -74,18 +95,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="parallel processes (default 2): for ensemble members, or, in a single run, for the "
                              "policies once the oracle is sized (results do not depend on it)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--tuned", action="store_true",
+                        help="also run every reactive baseline as <name>-tuned: the best of a small sweep of its "
+                             "main threshold on this trace (benchmarks.sim.runner.TUNING)")
+    parser.add_argument("--no-references", action="store_true",
+                        help="skip the cost references (bound, static-best, clairvoyant-best; docs/benchmarks.md)")
+    parser.add_argument("--search-evals", type=int, default=None,
+                        help=f"simulations the clairvoyant-best search may spend per member (default "
+                             f"{DEFAULT_SEARCH_EVALS}, {LONG_RUN_SEARCH_EVALS} on runs longer than 6 h)")
+    parser.add_argument("--reference-cache", default=None,
+                        help="folder of found reference schedules (default $WARMSCALE_BENCH_CACHE, else "
+                             "~/.cache/warmscale/bench-references; 'none': no cache)")
     parser.add_argument("--pd", action="store_true",
                         help="P/D fleet mode: separate prefill and decode replicas with a KV handoff, scaled per "
                              "role, against one combined pool (the same as `warmscale bench pd`; docs/pd.md)")
 
 
 def check_policies(spec: str) -> tuple[str, ...]:
-    """``--policies``: known names only, at least one."""
+    """``--policies``: known names (or an old name kept as an alias) only, at least one."""
     import difflib
 
     names = tuple(n.strip() for n in spec.split(",") if n.strip())
     for n in names:
-        if n not in POLICY_NAMES:
+        if n not in POLICY_NAMES and n not in ALIASES:
             near = difflib.get_close_matches(n, POLICY_NAMES, n=1)
             hint = f"; did you mean {near[0]}?" if near else ""
             raise UsageError(f"--policies: unknown policy {n!r} (known: {', '.join(POLICY_NAMES)}){hint}")
@@ -112,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         # A rate curve away from the per-request traces: take the token sizes from the shipped ones.
         tokens_from = resolve(default_tokens_for(path).name, args.traces)
     dt = args.tick if args.tick is not None else 1.0
-    work = load_trace(path, dt=dt, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
+    work = load_trace(path, dt=RATE_BIN_S, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
     members = ensemble_members(max(1, args.ensemble), args.seed)
@@ -149,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     startup = PROFILES[args.profile]
     doc = build_json(work, args, results, meta, engine, startup, settings, wall)
     if len(jobs) > 1:
-        doc["ensemble"] = ensemble_summary({i: o[0] for i, o in outcomes.items()})
+        doc["ensemble"] = ensemble_summary({i: o[0] for i, o in outcomes.items()},
+                                           {i: o[1].get("references", {}) for i, o in outcomes.items()})
         doc["details"]["ensemble_members"] = [
             {"member": i, "kind": members[i][0], **members[i][1],
              "initial_replicas": outcomes[i][1]["initial_replicas"]} for i in sorted(outcomes)]
@@ -191,21 +224,33 @@ def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: s
     engine = ENGINE_PROFILES[args.profile]
     startup = PROFILES[args.profile]
     overrides = dict(kv.split("=", 1) for kv in args.warmscale_meta)
-    names = tuple(n.strip() for n in args.policies.split(",") if n.strip())
+    names = tuple(ALIASES.get(n.strip(), n.strip()) for n in args.policies.split(",") if n.strip())
+    cache_arg = getattr(args, "reference_cache", None)
+    cache_dir = (None if cache_arg == "none" else Path(cache_arg)) if cache_arg else default_cache_dir()
     long_run = work.span_s > 6 * 3600
     settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
                            fast_signals=args.fast_signals)
+    evals = getattr(args, "search_evals", None)
+    if evals is None:
+        evals = LONG_RUN_SEARCH_EVALS if long_run else DEFAULT_SEARCH_EVALS
     if long_run and "scrapeIntervalSeconds" not in overrides:
         overrides["scrapeIntervalSeconds"] = "15"
     bc = BenchConfig(slo_ttft=args.slo_ttft, standby=args.standby, warmscale_overrides=overrides,
                      oracle_iterations=args.oracle_iterations, policies=names, profile=args.profile,
-                     start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs))
+                     start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs),
+                     references=not getattr(args, "no_references", False),
+                     tuned=bool(getattr(args, "tuned", False)),
+                     search_evals=evals, cache_dir=cache_dir)
     results, meta = run_all(work, engine, startup, settings, bc, say, done)
     if i != 0:
         for r in results.values():  # members only report numbers
             r.timeline = {}
             r.misses = []
     return results, meta, settings
+
+
+def _ratio(x: float, ref: float | None) -> float:
+    return x / ref if ref is not None and ref > 0 else math.nan
 
 
 def _stat(values: list[float]) -> dict[str, float | None]:
@@ -215,8 +260,11 @@ def _stat(values: list[float]) -> dict[str, float | None]:
     return {"min": _clean(xs[0]), "median": _clean(float(statistics.median(xs))), "max": _clean(xs[-1])}
 
 
-def ensemble_summary(members: dict[int, dict[str, PolicyResult]]) -> dict[str, Any]:
-    """The ``ensemble`` object of the JSON (issue 11, item 7)."""
+def ensemble_summary(members: dict[int, dict[str, PolicyResult]],
+                     refs: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The ``ensemble`` object of the JSON (issue 11, item 7; issue 21, requirements 4 and 7).
+    ``refs``: each member's ``references`` (the bound and clairvoyant-best's GPU-hours)."""
+    refs = refs or {}
     names = list(members[0])
     out: dict[str, Any] = {}
     for name in names:
@@ -224,11 +272,15 @@ def ensemble_summary(members: dict[int, dict[str, PolicyResult]]) -> dict[str, A
         att_w = [m[name].slo_attainment_warm for m in members.values()]
         gx: list[float] = []
         gx_w: list[float] = []
-        for m in members.values():
-            o = m.get("oracle")
-            gx.append(m[name].gpu_hours / o.gpu_hours if o is not None and o.gpu_hours > 0 else math.nan)
-            gx_w.append(m[name].gpu_hours_warm / o.gpu_hours_warm if o is not None and o.gpu_hours_warm > 0
-                        else math.nan)
+        xcb: list[float] = []
+        xb: list[float] = []
+        for i, m in members.items():
+            o = m.get(HEURISTIC)
+            gx.append(_ratio(m[name].gpu_hours, o.gpu_hours if o is not None else None))
+            gx_w.append(_ratio(m[name].gpu_hours_warm, o.gpu_hours_warm if o is not None else None))
+            r = refs.get(i, {})
+            xcb.append(_ratio(m[name].gpu_hours_warm, r.get("clairvoyant_best_gpu_hours_warm")))
+            xb.append(_ratio(m[name].gpu_hours, r.get("bound_gpu_hours")))
         dominated: list[str] = []
         for other in names:
             if other == name or other in CLAIRVOYANT:
@@ -241,8 +293,36 @@ def ensemble_summary(members: dict[int, dict[str, PolicyResult]]) -> dict[str, A
                     dominated.append(other)
                     break
         out[name] = {"slo_attainment": _stat(att), "slo_attainment_warm": _stat(att_w),
+                     "x_clairvoyant_best_warm": _stat(xcb), "x_bound": _stat(xb),
                      "gpu_x_oracle": _stat(gx), "gpu_x_oracle_warm": _stat(gx_w), "dominated_by": dominated}
-    return {"members": len(members), "policies": out}
+    doc: dict[str, Any] = {"members": len(members), "policies": out}
+    if SUBJECT in names:
+        doc["paired"] = {b: paired(members, SUBJECT, b) for b in names if b != SUBJECT and b not in CLAIRVOYANT}
+    return doc
+
+
+def _bootstrap_median(diffs: list[float]) -> tuple[float, list[float]]:
+    """The median of ``diffs`` and the 2.5/97.5 percentiles of its paired bootstrap."""
+    import numpy as np
+
+    xs = np.asarray(diffs, dtype=np.float64)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    picks = rng.integers(0, len(xs), size=(BOOTSTRAP_RESAMPLES, len(xs)))
+    meds = np.median(xs[picks], axis=1)
+    lo, hi = np.percentile(meds, [2.5, 97.5])
+    return float(np.median(xs)), [_clean(float(lo)), _clean(float(hi))]
+
+
+def paired(members: dict[int, dict[str, PolicyResult]], subject: str, baseline: str) -> dict[str, Any]:
+    """``subject`` minus ``baseline`` member by member (same arrivals): warm-up-excluded attainment (in
+    points of 1.0) and warm GPU-hours; the median difference and its 95% paired-bootstrap interval."""
+    ids = sorted(members)
+    d_slo = [members[i][subject].slo_attainment_warm - members[i][baseline].slo_attainment_warm for i in ids]
+    d_gpu = [members[i][subject].gpu_hours_warm - members[i][baseline].gpu_hours_warm for i in ids]
+    m_slo, ci_slo = _bootstrap_median(d_slo)
+    m_gpu, ci_gpu = _bootstrap_median(d_gpu)
+    return {"median_diff_slo": _clean(m_slo), "ci95_slo": ci_slo, "median_diff_gpu": _clean(m_gpu),
+            "ci95_gpu": ci_gpu}
 
 
 def _truncate(work: Any, seconds: float) -> Any:
@@ -258,14 +338,29 @@ def _clean(x: float) -> float:
 
 def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyResult], meta: dict[str, Any],
                engine: Any, startup: Any, settings: SimSettings, wall: float) -> dict[str, Any]:
-    policies = {name: {k: (_clean(v) if isinstance(v, float) else v) for k, v in r.summary().items()}
-                for name, r in results.items()}
+    refs = meta.get("references")
+    policies: dict[str, dict[str, Any]] = {}
+    for name, r in results.items():
+        row = {k: (_clean(v) if isinstance(v, float) else v) for k, v in r.summary().items()}
+        row["slo_attainment_warm"] = _clean(r.slo_attainment_warm)
+        if refs is not None:
+            row["x_clairvoyant_best"] = _clean(_ratio(r.gpu_hours, refs["clairvoyant_best_gpu_hours"]))
+            row["x_bound"] = _clean(_ratio(r.gpu_hours, refs["bound_gpu_hours"]))
+        policies[name] = row
+    references = None
+    if refs is not None:
+        references = {k: (_clean(v) if isinstance(v, float) else v) for k, v in refs.items()
+                      if k != "bound_details"}
+        references["static_best"] = {k: (_clean(v) if isinstance(v, float) else v)
+                                     for k, v in refs["static_best"].items()}
+        references["details"] = refs["bound_details"]
     return {
         "trace": work.name,
         "profile": args.profile,
         "slo_ttft_s": float(args.slo_ttft),
         "requests": int(work.requests),
         "policies": policies,
+        "references": references,
         "warmup_excluded": {name: {"slo_attainment": _clean(r.slo_attainment_warm),
                                    "gpu_hours": _clean(r.gpu_hours_warm)} for name, r in results.items()},
         # Everything below is context; the keys above are the contract.
@@ -276,11 +371,12 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
             "fast_signals": bool(args.fast_signals),
             "warmup_s": settings.warmup_s,
             "tick_s": settings.dt,
+            "rate_bin_s": RATE_BIN_S if work.kind == "rate" else None,
             "tokens_from": work.tokens_from,
             "rate_scale": args.rate_scale if work.kind == "rate" else None,
             "wall_s": round(wall, 2),
-            "gpu_hours_vs_oracle": {n: _clean(r.gpu_hours / results["oracle"].gpu_hours)
-                                    for n, r in results.items()} if "oracle" in results else None,
+            "gpu_hours_vs_oracle": {n: _clean(r.gpu_hours / results[HEURISTIC].gpu_hours)
+                                    for n, r in results.items()} if HEURISTIC in results else None,
             "per_policy": {n: {"starts_by_warm_state": r.starts, "served": r.served, "wall_s": round(r.wall_s, 2),
                                "params": r.params} for n, r in results.items()},
             "engine_profile": {k: v for k, v in engine.__dict__.items() if k != "sources"},
@@ -295,14 +391,23 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
 
 
 def format_table(doc: dict[str, Any]) -> str:
+    refs = doc.get("references")
     rows = [f"{doc['trace']}  profile={doc['profile']}  SLO TTFT={doc['slo_ttft_s']:g}s  requests={doc['requests']}",
-            f"{'policy':24s} {'SLO att.':>9s} {'GPU-h':>9s} {'x oracle':>9s} {'TTFT p50':>9s} {'TTFT p99':>9s} "
-            f"{'cold':>5s} {'max':>4s}"]
-    oracle = doc["policies"].get("oracle", {}).get("gpu_hours")
+            f"{'policy':24s} {'SLO att.':>9s} {'warm att.':>9s} {'GPU-h':>9s} {'x cv-best':>9s} {'x bound':>8s} "
+            f"{'TTFT p50':>9s} {'TTFT p99':>9s} {'cold':>5s} {'max':>4s}"]
     for name, p in doc["policies"].items():
-        rel = f"{p['gpu_hours'] / oracle:9.2f}" if oracle else f"{'-':>9s}"
-        rows.append(f"{name:24s} {p['slo_attainment'] * 100:8.2f}% {p['gpu_hours']:9.2f} {rel} "
+        xcb = f"{p['x_clairvoyant_best']:9.2f}" if "x_clairvoyant_best" in p else f"{'-':>9s}"
+        xb = f"{p['x_bound']:8.2f}" if "x_bound" in p else f"{'-':>8s}"
+        rows.append(f"{name:24s} {p['slo_attainment'] * 100:8.2f}% {p['slo_attainment_warm'] * 100:8.2f}% "
+                    f"{p['gpu_hours']:9.2f} {xcb} {xb} "
                     f"{p['ttft_p50_s']:9.3f} {p['ttft_p99_s']:9.2f} {p['cold_starts']:5d} {p['max_replicas']:4d}")
+    if refs is not None:
+        sb = refs["static_best"]
+        rows.append(f"references: bound {refs['bound_gpu_hours']:.2f} GPU-h, clairvoyant-best "
+                    f"{refs['clairvoyant_best_gpu_hours']:.2f} GPU-h, static-best "
+                    f"{sb['replicas'] if sb['replicas'] is not None else 'none'} replicas "
+                    f"({sb['gpu_hours']:.2f} GPU-h); target: warm attainment >= "
+                    f"{refs['target_warm_attainment'] * 100:g}%")
     return "\n".join(rows)
 
 

@@ -302,8 +302,9 @@ class LlmdQueueGuardPolicy(Policy):
 
     name = "llm-d-queue-guard"
 
-    def __init__(self, max_replicas: int, *, fast_signals: bool = False) -> None:
+    def __init__(self, max_replicas: int, *, fast_signals: bool = False, queue_per_replica: float = 1.0) -> None:
         self.max_replicas = max_replicas
+        self.queue_per_replica = queue_per_replica  # the formula's queue divisor (llm-d's overlay: 1)
         self.prom = PromScrape(15.0, fast=fast_signals)
         self.keda_cfg = KedaConfig(polling_interval_s=15.0, cooldown_period_s=300.0, min_replicas=1,
                                    max_replicas=max_replicas)
@@ -313,7 +314,8 @@ class LlmdQueueGuardPolicy(Policy):
         self.value = 0.0
 
     def params(self) -> dict[str, Any]:
-        return {"formula": "max(queue/1, running/16) - pending, floored at current replicas while pending > 0",
+        return {"formula": f"max(queue/{self.queue_per_replica:g}, running/16) - pending, floored at current "
+                           "replicas while pending > 0",
                 "queue": "sum(vllm:num_requests_waiting) + llm_d_epp_flow_control_queue_size",
                 "running": "sum(vllm:num_requests_running)", "target": "AverageValue 1",
                 "prometheus_scrape_s": 15.0, "keda": self.keda_cfg.to_dict(), "hpa": self.behavior.to_dict(),
@@ -322,7 +324,7 @@ class LlmdQueueGuardPolicy(Policy):
     def formula(self, current: int) -> float:
         queue = self.prom.sum("waiting") + self.prom.router_queue
         running = self.prom.sum("running")
-        want = max(queue / 1.0, running / 16.0)
+        want = max(queue / self.queue_per_replica, running / 16.0)
         pending = self.prom.pending
         if pending > 0:
             return max(float(current), want - pending)

@@ -9,11 +9,13 @@ charged from t = 0 like every other held GPU.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,11 +37,30 @@ from warmscale.benchmarks.sim.policies import (
     model_profile_for,
     warmscale_metadata,
 )
+from warmscale.benchmarks.sim.references import (
+    DEFAULT_SEARCH_EVALS,
+    SLO_TARGET,
+    ReferenceCache,
+    SearchOutcome,
+    cache_key,
+    clairvoyant_best,
+    lower_bound,
+    static_best,
+)
 from warmscale.warmpool.startup_model import COLD, StartupProfile, time_to_ready
 
 POLICY_NAMES = ("warmscale", "keda-prometheus-queue", "keda-prometheus-kv", "hpa-gpu-util", "kpa-concurrency",
-                "llm-d-queue-guard", "wva-saturation", "static-peak-clairvoyant", "oracle", "oracle-instant")
-CLAIRVOYANT = ("oracle", "oracle-instant", "static-peak-clairvoyant")
+                "llm-d-queue-guard", "wva-saturation", "never-scale", "static-peak-clairvoyant",
+                "clairvoyant-heuristic", "oracle-instant")
+# The cost references (issue 21): rows of every run unless BenchConfig.references is off.
+STATIC_BEST = "static-best"
+CLAIRVOYANT_BEST = "clairvoyant-best"
+REFERENCE_ROWS = (STATIC_BEST, CLAIRVOYANT_BEST)
+# Rows that know the future: never counted in ``dominated_by`` (static-best is: it is a fixed fleet an
+# operator could size from one past run of the same trace).
+CLAIRVOYANT = ("clairvoyant-heuristic", "oracle-instant", "static-peak-clairvoyant", CLAIRVOYANT_BEST)
+# v2's name of the heuristic clairvoyant schedule, still accepted by --policies.
+ALIASES = {"oracle": "clairvoyant-heuristic"}
 
 
 @dataclass
@@ -338,6 +359,14 @@ class BenchConfig:
     max_replicas: int | None = None  # default: MAX_REPLICAS[profile]
     start_window_s: float = 300.0
     jobs: int = 1  # the oracle's sizing passes and the policies as tasks on this many forked processes
+    references: bool = True  # the bound, static-best and clairvoyant-best (issue 21)
+    tuned: bool = False  # also a ``<name>-tuned`` row per reactive baseline in ``policies`` (TUNING)
+    search_evals: int = DEFAULT_SEARCH_EVALS  # simulations the clairvoyant-best search may spend
+    cache_dir: Path | None = None  # found reference schedules (None: no cache)
+
+
+def tuned_names(bc: BenchConfig) -> list[str]:
+    return [n + TUNED_SUFFIX for n in bc.policies if n in TUNING] if bc.tuned else []
 
 
 def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
@@ -345,6 +374,59 @@ def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
     for in the first ``window_s`` seconds (at least 1)."""
     cells = max(1, math.ceil(window_s / curve.grid_s))
     return max(1, int(curve.need[:cells].max()))
+
+
+# The reactive baselines' main threshold and the values a ``-tuned`` row sweeps (issue 21, requirement
+# 2: warmscale against a tuned competitor, not only defaults). The first value is the default row's.
+# queue: waiting requests per replica; kv, util: the per-replica target; kpa: the container concurrency
+# (KPA targets 70% of it); wva: the KV threshold (the queue threshold scaled alike, 5 x v / 0.8); llm-d:
+# the queue divisor of max(queue/q, running/16).
+TUNING: dict[str, tuple[float, ...]] = {
+    "keda-prometheus-queue": (5.0, 1.0, 2.0, 10.0),
+    "keda-prometheus-kv": (0.8, 0.4, 0.6, 0.9),
+    "hpa-gpu-util": (0.8, 0.4, 0.6, 0.9),
+    "kpa-concurrency": (100.0, 8.0, 16.0, 32.0),
+    "llm-d-queue-guard": (1.0, 2.0, 4.0, 8.0),
+    "wva-saturation": (0.8, 0.5, 0.6, 0.7),
+}
+TUNED_SUFFIX = "-tuned"
+
+
+def reactive_policy(name: str, value: float | None, max_r: int, fast: bool) -> Policy:
+    """A reactive baseline with its main threshold at ``value`` (None: its default, TUNING[name][0])."""
+    v = TUNING[name][0] if value is None else value
+    if name == "keda-prometheus-queue":
+        return PromHpaPolicy(name, "waiting", v, max_r, fast_signals=fast)
+    if name == "keda-prometheus-kv":
+        return PromHpaPolicy(name, "kv", v, max_r, fast_signals=fast)
+    if name == "hpa-gpu-util":
+        return PromHpaPolicy(name, "util", v, max_r, use_keda=False, fast_signals=fast)
+    if name == "kpa-concurrency":
+        return KpaPolicy(KpaConfig(max_replicas=max_r, container_concurrency=v))
+    if name == "llm-d-queue-guard":
+        return LlmdQueueGuardPolicy(max_r, fast_signals=fast, queue_per_replica=v)
+    if name == "wva-saturation":
+        return WvaSaturationPolicy(max_r, kv=v, queue=5.0 * v / 0.8, fast_signals=fast)
+    raise ValueError(f"not a reactive baseline: {name!r}")
+
+
+def tuned(name: str, work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings,
+          bc: BenchConfig, initial: int) -> PolicyResult:
+    """``<name>-tuned``: the best of TUNING[name] on this trace - the cheapest that reaches the target,
+    else the highest warm attainment to a tenth of a point (then the cheapest)."""
+    base = name.removesuffix(TUNED_SUFFIX)
+    max_r = bc.max_replicas or max_replicas_for(bc.profile)
+    quiet = replace(s, progress=None)
+    runs = [(v, simulate(work, reactive_policy(base, v, max_r, s.fast_signals), engine, startup, initial, quiet))
+            for v in TUNING[base]]
+    meets = [(r.gpu_hours, i) for i, (_, r) in enumerate(runs) if r.slo_attainment_warm >= SLO_TARGET]
+    pick = min(meets)[1] if meets else min((-round(r.slo_attainment_warm, 3), r.gpu_hours, i)
+                                           for i, (_, r) in enumerate(runs))[2]
+    value, res = runs[pick]
+    sweep = [{"value": v, "slo_attainment_warm": round(r.slo_attainment_warm, 6), "gpu_hours": round(r.gpu_hours, 4)}
+             for v, r in runs]
+    return replace(res, name=name, params={**res.params, "tuned_value": value, "sweep": sweep},
+                   wall_s=sum(r.wall_s for _, r in runs))
 
 
 def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: EngineProfile,
@@ -360,21 +442,13 @@ def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: 
             beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
             out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r),
                                        fast_signals=fast, initial_replicas=initial))
-        elif name == "keda-prometheus-queue":
-            out.append(PromHpaPolicy(name, "waiting", 5.0, max_r, fast_signals=fast))
-        elif name == "keda-prometheus-kv":
-            out.append(PromHpaPolicy(name, "kv", 0.8, max_r, fast_signals=fast))
-        elif name == "hpa-gpu-util":
-            out.append(PromHpaPolicy(name, "util", 0.8, max_r, use_keda=False, fast_signals=fast))
-        elif name == "kpa-concurrency":
-            out.append(KpaPolicy(KpaConfig(max_replicas=max_r)))
-        elif name == "llm-d-queue-guard":
-            out.append(LlmdQueueGuardPolicy(max_r, fast_signals=fast))
-        elif name == "wva-saturation":
-            out.append(WvaSaturationPolicy(max_r, fast_signals=fast))
+        elif name in TUNING:
+            out.append(reactive_policy(name, None, max_r, fast))
+        elif name == "never-scale":  # issue 21: the start fleet, held; what not autoscaling at all costs
+            out.append(SchedulePolicy(name, [0.0], [initial], info={"replicas": initial}))
         elif name == "static-peak-clairvoyant":
             out.append(SchedulePolicy(name, [0.0], [peak], info={"replicas": peak, "knows": "the oracle's peak need"}))
-        elif name == "oracle":
+        elif name == "clairvoyant-heuristic":
             breakeven = ttr_cold + s.node_idle_s
             times, vals = schedule_from_need(curve, lead_s=ttr_cold, breakeven_s=breakeven)
             out.append(SchedulePolicy(name, times, vals, info={"lead_s": ttr_cold, "hold_gaps_below_s": breakeven,
@@ -410,8 +484,10 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
         curve, initial, finished = _simulate_in_processes(work, curve, engine, startup, s_oracle, s, bc, say, report,
                                                           tick)
         peak = int(curve.need.max())
-        results = {name: finished[name] for name in bc.policies}
+        results = {name: finished[name] for name in (*bc.policies, *tuned_names(bc),
+                                                  *(REFERENCE_ROWS if bc.references else ()))}
     else:
+        first_peak = int(curve.need.max())
         curve, _ = refine_need(work, curve, engine, startup, s_oracle, bc.oracle_iterations, say)
         tick(_SIZING)
         peak = int(curve.need.max())
@@ -420,12 +496,104 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
             res = simulate(work, pol, engine, startup, initial, s)
             results[pol.name] = res
             report(res)
+        for name in tuned_names(bc):
+            results[name] = tuned(name, work, engine, startup, s, bc, initial)
+            report(results[name])
+        if bc.references:
+            for res in reference_rows(work, first_peak, curve, engine, startup, s, bc, initial):
+                results[res.name] = res
+                report(res)
     meta = {"peak_need": peak, "initial_replicas": initial,
             "initial_replicas_rule": ("--start-replicas" if bc.start_replicas is not None else
                                       f"max of the oracle's need over the first {bc.start_window_s:g} s"),
             "max_replicas": bc.max_replicas or max_replicas_for(bc.profile), "need_grid_s": grid,
             "warmup_s": s.warmup_s}
+    if bc.references:
+        meta["references"] = references_meta(work, engine, startup, s, results)
     return results, meta
+
+
+# ---- the cost references (issue 21) --------------------------------------------------------------------
+
+def _evaluator(work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings
+               ) -> Callable[[list[float], list[int], int], PolicyResult]:
+    quiet = replace(s, progress=None)
+
+    def evaluate(times: list[float], counts: list[int], initial: int) -> PolicyResult:
+        return simulate(work, SchedulePolicy("search", times, counts), engine, startup, initial, quiet)
+
+    return evaluate
+
+
+def _reference_settings(s: SimSettings, bc: BenchConfig, **extra: Any) -> dict[str, Any]:
+    return {"dt": s.dt, "slo": s.slo_ttft, "warmup": s.warmup_s, "idle": s.node_idle_s, "drain": s.drain_max_s,
+            "target": SLO_TARGET, "max_r": bc.max_replicas or max_replicas_for(bc.profile), **extra}
+
+
+def _cached(kind: str, work: Workload, engine: EngineProfile, startup: StartupProfile, settings: dict[str, Any],
+            bc: BenchConfig, search: Callable[[], SearchOutcome]) -> SearchOutcome:
+    cache = ReferenceCache(bc.cache_dir)
+    key = cache_key(kind, work, engine, startup, settings)
+    found = cache.get(key)
+    if found is None:
+        t0 = time.perf_counter()
+        found = search()
+        found.log.append(f"searched in {time.perf_counter() - t0:.1f} s")
+        cache.put(key, found)
+    return found
+
+
+def _reference_row(name: str, out: SearchOutcome, work: Workload, engine: EngineProfile, startup: StartupProfile,
+                   s: SimSettings, info: dict[str, Any]) -> PolicyResult:
+    info = {**info, "meets_target": out.meets, "target_warm_attainment": SLO_TARGET,
+            "search_simulations": out.evaluations, "cached": out.cached, "search_log": out.log}
+    pol = SchedulePolicy(name, out.times, out.counts, info=info)
+    return simulate(work, pol, engine, startup, out.initial, replace(s, progress=None))
+
+
+def reference_rows(work: Workload, start: int, curve: NeedCurve, engine: EngineProfile, startup: StartupProfile,
+                   s: SimSettings, bc: BenchConfig, initial: int) -> list[PolicyResult]:
+    """The ``static-best`` row (the smallest fixed fleet, all ready at t = 0, that meets the target; the
+    sweep starts at ``start``), then ``clairvoyant-best`` (the local search from the refined need, and
+    from static-best's fleet held from the common start: benchmarks/sim/references.py)."""
+    max_r = bc.max_replicas or max_replicas_for(bc.profile)
+    evaluate = _evaluator(work, engine, startup, s)
+    sb = _cached(STATIC_BEST, work, engine, startup, _reference_settings(s, bc, start=start), bc,
+                 lambda: static_best(evaluate, start=start, max_replicas=max_r))
+    lead = time_to_ready(startup, COLD)
+    breakeven = lead + s.node_idle_s
+    flat = sb.replicas
+    settings = _reference_settings(s, bc, initial=initial, evals=bc.search_evals, grid=curve.grid_s, flat=flat,
+                                   need=hashlib.sha256(curve.need.tobytes()).hexdigest())
+    cb = _cached(CLAIRVOYANT_BEST, work, engine, startup, settings, bc,
+                 lambda: clairvoyant_best(evaluate, curve.need, curve.grid_s, lead_s=lead, breakeven_s=breakeven,
+                                          initial=initial, max_evals=bc.search_evals, flat=flat,
+                                          span_s=work.span_s))
+    return [_reference_row(STATIC_BEST, sb, work, engine, startup, s, {"replicas": sb.replicas}),
+            _reference_row(CLAIRVOYANT_BEST, cb, work, engine, startup, s,
+                           {"lead_s": lead, "hold_gaps_below_s": breakeven, "grid_s": curve.grid_s})]
+
+
+def references_meta(work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings,
+                    results: dict[str, PolicyResult]) -> dict[str, Any]:
+    """The ``references`` object: the bound, and the two searched rows' GPU-hours."""
+    b = lower_bound(work, engine, startup, slo=s.slo_ttft, warmup_s=s.warmup_s, node_idle_s=s.node_idle_s)
+    cb = results.get(CLAIRVOYANT_BEST)
+    sb = results.get(STATIC_BEST)
+    return {
+        "bound_gpu_hours": b.gpu_hours,
+        "bound_gpu_hours_warm": b.gpu_hours_warm,
+        "clairvoyant_best_gpu_hours": cb.gpu_hours if cb is not None else None,
+        "clairvoyant_best_gpu_hours_warm": cb.gpu_hours_warm if cb is not None else None,
+        "static_best": {"replicas": sb.params.get("replicas") if sb is not None else None,
+                        "gpu_hours": sb.gpu_hours if sb is not None else None},
+        "target_warm_attainment": SLO_TARGET,
+        "bound_details": {"window_s": b.window_s, "offset_s": b.offset_s,
+                          "peak_tokens_per_s_per_replica": round(b.peak_tokens_per_s, 1),
+                          "acquisition_s": b.acquisition_s, "idle_tail_s": b.tail_s,
+                          "miss_budget_requests": b.miss_budget, "unavoidable_misses": b.unavoidable_misses,
+                          "configurations": b.configurations},
+    }
 
 
 def _initial(curve: NeedCurve, bc: BenchConfig) -> int:
@@ -441,8 +609,10 @@ _FORK_STATE: dict[str, Any] = {}
 # (docs/benchmarks.md, "The week"): the oracle's sizing passes (they gate the clairvoyant rows), then
 # the reactive policies that can scale to ``maxReplicas``, then the rest. Only the order changes
 # with it, never a result.
-_COST_RANK = ("keda-prometheus-queue", "warmscale", "hpa-gpu-util", "keda-prometheus-kv", "kpa-concurrency",
-              "llm-d-queue-guard", "wva-saturation", "static-peak-clairvoyant", "oracle", "oracle-instant")
+_REFERENCES = "(references)"
+_COST_RANK = (_REFERENCES, "keda-prometheus-queue", "warmscale", "hpa-gpu-util",
+              "keda-prometheus-kv", "kpa-concurrency", "llm-d-queue-guard", "wva-saturation", "never-scale",
+              "static-peak-clairvoyant", "clairvoyant-heuristic", "oracle-instant")
 _SIZING = "(oracle sizing)"
 
 
@@ -457,6 +627,11 @@ def _job(name: str, initial: int, need: np.ndarray | None) -> tuple[str, int, An
                                st["bc"].oracle_iterations, lines.append)
         return name, initial, (curve.need, lines)
     curve = st["curve"] if need is None else NeedCurve(grid_s=st["curve"].grid_s, need=need)
+    if name.endswith(TUNED_SUFFIX):
+        return name, initial, tuned(name, st["work"], st["engine"], st["startup"], st["s"], st["bc"], initial)
+    if name == _REFERENCES:  # static-best's sweep from the unrefined peak, as in the sequential path
+        return name, initial, reference_rows(st["work"], int(st["curve"].need.max()), curve, st["engine"],
+                                             st["startup"], st["s"], st["bc"], initial)
     peak = int(curve.need.max())
     (pol,) = build_policies((name,), curve, peak, st["engine"], st["startup"], st["s"], st["bc"], initial)
     return name, initial, simulate(st["work"], pol, st["engine"], st["startup"], initial, st["s"])
@@ -483,8 +658,11 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
     rank = {n: i for i, n in enumerate(_COST_RANK)}
     order = sorted(bc.policies, key=lambda n: rank.get(n, -1))  # an unranked name: first (unknown cost)
     todo: list[tuple[str, int, np.ndarray | None]] = [(_SIZING, guess, None)]
+    order = [*tuned_names(bc), *order]  # a sweep: the longest tasks
     todo += [(n, guess, None) for n in order if n not in CLAIRVOYANT]
     later = [n for n in order if n in CLAIRVOYANT]  # after the sizing passes
+    if bc.references:
+        later.append(_REFERENCES)
     _FORK_STATE.update(work=work, curve=curve, engine=engine, startup=startup, s=s, s_oracle=s_oracle, bc=bc)
     out: dict[str, PolicyResult] = {}
     refined: NeedCurve | None = None
@@ -492,7 +670,7 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
     inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
     try:
         ctx = mp.get_context("fork")
-        with ctx.Pool(max(1, min(bc.jobs, len(bc.policies) + 1))) as pool:
+        with ctx.Pool(max(1, min(bc.jobs, len(order) + 2))) as pool:
             in_flight = 0
 
             def submit() -> None:
@@ -521,6 +699,10 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
                         out.clear()  # only reactive results so far, all from the guess
                         todo[:] = [(n, initial, None) for n in order if n not in CLAIRVOYANT]
                     todo[:] = sorted(todo + [(n, initial, need) for n in later], key=lambda a: rank.get(a[0], -1))
+                elif name == _REFERENCES:
+                    for res in value:
+                        out[res.name] = res
+                        report(res)
                 elif start == initial:  # else simulated from a start the sizing passes overruled
                     out[name] = value
                     report(value)

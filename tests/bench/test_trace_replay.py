@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from warmscale.benchmarks import cli
 from warmscale.benchmarks.sim.arrivals import load_trace
-from warmscale.benchmarks.sim.runner import POLICY_NAMES
+from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, REFERENCE_ROWS
 
-KEYS = {"slo_attainment", "gpu_hours", "ttft_p50_s", "ttft_p99_s", "cold_starts", "max_replicas"}
+KEYS = {"slo_attainment", "gpu_hours", "ttft_p50_s", "ttft_p99_s", "cold_starts", "max_replicas",
+        "slo_attainment_warm", "x_clairvoyant_best", "x_bound"}
+ROWS = set(POLICY_NAMES) | set(REFERENCE_ROWS)
 
 
 def _requests_csv(path: Path, seed: int = 3) -> Path:
@@ -27,7 +30,8 @@ def _requests_csv(path: Path, seed: int = 3) -> Path:
 
 def _run(tmp_path: Path, trace: Path, name: str, *extra: str) -> dict:
     out = tmp_path / f"{name}.json"
-    rc = cli.main(["trace", "--trace", str(trace), "--json", str(out), "--quiet", "--oracle-iterations", "1", *extra])
+    rc = cli.main(["trace", "--trace", str(trace), "--json", str(out), "--quiet", "--oracle-iterations", "1",
+                   "--reference-cache", str(tmp_path / "refcache"), "--search-evals", "8", *extra])
     assert rc == 0
     return json.loads(out.read_text())
 
@@ -35,15 +39,23 @@ def _run(tmp_path: Path, trace: Path, name: str, *extra: str) -> dict:
 def test_json_shape_and_determinism(tmp_path: Path) -> None:
     trace = _requests_csv(tmp_path / "t.csv")
     a = _run(tmp_path, trace, "a", "--plot", str(tmp_path / "p.png"), "--fast-signals")
-    assert set(a) >= {"trace", "profile", "slo_ttft_s", "requests", "policies"}
+    assert set(a) >= {"trace", "profile", "slo_ttft_s", "requests", "policies", "references"}
     assert a["requests"] == 2400 and a["profile"] == "8b-h100" and a["slo_ttft_s"] == 2.0
-    assert set(a["policies"]) == set(POLICY_NAMES)
+    assert set(a["policies"]) == ROWS
+    refs = a["references"]
+    assert set(refs) >= {"bound_gpu_hours", "clairvoyant_best_gpu_hours", "static_best"}
+    assert set(refs["static_best"]) == {"replicas", "gpu_hours"}
     for p in a["policies"].values():
         assert set(p) == KEYS
         assert 0.0 <= p["slo_attainment"] <= 1.0 and p["gpu_hours"] > 0
+        assert p["x_clairvoyant_best"] == pytest.approx(p["gpu_hours"] / refs["clairvoyant_best_gpu_hours"], rel=1e-5)
+        assert p["x_bound"] == pytest.approx(p["gpu_hours"] / refs["bound_gpu_hours"], rel=1e-5)
     pol = a["policies"]
-    assert pol["oracle-instant"]["gpu_hours"] <= pol["oracle"]["gpu_hours"] + 1e-9
-    assert set(a["warmup_excluded"]) == set(POLICY_NAMES)
+    assert pol["clairvoyant-best"]["x_clairvoyant_best"] == 1.0
+    assert pol["clairvoyant-best"]["gpu_hours"] <= pol["clairvoyant-heuristic"]["gpu_hours"] + 1e-9
+    assert pol["static-best"]["gpu_hours"] == refs["static_best"]["gpu_hours"]
+    assert pol["oracle-instant"]["gpu_hours"] <= pol["clairvoyant-heuristic"]["gpu_hours"] + 1e-9
+    assert set(a["warmup_excluded"]) == ROWS
     for w in a["warmup_excluded"].values():
         assert set(w) == {"slo_attainment", "gpu_hours"}
     start = a["details"]["oracle"]["initial_replicas"]
@@ -59,18 +71,31 @@ STAT = {"min", "median", "max"}
 
 def test_ensemble_json_contract_and_determinism_per_seed(tmp_path: Path) -> None:
     trace = _requests_csv(tmp_path / "t.csv")
-    args = ("--ensemble", "3", "--fast-signals", "--policies", "warmscale,hpa-gpu-util,static-peak-clairvoyant,oracle")
+    # "oracle": v2's name of clairvoyant-heuristic, still accepted
+    args = ("--ensemble", "3", "--fast-signals", "--tuned", "--policies",
+            "warmscale,hpa-gpu-util,static-peak-clairvoyant,oracle")
     a = _run(tmp_path, trace, "e1", *args)
     ens = a["ensemble"]
-    assert set(ens) == {"members", "policies"} and ens["members"] == 3
-    assert set(ens["policies"]) == {"warmscale", "hpa-gpu-util", "static-peak-clairvoyant", "oracle"}
+    assert set(ens) == {"members", "policies", "paired"} and ens["members"] == 3
+    names = {"warmscale", "hpa-gpu-util", "hpa-gpu-util-tuned", "static-peak-clairvoyant", "clairvoyant-heuristic",
+             *REFERENCE_ROWS}
+    assert set(ens["policies"]) == names
+    stats = ("slo_attainment", "slo_attainment_warm", "x_clairvoyant_best_warm", "x_bound", "gpu_x_oracle",
+             "gpu_x_oracle_warm")
     for p in ens["policies"].values():
-        assert set(p) == {"slo_attainment", "slo_attainment_warm", "gpu_x_oracle", "gpu_x_oracle_warm", "dominated_by"}
-        for k in ("slo_attainment", "slo_attainment_warm", "gpu_x_oracle", "gpu_x_oracle_warm"):
+        assert set(p) == {*stats, "dominated_by"}
+        for k in stats:
             assert set(p[k]) == STAT and p[k]["min"] <= p[k]["median"] <= p[k]["max"]
         assert isinstance(p["dominated_by"], list)
-        assert not set(p["dominated_by"]) & {"oracle", "oracle-instant", "static-peak-clairvoyant"}
-    assert ens["policies"]["oracle"]["gpu_x_oracle"] == {"min": 1.0, "median": 1.0, "max": 1.0}
+        assert not set(p["dominated_by"]) & set(CLAIRVOYANT)
+    assert ens["policies"]["clairvoyant-heuristic"]["gpu_x_oracle"] == {"min": 1.0, "median": 1.0, "max": 1.0}
+    assert ens["policies"]["clairvoyant-best"]["x_clairvoyant_best_warm"] == {"min": 1.0, "median": 1.0, "max": 1.0}
+    # paired: warmscale against every baseline that does not know the future, static-best included
+    assert set(ens["paired"]) == {"hpa-gpu-util", "hpa-gpu-util-tuned", "static-best"}
+    for p in ens["paired"].values():
+        assert set(p) == {"median_diff_slo", "ci95_slo", "median_diff_gpu", "ci95_gpu"}
+        assert p["ci95_slo"][0] <= p["median_diff_slo"] <= p["ci95_slo"][1]
+        assert p["ci95_gpu"][0] <= p["median_diff_gpu"] <= p["ci95_gpu"][1]
     kinds = [m["kind"] for m in a["details"]["ensemble_members"]]
     assert kinds == ["unperturbed", "jitter", "rotate"]
     # the unperturbed member is today's single run
@@ -113,6 +138,8 @@ def test_warmscale_runs_the_production_policy(tmp_path: Path, monkeypatch) -> No
     monkeypatch.setattr("warmscale.scaler.tracker.decide", counting)
     trace = _requests_csv(tmp_path / "t.csv")
     # --jobs 1: the policies in this process, where the counter is (with --jobs 2 they run in forked children)
-    doc = _run(tmp_path, trace, "w", "--policies", "warmscale,oracle,oracle-instant", "--jobs", "1")
+    doc = _run(tmp_path, trace, "w", "--policies", "warmscale,clairvoyant-heuristic,oracle-instant", "--jobs", "1",
+               "--no-references")
     assert calls["n"] > 100
-    assert set(doc["policies"]) == {"warmscale", "oracle", "oracle-instant"}
+    assert set(doc["policies"]) == {"warmscale", "clairvoyant-heuristic", "oracle-instant"}
+    assert doc["references"] is None

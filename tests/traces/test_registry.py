@@ -73,7 +73,8 @@ def test_bench_trace_runs_a_shipped_trace_by_name_without_shared(no_shared: Path
     proc = subprocess.run(
         [sys.executable, "-m", "warmscale.benchmarks.cli", "trace", "--trace", "azure-code", "--hours", "0.1",
          "--quiet",
-         "--policies", "warmscale,keda-prometheus-queue", "--oracle-iterations", "1", "--json", str(out)],
+         "--policies", "warmscale,keda-prometheus-queue", "--oracle-iterations", "1", "--no-references",
+         "--json", str(out)],
         cwd=no_shared, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
