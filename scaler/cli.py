@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 from warmscale.scaler.tracker import ScaledObjectKey
 from warmscale.signals.model import Snapshot
 
@@ -167,6 +168,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="most ScaledObjects (trackers) this scaler tracks; new ones beyond get RESOURCE_EXHAUSTED")
     parser.add_argument("--max-trackers-per-namespace", type=int, default=2000,
                         help="most trackers per namespace; new ones beyond get RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-streams", type=int, default=DEFAULT_MAX_STREAMS,
+                        help="most open StreamIsActive/StreamMetricSpec streams; new ones beyond get "
+                             "RESOURCE_EXHAUSTED (KEDA opens one per method per ScaledObject)")
+    parser.add_argument("--max-streams-per-scaledobject", type=int, default=DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT,
+                        help="most open streams per ScaledObject (and trigger metadata); new ones beyond get "
+                             "RESOURCE_EXHAUSTED")
     parser.add_argument("--allow-targets", default=None,
                         help="comma-separated CIDRs, addresses and host names the scaler may connect to "
                              "(endpoints, pods, Prometheus, Redis queues), checked on resolved addresses; "
@@ -204,6 +211,9 @@ async def serve(args: argparse.Namespace) -> int:
         rpc_process=bool(getattr(args, "rpc_process", True)),
         tick_nice=int(getattr(args, "tick_nice", 10)),
         stream_metric_spec=not getattr(args, "no_stream_metric_spec", False),
+        max_streams=int(getattr(args, "max_streams", DEFAULT_MAX_STREAMS)),
+        max_streams_per_scaledobject=int(getattr(args, "max_streams_per_scaledobject",
+                                                 DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT)),
     )
     from warmscale.scaler.target_guard import TargetGuard
 
@@ -214,6 +224,9 @@ async def serve(args: argparse.Namespace) -> int:
         return 2
     if args.max_trackers < 1 or args.max_trackers_per_namespace < 1:
         log.error("cannot start the scaler", extra={"error": "--max-trackers* must be at least 1"})
+        return 2
+    if options.max_streams < 1 or options.max_streams_per_scaledobject < 1:
+        log.error("cannot start the scaler", extra={"error": "--max-streams* must be at least 1"})
         return 2
     discovery, api = None, None
     if not getattr(args, "no_kubernetes", False):

@@ -39,6 +39,7 @@ from warmscale.scaler.metrics import ScalerMetrics, start_http
 from warmscale.scaler.policy import Decision
 from warmscale.scaler.shutdown import Health, stop_grpc_server
 from warmscale.scaler.store import MemoryStore, Store, open_store
+from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT, StreamCap
 from warmscale.scaler.target_guard import TargetGuard
 from warmscale.scaler.targets import invalid_ref
 from warmscale.scaler.tls import server_credentials
@@ -61,10 +62,12 @@ def _spec(tracker: Tracker, d: Decision) -> pb.GetMetricSpecResponse:
 class ExternalScalerService:
     """Implements ``externalscaler.ExternalScaler`` (both KEDA v2.20 and main protos)."""
 
-    def __init__(self, manager: TrackerManager, metrics: ScalerMetrics, *, stream_metric_spec: bool = True) -> None:
+    def __init__(self, manager: TrackerManager, metrics: ScalerMetrics, *, stream_metric_spec: bool = True,
+                 streams: StreamCap | None = None) -> None:
         self.manager = manager
         self.metrics = metrics
         self.stream_metric_spec = stream_metric_spec
+        self.stream_cap = streams if streams is not None else StreamCap()
         self.shutting_down = False
         self.rpcs = UnaryInflight(
             lambda method, code, seconds: metrics.rpc_seconds.labels(method, code).observe(seconds),
@@ -132,6 +135,9 @@ class ExternalScalerService:
     async def _stream(self, method: str, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any],
                       render: Callable[[Tracker, Decision], Any]) -> None:
         tracker = await self._tracker(request, context)
+        refused = self.stream_cap.enter(tracker.id, f"ScaledObject {tracker.namespace}/{tracker.name}")
+        if refused is not None:
+            await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
         gauge = self.metrics.streams.labels(method)
         gauge.inc()
         tracker.streams += 1
@@ -148,6 +154,7 @@ class ExternalScalerService:
                     break
                 await tracker.wait_change(version, STREAM_IDLE_WAKE_SECONDS)
         finally:
+            self.stream_cap.leave(tracker.id)
             tracker.streams -= 1
             tracker.touch()
             gauge.dec()
@@ -191,6 +198,9 @@ class ServerOptions:
     # once the front runs, so that when the container is short of CPU KEDA's RPCs are answered first.
     tick_nice: int = 0
     stream_metric_spec: bool = True
+    # Open StreamIsActive/StreamMetricSpec streams: in all, and per ScaledObject (scaler/streamcap.py).
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_streams_per_scaledobject: int = DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 
 
 class ScalerServer:
@@ -209,8 +219,9 @@ class ScalerServer:
                                    max_trackers_per_namespace=options.max_trackers_per_namespace),
             instance_id=options.instance_id, clock=clock, guard=guard,
         )
-        self.service = ExternalScalerService(self.manager, self.metrics,
-                                             stream_metric_spec=options.stream_metric_spec)
+        self.service = ExternalScalerService(
+            self.manager, self.metrics, stream_metric_spec=options.stream_metric_spec,
+            streams=StreamCap(options.max_streams, options.max_streams_per_scaledobject))
         self.health = Health()
         self._server: grpc.aio.Server | None = None
         self._http: Any = None
