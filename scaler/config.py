@@ -173,7 +173,10 @@ def _parse_url(raw: str, schemes: tuple[str, ...]) -> str:
     return r
 
 
-MAX_ENDPOINTS = 1000
+# Most URLs in ``endpoints``: a static list is for a handful of replicas (podSelector discovers the
+# rest). Every URL is scraped every interval, so this also bounds the request rate one ScaledObject
+# can aim at other services (256 URLs at the 0.1 s minimum interval; 1,000 drove 3,735 req/s).
+MAX_ENDPOINTS = 256
 
 
 def _parse_endpoints(raw: str) -> tuple[str, ...]:
@@ -275,7 +278,8 @@ KEYS: tuple[Key, ...] = (
         "Engine whose metric names to read: vllm, sglang, tgi, trtllm (trtllm-serve), triton, ray, or auto "
         "(detected from each payload)."),
     Key("endpoints", "endpoints", _parse_endpoints, None,
-        "Comma-separated metrics URLs scraped directly and concurrently (one per replica)."),
+        f"Comma-separated metrics URLs scraped directly and concurrently (one per replica; at most {MAX_ENDPOINTS}, "
+        "podSelector for more)."),
     Key("prometheusAddress", "prometheus_address", lambda r: _parse_url(r, ("http", "https")), None,
         "Prometheus base URL; the scaler queries per-pod aggregates built for the engine."),
     Key("prometheusSelector", "prometheus_selector", str.strip, None,

@@ -1,0 +1,79 @@
+"""Issue 20 (fail-safe round 3), the scaler's items, at the boundary of the real `warmscale scaler` process.
+
+- Item 10: the shipped install's ``--allow-targets`` refuses loopback and link-local (cloud metadata)
+  targets before any request is sent; a ScaledObject with 1,000 endpoint URLs is refused by the
+  endpoint cap, with or without the flag, and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tests.faults.scalerproc import ROOT, Engine, start_scalers
+from tests.servers import FakeEngine
+
+FAST = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "0.5"}
+
+
+async def _code(aw: Any) -> tuple[grpc.StatusCode, str]:
+    try:
+        await aw
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+def shipped_allow_targets() -> str:
+    """The ``--allow-targets`` value of the shipped install (kustomize base and Helm chart alike)."""
+    found = set()
+    for path in ("manifests/base/scaler.yaml", "charts/warmscale/templates/scaler.yaml"):
+        values = re.findall(r"^\s*- --allow-targets=(\S+)\s*$", (ROOT / path).read_text(), re.M)
+        assert len(values) == 1, f"{path}: the scaler has no (or several) --allow-targets"
+        found.add(values[0])
+    assert len(found) == 1, found
+    return found.pop()
+
+
+async def test_shipped_allow_list_refuses_loopback_and_metadata_before_any_request(
+    tmp_path: Path, fake_engine: Callable[..., FakeEngine]
+) -> None:
+    engine = Engine(fake_engine())  # a loopback stand-in for an internal service
+    engine.set(running=20)
+    [p] = await start_scalers(tmp_path, 1, "--allow-targets", shipped_allow_targets(), names=["shipped"])
+    c = p.client
+    try:
+        for urls in ([engine.url], ["http://169.254.169.254/latest/meta-data"], ["http://[::1]:8000/metrics"],
+                     ["http://8.8.8.8:80/metrics"]):
+            code, msg = await _code(c.stub.IsActive(c.ref(name="bad", metadata={**FAST, "endpoints": ",".join(urls)}),
+                                                    timeout=10))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "'endpoints'" in msg and "outside --allow-targets" in msg
+        # Pod and service addresses pass the admission check (nothing listens there: the replica is unknown).
+        code, _ = await _code(c.stub.IsActive(c.ref(name="pods", metadata={**FAST,
+                                                                          "endpoints": "http://10.0.0.1:1/metrics"})))
+        assert code == grpc.StatusCode.OK
+        assert p.metric("warmscale_trackers") == 1
+    finally:
+        await p.close()
+    assert engine.fake.hits == 0
+
+
+async def test_a_thousand_endpoints_are_refused_before_any_request(
+    tmp_path: Path, fake_engine: Callable[..., FakeEngine]
+) -> None:
+    engine = Engine(fake_engine())
+    engine.set(running=20)
+    [p] = await start_scalers(tmp_path, 1, names=["endpoints"])  # no allow-list at all
+    c = p.client
+    try:
+        urls = ",".join(f"{engine.url}?n={i}" for i in range(1000))
+        code, msg = await _code(c.stub.IsActive(c.ref(name="many", metadata={**FAST, "endpoints": urls}), timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "'endpoints'" in msg and "at most 256" in msg, msg
+        assert p.metric("warmscale_trackers") == 0
+    finally:
+        await p.close()
+    assert engine.fake.hits == 0
