@@ -26,6 +26,7 @@ from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 from warmscale.scaler.tracker import ScaledObjectKey
 from warmscale.signals.model import Snapshot
+from warmscale.signals.sources.budget import DEFAULT_WORKER_MEMORY_BYTES, Budget, PayloadLimits, SizeRefused
 
 log = logging.getLogger("warmscale.scaler")
 
@@ -45,7 +46,8 @@ class SourcesReader:
     source error; the other sources keep working."""
 
     def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None,
-                 guard: Any = None) -> None:
+                 guard: Any = None, limits: PayloadLimits | None = None,
+                 parse_worker_memory: int | None = DEFAULT_WORKER_MEMORY_BYTES) -> None:
         from warmscale.signals.sources.parsepool import ParsePool
         from warmscale.signals.sources.shared import SharedReads
 
@@ -54,8 +56,14 @@ class SourcesReader:
         # share it), and payload parsing in worker processes: no source of one ScaledObject can
         # hold a thread, a connection slot or the event loop that another one needs.
         self.shared = SharedReads()
-        self.parser = ParsePool(parse_workers)
+        self.parser = ParsePool(parse_workers, memory_bytes=parse_worker_memory)
+        # Payload memory (signals.sources.budget): one budget for the process, one per collector (per
+        # ScaledObject with Kubernetes; per distinct config without). Past its own, a ScaledObject is
+        # refused (SizeRefused from read()); past the process's, that replica is unknown for that read.
+        self.limits = limits if limits is not None else PayloadLimits()
+        self.budget = self.limits.process_budget()
         self._collectors: dict[tuple[ScaledObjectKey | None, ScalerConfig], tuple[Any, Any, float]] = {}
+        self._budgets: dict[tuple[ScaledObjectKey | None, ScalerConfig], Budget] = {}
         self._evict_after = evict_after
         self._last_sweep = time.monotonic()
         self.discovery = discovery
@@ -80,23 +88,34 @@ class SourcesReader:
                 limit=0, ttl_dns_cache=30, socket_factory=factory))
         if self.guard is not None:
             await self.guard.refresh_hosts()
+        asker = scope
         if self.discovery is None:
             scope = None
         key = (scope, cfg)
         entry = self._collectors.get(key)
         if entry is not None:
             collector, provider = entry[0], entry[1]
+            budget = self._budgets[key]
         else:
             provider = None
             if scope is not None:
                 provider = self.discovery.provider(scope[0], scope[1], pod_selector=cfg.pod_selector,
                                                    metrics_port=cfg.metrics_port, metrics_path=cfg.metrics_path)
+            who = f"ScaledObject {asker[0]}/{asker[1]}" if asker is not None else "the ScaledObject"
+            budget = self._budgets[key] = self.limits.scaledobject_budget(who)
             collector = build_collector(cfg, session=self._session, pod_endpoints=provider, shared=self.shared,
                                         parse=self.parser.parse,
-                                        allows=self.guard.allows if self.guard is not None else None)
+                                        allows=self.guard.allows if self.guard is not None else None,
+                                        budgets=(budget, self.budget))
         self._collectors[key] = (collector, provider, time.monotonic())
         await self._sweep()
         snapshot: Snapshot = await collector.collect(now)
+        if budget.refused is not None:
+            # Read no more for it: the tracker refuses the ScaledObject (scaler.tracker, SizeRefused).
+            self._collectors.pop(key, None)
+            self._budgets.pop(key, None)
+            await self._close(collector, provider)
+            raise SizeRefused(budget.refused)
         if provider is not None:
             snapshot = await self._with_counts(snapshot, provider, cfg)
         return snapshot
@@ -124,6 +143,7 @@ class SourcesReader:
         for key, (collector, provider, used) in list(self._collectors.items()):
             if mono - used > self._evict_after:
                 del self._collectors[key]
+                self._budgets.pop(key, None)
                 await self._close(collector, provider)
 
     @staticmethod
@@ -138,6 +158,7 @@ class SourcesReader:
         for collector, provider, _ in self._collectors.values():
             await self._close(collector, provider)
         self._collectors.clear()
+        self._budgets.clear()
         await self.shared.aclose()
         self.parser.close()
         if self._session is not None:
@@ -174,6 +195,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-streams-per-scaledobject", type=int, default=DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT,
                         help="most open streams per ScaledObject (and trigger metadata); new ones beyond get "
                              "RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-scaledobject-payload-bytes", type=int, default=PayloadLimits.scaledobject_bytes,
+                        help="most payload bytes one ScaledObject's scrapes hold at once (read, then parsed); "
+                             "beyond, the ScaledObject is refused: RESOURCE_EXHAUSTED and an Event")
+    parser.add_argument("--max-scaledobject-series", type=int, default=PayloadLimits.scaledobject_series,
+                        help="most series one ScaledObject's payloads hold at once (counted before parsing); "
+                             "beyond, the ScaledObject is refused: RESOURCE_EXHAUSTED and an Event")
+    parser.add_argument("--max-payload-bytes-in-flight", type=int, default=PayloadLimits.process_bytes,
+                        help="most payload bytes all scrapes of this scaler hold at once; beyond, a read fails "
+                             "(that replica unknown for that decision)")
+    parser.add_argument("--max-series-in-flight", type=int, default=PayloadLimits.process_series,
+                        help="most series all payloads being parsed hold at once; beyond, a read fails "
+                             "(that replica unknown for that decision)")
+    parser.add_argument("--parse-worker-memory-bytes", type=int, default=DEFAULT_WORKER_MEMORY_BYTES,
+                        help="address-space cap of each payload parse worker (RLIMIT_AS; 0: none); a payload "
+                             "needing more is unparseable (that replica unknown)")
     parser.add_argument("--allow-targets", default=None,
                         help="comma-separated CIDRs, addresses and host names the scaler may connect to "
                              "(endpoints, pods, Prometheus, Redis queues), checked on resolved addresses; "
@@ -225,6 +261,13 @@ async def serve(args: argparse.Namespace) -> int:
     if args.max_trackers < 1 or args.max_trackers_per_namespace < 1:
         log.error("cannot start the scaler", extra={"error": "--max-trackers* must be at least 1"})
         return 2
+    sizes = ("max_scaledobject_payload_bytes", "max_scaledobject_series", "max_payload_bytes_in_flight",
+             "max_series_in_flight")
+    bad = next((n for n in sizes if getattr(args, n) < 1), None)
+    if bad is not None or args.parse_worker_memory_bytes < 0:
+        flag = "--" + (bad or "parse_worker_memory_bytes").replace("_", "-")
+        log.error("cannot start the scaler", extra={"error": f"{flag} must be positive"})
+        return 2
     if options.max_streams < 1 or options.max_streams_per_scaledobject < 1:
         log.error("cannot start the scaler", extra={"error": "--max-streams* must be at least 1"})
         return 2
@@ -235,9 +278,18 @@ async def serve(args: argparse.Namespace) -> int:
         except Exception as exc:
             log.error("cannot load the kubeconfig", extra={"kubeconfig": args.kubeconfig, "error": str(exc)})
             return 2
+    limits = PayloadLimits(scaledobject_bytes=args.max_scaledobject_payload_bytes,
+                           scaledobject_series=args.max_scaledobject_series,
+                           process_bytes=args.max_payload_bytes_in_flight, process_series=args.max_series_in_flight)
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
-    reader = SourcesReader(discovery=discovery, guard=guard)
-    server = ScalerServer(options, reader, guard=guard)
+    reader = SourcesReader(discovery=discovery, guard=guard, limits=limits,
+                           parse_worker_memory=args.parse_worker_memory_bytes or None)
+    on_refused = None
+    if api is not None:
+        from warmscale.scaler.kube import RefusalEvents
+
+        on_refused = RefusalEvents(api)
+    server = ScalerServer(options, reader, guard=guard, on_refused=on_refused)
     from warmscale.scaler import gctune
 
     gctune.tune()  # start-up is done: see scaler/gctune.py

@@ -346,6 +346,8 @@ class FrontService:
         e = self.by_tid.pop(tid, None)
         if e is not None and self.mirror.get(e.key) is e:
             del self.mirror[e.key]
+        if e is not None:
+            e.update(e.answer, e.version)  # wakes its streams: they ask again
 
     def report(self) -> None:
         now = time.monotonic()
@@ -429,6 +431,7 @@ class FrontService:
         refused = self.stream_cap.enter(key, f"ScaledObject {key[0]}/{key[1]}")
         if refused is not None:
             await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+        gone = False
         self.streams[e.tid] = self.streams.get(e.tid, 0) + 1
         self.open_streams[method] += 1
         try:
@@ -443,11 +446,17 @@ class FrontService:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout=STREAM_IDLE_WAKE_SECONDS)
-                e = self.by_tid.get(e.tid, e)
+                if e.tid not in self.by_tid:
+                    gone = True  # the scaler process dropped the tracker (refused for size)
+                    break
+                e = self.by_tid[e.tid]
         finally:
             self.stream_cap.leave(key)
             self.streams[e.tid] -= 1
             self.open_streams[method] -= 1
+        if gone:
+            # Ask again: a refused ScaledObject's RESOURCE_EXHAUSTED ends the stream; else it ends OK.
+            await self._entry(request, context)
 
     async def StreamIsActive(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await self._stream("StreamIsActive", request, context, lambda e: self.pb.IsActiveResponse(result=e.answer[0]))

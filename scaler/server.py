@@ -43,7 +43,14 @@ from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_
 from warmscale.scaler.target_guard import TargetGuard
 from warmscale.scaler.targets import invalid_ref
 from warmscale.scaler.tls import server_credentials
-from warmscale.scaler.tracker import SnapshotReader, Tracker, TrackerLimit, TrackerManager, TrackerOptions
+from warmscale.scaler.tracker import (
+    RefusalHook,
+    SnapshotReader,
+    Tracker,
+    TrackerLimit,
+    TrackerManager,
+    TrackerOptions,
+)
 
 log = logging.getLogger("warmscale.scaler.server")
 
@@ -143,7 +150,7 @@ class ExternalScalerService:
         tracker.streams += 1
         try:
             last: Any = None
-            while not self.shutting_down:
+            while not self.shutting_down and self.manager.has(tracker):
                 version = tracker.version
                 msg = render(tracker, await tracker.current())
                 if msg != last:
@@ -158,6 +165,9 @@ class ExternalScalerService:
             tracker.streams -= 1
             tracker.touch()
             gauge.dec()
+        refused = self.manager.refusal(request.namespace, request.name, request.scalerMetadata)
+        if refused is not None:  # the ScaledObject was refused for size while the stream was open
+            await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
         # Returning ends the stream with OK: a clean end resets KEDA's reconnect back-off.
 
     async def StreamIsActive(self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -207,7 +217,8 @@ class ScalerServer:
     """gRPC server + health + metrics HTTP + trackers, with graceful start/stop."""
 
     def __init__(self, options: ServerOptions, reader: SnapshotReader, *, store: Store | None = None,
-                 clock: Callable[[], float] = time.time, guard: TargetGuard | None = None) -> None:
+                 clock: Callable[[], float] = time.time, guard: TargetGuard | None = None,
+                 on_refused: RefusalHook | None = None) -> None:
         self.options = options
         self.metrics = ScalerMetrics()
         self.decisions = DecisionLog(options.decision_log_size)
@@ -219,6 +230,7 @@ class ScalerServer:
                                    max_trackers_per_namespace=options.max_trackers_per_namespace),
             instance_id=options.instance_id, clock=clock, guard=guard,
         )
+        self.manager.on_refused = on_refused  # the Event on a ScaledObject refused for size
         self.service = ExternalScalerService(
             self.manager, self.metrics, stream_metric_spec=options.stream_metric_spec,
             streams=StreamCap(options.max_streams, options.max_streams_per_scaledobject))

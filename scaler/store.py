@@ -51,21 +51,34 @@ class Claim:
 
 @dataclass(frozen=True)
 class TrackerRecord:
+    """A tracked ScaledObject in the registry. ``refused``/``refused_at``: the scaler refused it (its
+    payloads went past its memory budget, signals.sources.budget) at that time: a restarted scaler
+    does not resume it, and refuses its RPCs until the refusal expires."""
+
     namespace: str
     name: str
     metadata: dict[str, str] = field(default_factory=dict)
     last_seen: float = 0.0
+    refused: str | None = None
+    refused_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "metadata": self.metadata, "last_seen": self.last_seen}
+        d: dict[str, Any] = {"namespace": self.namespace, "name": self.name, "metadata": self.metadata,
+                             "last_seen": self.last_seen}
+        if self.refused is not None:
+            d["refused"], d["refused_at"] = self.refused, self.refused_at
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrackerRecord:
+        refused = d.get("refused")
         return cls(
             namespace=str(d["namespace"]),
             name=str(d["name"]),
             metadata={str(k): str(v) for k, v in dict(d.get("metadata", {})).items()},
             last_seen=float(d.get("last_seen", 0.0)),
+            refused=str(refused)[:1000] if refused is not None else None,
+            refused_at=float(d["refused_at"]) if refused is not None and d.get("refused_at") is not None else None,
         )
 
 
