@@ -94,7 +94,7 @@ class Charge:
 
 def count_series(text: str) -> int:
     """Sample lines of an exposition payload, an upper bound of its series (blank lines count)."""
-    lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    lines = text.count("\n") + (0 if not text or text.endswith("\n") else 1)
     comments = text.count("\n#") + (1 if text.startswith("#") else 0)
     return max(0, lines - comments)
 

@@ -3,6 +3,9 @@
 - Item 10: the shipped install's ``--allow-targets`` refuses loopback and link-local (cloud metadata)
   targets before any request is sent; a ScaledObject with 1,000 endpoint URLs is refused by the
   endpoint cap, with or without the flag, and nothing is sent.
+- Item 4: an endpoint serving a payload of more series than a ScaledObject's budget makes the scaler
+  refuse that ScaledObject (RESOURCE_EXHAUSTED naming the flag) without parsing it; the refusal is
+  in the Redis registry, so a restarted scaler does not resume it nor read the endpoint again.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from tests.faults.scalerproc import ROOT, Engine, start_scalers
-from tests.servers import FakeEngine
+from tests.faults.scalerproc import ROOT, Engine, start_scalers, until, vllm_payload
+from tests.servers import FakeEngine, RedisServer
 
 FAST = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "0.5"}
 
@@ -78,3 +81,40 @@ async def test_a_thousand_endpoints_are_refused_before_any_request(
     finally:
         await p.close()
     assert engine.fake.hits == 0
+
+
+async def test_a_payload_past_the_series_budget_refuses_the_scaledobject_across_a_restart(
+    tmp_path: Path, fake_engine: Callable[..., FakeEngine], redis_server: RedisServer
+) -> None:
+    hostile = fake_engine(vllm_payload(running=5) + "".join(f'pad{{i="{i}"}} 1\n' for i in range(3000)))
+    engine = Engine(fake_engine())
+    engine.set(running=20)
+    flags = ("--redis-url", redis_server.url, "--max-scaledobject-series", "2000")
+    [p] = await start_scalers(tmp_path, 1, *flags, names=["size-1"])
+    c = p.client
+    big = c.ref(name="big", metadata={**FAST, "endpoints": hostile.url, "maxPayloadBytes": "67108864"})
+    try:
+        ok = c.ref(name="ok", metadata={**FAST, "endpoints": engine.url})
+
+        async def sized() -> bool:
+            return await p.desired(ok) >= 1
+
+        await until(sized, within=10)
+
+        async def refused() -> bool:
+            code, msg = await _code(c.stub.IsActive(big, timeout=5))
+            return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-scaledobject-series 2000" in msg
+
+        await until(refused, within=10)
+        hits = hostile.hits
+        assert "scaledobject refused for size" in p.log()
+    finally:
+        await p.close()
+    [p2] = await start_scalers(tmp_path, 1, *flags, names=["size-2"])
+    try:
+        code, msg = await _code(p2.client.stub.IsActive(big, timeout=5))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "refused for size" in msg, (code, msg)
+        assert p2.metric("warmscale_trackers") == 1  # "ok" resumed, "big" not
+    finally:
+        await p2.close()
+    assert hostile.hits == hits  # never read again
