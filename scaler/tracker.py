@@ -179,6 +179,7 @@ class Tracker:
         self._warm_fresh = False
         self._series = _Series(manager.metrics, namespace, name)
         self._bursts_published = -math.inf
+        self._bad_decision_logged = False
 
     # -- RPC side -------------------------------------------------------------------------------
     def touch(self) -> None:
@@ -315,10 +316,21 @@ class Tracker:
         """Adopt the holder's stored decision if it is fresh; False if there is none or it is stale."""
         if stored is None:
             return False
-        at = float(stored.get("computed_at", 0.0))
+        try:
+            at = float(stored.get("computed_at", 0.0))
+            decision = decision_from_dict(stored)
+            sane = (0 <= decision.desired <= self.cfg.max_replicas and math.isfinite(decision.metric_value)
+                    and math.isfinite(decision.metric_target) and decision.metric_target > 0)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            sane = False
+        if not sane:  # a corrupt or forged record: unknown (the store logged it if it was not even JSON)
+            if not self._bad_decision_logged:
+                self._bad_decision_logged = True
+                log.warning("stored decision out of bounds: read as unknown", extra={"tracker": self.id})
+            return False
         if now - at > self._stale_after():
             return False
-        self._adopt(decision_from_dict(stored), at, computed=False)
+        self._adopt(decision, at, computed=False)
         return True
 
     async def tick(self) -> None:
