@@ -66,7 +66,8 @@ async def test_bad_records_of_every_kind() -> None:
     store = MemoryStore()
     store._warm[("a", "w")] = _warm("a", "w")
     store._bursts[("a", "w")] = {"version": 1, "namespace": "a", "name": "w", "p95_rise": float("inf")}
-    store._pd[("a", "g")] = {"prefill": {"role": "prefill", "desired": HUGE}, "decode": {"role": "decode", "desired": 3}}
+    store._pd[("a", "g")] = {"prefill": {"role": "prefill", "desired": HUGE},
+                             "decode": {"role": "decode", "desired": 3}}
     with pytest.raises(StoreError):
         await store.get_warm_status("a", "w")
     with pytest.raises(StoreError):
