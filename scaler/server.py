@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -31,6 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
+from warmscale.scaler.clock import SteadyClock
 from warmscale.scaler.config import ConfigError
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hpa import unsized_message
@@ -217,7 +217,7 @@ class ScalerServer:
     """gRPC server + health + metrics HTTP + trackers, with graceful start/stop."""
 
     def __init__(self, options: ServerOptions, reader: SnapshotReader, *, store: Store | None = None,
-                 clock: Callable[[], float] = time.time, guard: TargetGuard | None = None,
+                 clock: Callable[[], float] | None = None, guard: TargetGuard | None = None,
                  on_refused: RefusalHook | None = None) -> None:
         self.options = options
         self.metrics = ScalerMetrics()
@@ -228,7 +228,9 @@ class ScalerServer:
             self.store, reader, self.metrics, self.decisions,
             options=TrackerOptions(idle_seconds=options.tracker_idle_seconds, max_trackers=options.max_trackers,
                                    max_trackers_per_namespace=options.max_trackers_per_namespace),
-            instance_id=options.instance_id, clock=clock, guard=guard,
+            # Decisions are timed on a clock that does not jump with the wall clock (``clock``: the wall
+            # clock it follows, time.time by default): scaler/clock.py.
+            instance_id=options.instance_id, clock=SteadyClock(wall=clock), guard=guard,
         )
         self.manager.on_refused = on_refused  # the Event on a ScaledObject refused for size
         self.service = ExternalScalerService(
