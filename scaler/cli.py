@@ -1,6 +1,7 @@
 """``warmscale scaler``: the KEDA external scaler process.
 
-    warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 8080 [--redis-url redis://...]
+    warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 8080 [--metrics-host ADDR]
+                     [--metrics-token-file FILE] [--redis-url redis://...]
                      [--tls-cert cert.pem --tls-key key.pem [--tls-client-ca ca.pem]]
                      [--tracker-idle-seconds 600] [--grace-seconds 10]
                      [--max-trackers 4000] [--max-trackers-per-namespace 2000] [--allow-targets CIDRS,HOSTS]
@@ -171,6 +172,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grpc-port", type=int, default=9090, help="KEDA external scaler gRPC port")
     parser.add_argument("--metrics-port", type=int, default=8080,
                         help="HTTP port for /metrics, /decisions and /healthz (-1 disables)")
+    parser.add_argument("--metrics-host", default=None,
+                        help="address the HTTP endpoint (/metrics, /decisions, /healthz) listens on (default: --host); "
+                             "they list every tracked namespace and ScaledObject")
+    parser.add_argument("--metrics-token-file", default=None,
+                        help="require 'Authorization: Bearer <token>' on /metrics and /decisions, the token being "
+                             "this file's content (re-read when it changes; /healthz stays open)")
     parser.add_argument("--redis-url", default=None,
                         help="share state, decisions and compute leases through Redis (default: in-memory)")
     parser.add_argument("--tls-cert", default=None, help="server certificate chain (PEM)")
@@ -235,6 +242,8 @@ async def serve(args: argparse.Namespace) -> int:
         host=args.host,
         grpc_port=args.grpc_port,
         metrics_port=None if args.metrics_port is not None and args.metrics_port < 0 else args.metrics_port,
+        metrics_host=getattr(args, "metrics_host", None),
+        metrics_token_file=getattr(args, "metrics_token_file", None),
         redis_url=args.redis_url,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -5,10 +5,22 @@ Everything hangs off one :class:`prometheus_client.CollectorRegistry` owned by t
 
 HTTP (``--metrics-port``): ``/metrics`` (Prometheus text), ``/decisions`` (the bounded decision log
 as JSON; ``?namespace=&name=&limit=`` filter it), ``/healthz``.
+
+The HTTP server is bounded: at most :data:`HTTP_MAX_CONNECTIONS` connections (more are closed at
+once), a connection that sends no complete request within :data:`HTTP_IDLE_SECONDS` (after
+connecting or after its last response: a trickling slow client included) is closed, and a response
+not taken by the client within :data:`HTTP_RESPONSE_SECONDS` closes its connection. ``/metrics`` and
+``/decisions`` name every tracked tenant (namespaces, ScaledObjects, counts): ``--metrics-host``
+binds them to one address and ``--metrics-token-file`` requires ``Authorization: Bearer <token>``
+(``/healthz`` stays open for the kubelet's probes).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
+import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +32,18 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.signals.redact import redact, redact_value
 
+log = logging.getLogger("warmscale.scaler.metrics")
+
 SO_LABELS = ("namespace", "scaledobject")
+# Connections the HTTP endpoint holds at once: Prometheus (a few replicas), the kubelet's probes,
+# operators; 2,000 slow clients were held indefinitely before.
+HTTP_MAX_CONNECTIONS = 256
+# A connection must complete a request this long after connecting or after its last response
+# (aiohttp's keep-alive timeout, which also closes a client trickling its headers). Prometheus keeps
+# its connection across scrapes only when it scrapes more often than this; otherwise it reconnects.
+HTTP_IDLE_SECONDS = 15.0
+# Longest a response may take to be written (a client that does not read /metrics holds nothing).
+HTTP_RESPONSE_SECONDS = 30.0
 RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
 
 
@@ -115,6 +138,102 @@ class ScalerMetrics:
         return generate_latest(self.registry)
 
 
+class BearerToken:
+    """``--metrics-token-file``: the token a request must carry, re-read when the file changes (a
+    mounted Secret is updated in place)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[float, int] | None = None
+        self._token = b""
+        self.read()
+
+    def read(self) -> bytes:
+        st = os.stat(self.path)
+        stamp = (st.st_mtime, st.st_size)
+        if stamp != self._stamp:
+            with open(self.path, "rb") as f:
+                token = f.read().strip()
+            if not token:
+                raise ValueError(f"--metrics-token-file {self.path}: empty")
+            self._token, self._stamp = token, stamp
+        return self._token
+
+    def allows(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        try:
+            token = self.read()
+        except (OSError, ValueError) as exc:  # keep the last one read
+            log.warning("metrics token file unreadable; keeping the last token", extra={"error": str(exc)})
+            token = self._token
+        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token)
+
+
+class HttpEndpoint:
+    """The running HTTP endpoint: :meth:`cleanup` closes the listener, then the connections."""
+
+    def __init__(self, server: asyncio.Server, runner: web.AppRunner) -> None:
+        self.server = server
+        self.runner = runner
+
+    async def cleanup(self) -> None:
+        self.server.close()
+        await self.runner.cleanup()
+
+
+class _Refuse(asyncio.Protocol):
+    """A connection beyond HTTP_MAX_CONNECTIONS: closed at once."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, counted from its creation (asyncio accepts a batch of
+    connections before any of them is "made", so aiohttp's own count lags) until it is lost."""
+
+    def __init__(self, inner: Any, slots: list[int]) -> None:
+        self._inner = inner
+        self._slots = slots
+        slots[0] += 1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        result: bool | None = self._inner.eof_received()
+        return result
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._slots[0] -= 1
+        self._inner.connection_lost(exc)
+
+
+async def _send(request: web.Request, body: bytes, content_type: str, status: int = 200) -> web.StreamResponse:
+    """Write a response within HTTP_RESPONSE_SECONDS, else close the connection."""
+    resp = web.StreamResponse(status=status, headers={"Content-Type": content_type})
+    resp.content_length = len(body)
+    try:
+        async with asyncio.timeout(HTTP_RESPONSE_SECONDS):
+            await resp.prepare(request)
+            await resp.write(body)
+            await resp.write_eof()
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+    return resp
+
+
 async def start_http(
     host: str,
     port: int,
@@ -122,15 +241,24 @@ async def start_http(
     decisions: DecisionLog,
     healthy: Callable[[], bool] = lambda: True,
     extra: Callable[[], dict[str, Any]] | None = None,
-) -> tuple[web.AppRunner, int]:
-    """Serve ``/metrics``, ``/decisions`` and ``/healthz``; returns the runner and the bound port."""
+    token: BearerToken | None = None,
+    max_connections: int = HTTP_MAX_CONNECTIONS,
+) -> tuple[HttpEndpoint, int]:
+    """Serve ``/metrics``, ``/decisions`` and ``/healthz`` (bounded, see the module docstring); with
+    ``token`` the first two require it. Returns the endpoint and the bound port."""
 
-    async def metrics_handler(_: web.Request) -> web.Response:
-        resp = web.Response(body=metrics.exposition())
-        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return resp
+    def refused(request: web.Request) -> web.Response | None:
+        if token is None or token.allows(request.headers.get("Authorization")):
+            return None
+        return web.Response(status=401, text="unauthorized\n", headers={"WWW-Authenticate": "Bearer"})
 
-    async def decisions_handler(request: web.Request) -> web.Response:
+    async def metrics_handler(request: web.Request) -> web.StreamResponse:
+        return refused(request) or await _send(request, metrics.exposition(), CONTENT_TYPE_LATEST)
+
+    async def decisions_handler(request: web.Request) -> web.StreamResponse:
+        denied = refused(request)
+        if denied is not None:
+            return denied
         q = request.query
         try:
             limit = int(q["limit"]) if "limit" in q else None
@@ -141,7 +269,7 @@ async def start_http(
         }
         if extra is not None:
             body.update(extra())
-        return web.Response(body=orjson.dumps(redact_value(body), default=str), content_type="application/json")
+        return await _send(request, orjson.dumps(redact_value(body), default=str), "application/json")
 
     async def healthz(_: web.Request) -> web.Response:
         ok = healthy()
@@ -151,13 +279,23 @@ async def start_http(
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/decisions", decisions_handler)
     app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=HTTP_IDLE_SECONDS)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = port
-    server: Any = site._server
-    sockets = getattr(server, "sockets", None)
-    if sockets:
-        bound = int(sockets[0].getsockname()[1])
-    return runner, bound
+    handlers = runner.server
+    assert handlers is not None
+
+    open_connections = [0]
+
+    def connection() -> asyncio.Protocol:
+        if open_connections[0] >= max_connections:
+            return _Refuse()
+        return _Counted(handlers(), open_connections)
+
+    loop = asyncio.get_running_loop()
+    try:
+        server = await loop.create_server(connection, host, port, reuse_address=True)
+    except OSError:
+        await runner.cleanup()
+        raise
+    bound = int(server.sockets[0].getsockname()[1]) if server.sockets else port
+    return HttpEndpoint(server, runner), bound

@@ -35,7 +35,7 @@ from warmscale.scaler.config import ConfigError
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hpa import unsized_message
 from warmscale.scaler.inflight import UnaryInflight
-from warmscale.scaler.metrics import ScalerMetrics, start_http
+from warmscale.scaler.metrics import BearerToken, ScalerMetrics, start_http
 from warmscale.scaler.policy import Decision
 from warmscale.scaler.shutdown import Health, stop_grpc_server
 from warmscale.scaler.store import MemoryStore, Store, open_store
@@ -191,6 +191,8 @@ class ServerOptions:
     grpc_port: int = 9090
     metrics_port: int | None = 8080  # None: no HTTP endpoint
     metrics_host: str | None = None  # default: host
+    # /metrics and /decisions require "Authorization: Bearer <the file's content>" (scaler/metrics.py).
+    metrics_token_file: str | None = None
     redis_url: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -289,15 +291,18 @@ class ScalerServer:
         """``/metrics``, ``/decisions`` and health over HTTP (when a port is set); logs what serves."""
         o = self.options
         if o.metrics_port is not None:
+            token = BearerToken(o.metrics_token_file) if o.metrics_token_file else None
             self._http, self.metrics_port = await start_http(
                 o.metrics_host or o.host, o.metrics_port, self.metrics, self.decisions,
                 healthy=lambda: not self.service.shutting_down,
                 extra=lambda: {"instance": self.manager.instance_id, "trackers": len(self.manager)},
+                token=token,
             )
         log.info("scaler serving", extra={
             "grpc_port": self.grpc_port, "metrics_port": self.metrics_port, "tls": bool(o.tls_cert),
             "mtls": bool(o.tls_client_ca), "store": "memory" if self.memory_store else "redis",
             "instance": self.manager.instance_id, "rpc_process": rpc_process,
+            "metrics_host": o.metrics_host or o.host, "metrics_token": bool(o.metrics_token_file),
         })
 
     async def stop(self, grace: float | None = None) -> None:

@@ -6,16 +6,25 @@
 - Item 4: an endpoint serving a payload of more series than a ScaledObject's budget makes the scaler
   refuse that ScaledObject (RESOURCE_EXHAUSTED naming the flag) without parsing it; the refusal is
   in the Redis registry, so a restarted scaler does not resume it nor read the endpoint again.
+- Item 11: 300 slow clients (idle, or trickling their headers) on the metrics port: beyond the cap
+  they are closed at once, the others after the idle timeout; the endpoint then serves again.
+- Item 23: ``--metrics-token-file`` guards ``/metrics`` and ``/decisions`` (``/healthz`` stays open);
+  ``--metrics-host`` binds them to one address.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from tests.faults.scalerproc import ROOT, Engine, start_scalers, until, vllm_payload
 from tests.servers import FakeEngine, RedisServer
@@ -118,3 +127,69 @@ async def test_a_payload_past_the_series_budget_refuses_the_scaledobject_across_
     finally:
         await p2.close()
     assert hostile.hits == hits  # never read again
+
+
+async def _closed(reader: asyncio.StreamReader, within: float) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(1), within) == b""
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+
+
+async def test_slow_clients_on_the_metrics_port_are_capped_and_timed_out(tmp_path: Path) -> None:
+    from warmscale.scaler.metrics import HTTP_IDLE_SECONDS, HTTP_MAX_CONNECTIONS
+
+    [p] = await start_scalers(tmp_path, 1, names=["slow"])
+    conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        t0 = time.monotonic()
+        for i in range(300):  # bounded: 300 loopback connections
+            r, w = await asyncio.open_connection("127.0.0.1", p.metrics_port)
+            if i % 2:
+                w.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers never completed
+            conns.append((r, w))
+        closed_at_once = await asyncio.gather(*(_closed(r, 3.0) for r, _ in conns))
+        assert sum(closed_at_once) >= 300 - HTTP_MAX_CONNECTIONS, sum(closed_at_once)
+        held = [(r, w) for (r, w), c in zip(conns, closed_at_once, strict=True) if not c]
+        for _, w in held[1::2]:
+            w.write(b"X-Trickle: 1\r\n")  # a byte now and then does not keep a connection
+        results = await asyncio.gather(*(_closed(r, HTTP_IDLE_SECONDS + 10) for r, _ in held))
+        took = time.monotonic() - t0
+        assert all(results), f"{results.count(False)} slow connections still open after {took:.0f}s"
+        assert took < HTTP_IDLE_SECONDS + 10
+        assert b"warmscale_trackers" in p.http("/metrics")  # serving again
+    finally:
+        for _, w in conns:
+            w.close()
+        await p.close()
+
+
+def _get(url: str, token: str | None = None) -> int:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+async def test_metrics_token_and_bind_address(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    [p] = await start_scalers(tmp_path, 1, "--metrics-host", "127.0.0.2", "--metrics-token-file", str(token),
+                              names=["token"])
+    base = f"http://127.0.0.2:{p.metrics_port}"
+    try:
+        assert _get(f"{base}/metrics") == 401 and _get(f"{base}/decisions") == 401
+        assert _get(f"{base}/metrics", "wrong") == 401
+        assert _get(f"{base}/metrics", "s3cret-token") == 200 and _get(f"{base}/decisions", "s3cret-token") == 200
+        assert _get(f"{base}/healthz") == 200
+        with pytest.raises(urllib.error.URLError):  # not on the gRPC host's address
+            _get(f"http://127.0.0.1:{p.metrics_port}/healthz")
+        token.write_text("rotated\n")  # a Secret update in place
+        assert _get(f"{base}/metrics", "rotated") == 200 and _get(f"{base}/metrics", "s3cret-token") == 401
+        assert "s3cret" not in p.log()
+    finally:
+        await p.close()
