@@ -117,8 +117,8 @@ def main() -> int:
             server.wait()
     print(f"payload: {args.series:,} series, {size / 2**20:.1f} MiB; maxPayloadBytes {args.max_payload_bytes:,}")
     print(f"outcome: {outcome} ({took:.1f} s)")
-    shown = ", ".join(f"{w:.0f}" for w in workers) or "none started"
-    print(f"peak RSS: scaler process {main_peak:.0f} MiB (before the read {base:.0f} MiB); parse workers: {shown} MiB")
+    shown = ", ".join(f"{w:.0f} MiB" for w in workers) or "none started"
+    print(f"peak RSS: scaler process {main_peak:.0f} MiB (before the read {base:.0f} MiB); parse workers: {shown}")
     return 0
 
 
