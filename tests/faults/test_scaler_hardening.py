@@ -21,23 +21,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 
 from tests.faults.scalerproc import ROOT, Engine, start_scalers, until, vllm_payload
+from tests.scaler.conftest import status_of as _code
 from tests.servers import FakeEngine, RedisServer
 
 FAST = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "0.5"}
-
-
-async def _code(aw: Any) -> tuple[grpc.StatusCode, str]:
-    try:
-        await aw
-    except grpc.aio.AioRpcError as exc:
-        return exc.code(), exc.details() or ""
-    return grpc.StatusCode.OK, ""
 
 
 def shipped_allow_targets() -> str:

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from tests.scaler.conftest import META, ScriptedReader, eventually
+from tests.scaler.conftest import status_of as _code
 from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.store import MemoryStore
 from warmscale.signals.model import Snapshot
@@ -33,14 +34,6 @@ class HostileReader(ScriptedReader):
             self.big_reads += 1
             raise SizeRefused(LIMIT)
         return await super().__call__(cfg, now, scope)
-
-
-async def _code(aw: Any) -> tuple[grpc.StatusCode, str]:
-    try:
-        await aw
-    except grpc.aio.AioRpcError as exc:
-        return exc.code(), exc.details() or ""
-    return grpc.StatusCode.OK, ""
 
 
 @pytest.mark.parametrize("rpc_process", [False, True], ids=["in-process", "rpc-front"])
