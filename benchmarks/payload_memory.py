@@ -82,8 +82,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--series", type=int, default=1_000_000)
     ap.add_argument("--max-payload-bytes", type=int, default=64 * 1024 * 1024)
-    ap.add_argument("--scaledobject-bytes", type=int, default=None, help="the ScaledObject's payload byte budget")
-    ap.add_argument("--scaledobject-series", type=int, default=None, help="the ScaledObject's series budget")
+    ap.add_argument("--no-budgets", action="store_true",
+                    help="raise the payload budgets out of the way (what the parse workers' own cap does)")
     ap.add_argument("--write-payload", default=None, help=argparse.SUPPRESS)  # the writer child
     args = ap.parse_args()
     if not 1 <= args.series <= MAX_SERIES:
@@ -105,10 +105,9 @@ def main() -> int:
 
             base = peak_mib()
             t0 = time.monotonic()
-            limits = {k: v for k, v in (("scaledobject_bytes", args.scaledobject_bytes),
-                                        ("scaledobject_series", args.scaledobject_series),
-                                        ("process_bytes", args.scaledobject_bytes),
-                                        ("process_series", args.scaledobject_series)) if v is not None}
+            huge = 2**40
+            limits = dict.fromkeys(("payload_series", "scaledobject_bytes", "scaledobject_series", "process_bytes",
+                                    "process_series"), huge) if args.no_budgets else {}
             outcome, workers = asyncio.run(measure(f"http://127.0.0.1:{port}/metrics", args.max_payload_bytes, limits))
             took = time.monotonic() - t0
             main_peak = peak_mib()

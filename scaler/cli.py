@@ -59,8 +59,9 @@ class SourcesReader:
         self.shared = SharedReads()
         self.parser = ParsePool(parse_workers, memory_bytes=parse_worker_memory)
         # Payload memory (signals.sources.budget): one budget for the process, one per collector (per
-        # ScaledObject with Kubernetes; per distinct config without). Past its own, a ScaledObject is
-        # refused (SizeRefused from read()); past the process's, that replica is unknown for that read.
+        # ScaledObject with Kubernetes; per distinct config without). A payload past the per-payload
+        # series limit refuses the ScaledObject (SizeRefused from read()); past a budget's sums, that
+        # replica is unknown for that read.
         self.limits = limits if limits is not None else PayloadLimits()
         self.budget = self.limits.process_budget()
         self._collectors: dict[tuple[ScaledObjectKey | None, ScalerConfig], tuple[Any, Any, float]] = {}
@@ -202,12 +203,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-streams-per-scaledobject", type=int, default=DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT,
                         help="most open streams per ScaledObject (and trigger metadata); new ones beyond get "
                              "RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-payload-series", type=int, default=PayloadLimits.payload_series,
+                        help="most series one metrics payload may have (counted as it is read, before parsing); "
+                             "a ScaledObject reading a larger one is refused: RESOURCE_EXHAUSTED and an Event")
     parser.add_argument("--max-scaledobject-payload-bytes", type=int, default=PayloadLimits.scaledobject_bytes,
                         help="most payload bytes one ScaledObject's scrapes hold at once (read, then parsed); "
-                             "beyond, the ScaledObject is refused: RESOURCE_EXHAUSTED and an Event")
+                             "beyond, a read fails (that replica unknown for that decision)")
     parser.add_argument("--max-scaledobject-series", type=int, default=PayloadLimits.scaledobject_series,
-                        help="most series one ScaledObject's payloads hold at once (counted before parsing); "
-                             "beyond, the ScaledObject is refused: RESOURCE_EXHAUSTED and an Event")
+                        help="most series one ScaledObject's payloads hold at once; beyond, a read fails "
+                             "(that replica unknown for that decision)")
     parser.add_argument("--max-payload-bytes-in-flight", type=int, default=PayloadLimits.process_bytes,
                         help="most payload bytes all scrapes of this scaler hold at once; beyond, a read fails "
                              "(that replica unknown for that decision)")
@@ -270,8 +274,8 @@ async def serve(args: argparse.Namespace) -> int:
     if args.max_trackers < 1 or args.max_trackers_per_namespace < 1:
         log.error("cannot start the scaler", extra={"error": "--max-trackers* must be at least 1"})
         return 2
-    sizes = ("max_scaledobject_payload_bytes", "max_scaledobject_series", "max_payload_bytes_in_flight",
-             "max_series_in_flight")
+    sizes = ("max_payload_series", "max_scaledobject_payload_bytes", "max_scaledobject_series",
+             "max_payload_bytes_in_flight", "max_series_in_flight")
     bad = next((n for n in sizes if getattr(args, n) < 1), None)
     if bad is not None or args.parse_worker_memory_bytes < 0:
         flag = "--" + (bad or "parse_worker_memory_bytes").replace("_", "-")
@@ -287,7 +291,8 @@ async def serve(args: argparse.Namespace) -> int:
         except Exception as exc:
             log.error("cannot load the kubeconfig", extra={"kubeconfig": args.kubeconfig, "error": str(exc)})
             return 2
-    limits = PayloadLimits(scaledobject_bytes=args.max_scaledobject_payload_bytes,
+    limits = PayloadLimits(payload_series=args.max_payload_series,
+                           scaledobject_bytes=args.max_scaledobject_payload_bytes,
                            scaledobject_series=args.max_scaledobject_series,
                            process_bytes=args.max_payload_bytes_in_flight, process_series=args.max_series_in_flight)
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.

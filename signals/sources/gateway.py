@@ -13,7 +13,7 @@ from warmscale.signals.model import GatewayReading
 from warmscale.signals.parsing import PayloadError
 from warmscale.signals.redact import redact
 from warmscale.signals.sources.base import SourceResult
-from warmscale.signals.sources.budget import Budget, BudgetExceeded, Charge, count_series
+from warmscale.signals.sources.budget import Budget, Charge
 from warmscale.signals.sources.prometheus import PrometheusError, query
 from warmscale.signals.sources.scrape import ScrapeError, fetch_payload
 
@@ -40,12 +40,9 @@ class EppScrapeSource:
         try:
             text = await fetch_payload(self._session, self.url, timeout_s=self._timeout, max_bytes=self._max_bytes,
                                        charge=charge)
-            charge.add(nseries=count_series(text))
             signal = epp.parse_payload(text, self.pool, max_bytes=self._max_bytes)
         except ScrapeError as exc:
             err = f"endpoint picker {redact(self.url)}: {redact(str(exc))}"
-        except BudgetExceeded as exc:
-            err = f"endpoint picker {redact(self.url)}: {exc} (not parsed)"
         except PayloadError as exc:
             err = f"endpoint picker {redact(self.url)}: payload: {exc}"
         else:

@@ -20,7 +20,7 @@ from warmscale.signals.engines import parse_payload
 from warmscale.signals.model import ReplicaReading, ReplicaSignal
 from warmscale.signals.parsing import PayloadError
 from warmscale.signals.sources.base import Endpoint, EndpointProvider, SourceResult
-from warmscale.signals.sources.budget import Budget, BudgetExceeded, Charge, count_series
+from warmscale.signals.sources.budget import Budget, BudgetExceeded, Charge, LineCounter
 from warmscale.signals.sources.shared import SharedReads
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
@@ -54,13 +54,14 @@ async def fetch_payload(session: aiohttp.ClientSession, url: str, *, timeout_s: 
                 if declared is not None and declared > max_bytes:
                     raise ScrapeError(f"payload of {declared} bytes exceeds the {max_bytes}-byte cap")
                 body = bytearray()
+                lines = LineCounter()
                 while True:
                     chunk = await resp.content.read(_CHUNK)
                     if not chunk:
                         break
                     if charge is not None:
-                        # (the decoded text is charged as it arrives: about what it holds once decoded)
-                        charge.add(nbytes=len(chunk))
+                        # (charged as it arrives: about what the text holds once decoded)
+                        charge.add(nbytes=len(chunk), nseries=lines.feed(chunk))
                     body += chunk
                     if len(body) > max_bytes:
                         raise ScrapeError(f"payload exceeds the {max_bytes}-byte cap (aborted reading)")
@@ -98,10 +99,6 @@ async def scrape_endpoint(
     charge = Charge(budgets)
     try:
         text = await fetch_payload(session, endpoint.url, timeout_s=timeout_s, max_bytes=max_bytes, charge=charge)
-        try:
-            charge.add(nseries=count_series(text))
-        except BudgetExceeded as exc:
-            raise ScrapeError(f"{exc} (not parsed)") from None
         try:
             async with asyncio.timeout_at(deadline):
                 signal = await (parse or parse_inline)(text, engine, max_bytes)

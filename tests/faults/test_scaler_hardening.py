@@ -3,7 +3,7 @@
 - Item 10: the shipped install's ``--allow-targets`` refuses loopback and link-local (cloud metadata)
   targets before any request is sent; a ScaledObject with 1,000 endpoint URLs is refused by the
   endpoint cap, with or without the flag, and nothing is sent.
-- Item 4: an endpoint serving a payload of more series than a ScaledObject's budget makes the scaler
+- Item 4: an endpoint serving a payload of more series than the per-payload limit makes the scaler
   refuse that ScaledObject (RESOURCE_EXHAUSTED naming the flag) without parsing it; the refusal is
   in the Redis registry, so a restarted scaler does not resume it nor read the endpoint again.
 - Item 11: 300 slow clients (idle, or trickling their headers) on the metrics port: beyond the cap
@@ -90,7 +90,7 @@ async def test_a_payload_past_the_series_budget_refuses_the_scaledobject_across_
     hostile = fake_engine(vllm_payload(running=5) + "".join(f'pad{{i="{i}"}} 1\n' for i in range(3000)))
     engine = Engine(fake_engine())
     engine.set(running=20)
-    flags = ("--redis-url", redis_server.url, "--max-scaledobject-series", "2000")
+    flags = ("--redis-url", redis_server.url, "--max-payload-series", "2000")
     [p] = await start_scalers(tmp_path, 1, *flags, names=["size-1"])
     c = p.client
     big = c.ref(name="big", metadata={**FAST, "endpoints": hostile.url, "maxPayloadBytes": "67108864"})
@@ -104,7 +104,7 @@ async def test_a_payload_past_the_series_budget_refuses_the_scaledobject_across_
 
         async def refused() -> bool:
             code, msg = await _code(c.stub.IsActive(big, timeout=5))
-            return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-scaledobject-series 2000" in msg
+            return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-payload-series 2000" in msg
 
         await until(refused, within=10)
         hits = hostile.hits

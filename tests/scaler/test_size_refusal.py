@@ -18,8 +18,7 @@ from warmscale.scaler.store import MemoryStore
 from warmscale.signals.model import Snapshot
 from warmscale.signals.sources.budget import SizeRefused
 
-LIMIT = ("ScaledObject default/big: payloads would hold more than 100,000 series at once "
-         "(this one has 3,100,000; --max-scaledobject-series 100000)")
+LIMIT = "ScaledObject default/big: a payload has more than 100,000 series (--max-payload-series 100000)"
 
 
 class HostileReader(ScriptedReader):
@@ -57,7 +56,7 @@ async def test_refused_for_size_answers_resource_exhausted_and_is_not_resumed(
 
     async def refused() -> bool:
         code, msg = await _code(c.stub.IsActive(c.ref("big")))
-        return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-scaledobject-series 100000" in msg
+        return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-payload-series 100000" in msg
 
     await eventually(refused, within=5)
     with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -80,7 +79,7 @@ async def test_refused_for_size_answers_resource_exhausted_and_is_not_resumed(
     c2 = clients(second.grpc_port)
     code, msg = await _code(c2.stub.GetMetrics(c2.pb.GetMetricsRequest(scaledObjectRef=c2.ref("big"),
                                                                        metricName="warmscale-desired-replicas")))
-    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-scaledobject-series" in msg
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-payload-series" in msg
     await asyncio.sleep(0.3)
     assert reader2.big_reads == 0
     # A metadata change is a new ScaledObject: read at once.
