@@ -6,10 +6,12 @@ Everything hangs off one :class:`prometheus_client.CollectorRegistry` owned by t
 HTTP (``--metrics-port``): ``/metrics`` (Prometheus text), ``/decisions`` (the bounded decision log
 as JSON; ``?namespace=&name=&limit=`` filter it), ``/healthz``.
 
-The HTTP server is bounded: at most :data:`HTTP_MAX_CONNECTIONS` connections (more are closed at
-once), a connection that sends no complete request within :data:`HTTP_IDLE_SECONDS` (after
-connecting or after its last response: a trickling slow client included) is closed, and a response
-not taken by the client within :data:`HTTP_RESPONSE_SECONDS` closes its connection. ``/metrics`` and
+The HTTP server is bounded (the controller's listener, :class:`warmpool.http_limits.BoundedSite`): at
+most :data:`HTTP_MAX_CONNECTIONS` connections (more are closed at once, counted in
+``warmscale_http_connections_refused_total``), a connection that sends no complete request within
+:data:`HTTP_IDLE_SECONDS` (after connecting or after its last response: a trickling slow client
+included) is closed, and a response not taken by the client within :data:`HTTP_RESPONSE_SECONDS`
+closes its connection. ``/metrics`` and
 ``/decisions`` name every tracked tenant (namespaces, ScaledObjects, counts): ``--metrics-host``
 binds them to one address and ``--metrics-token-file`` requires ``Authorization: Bearer <token>``
 (``/healthz`` stays open for the kubelet's probes).
@@ -31,6 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.signals.redact import redact, redact_value
+from warmscale.warmpool.http_limits import BoundedSite, ConnectionLimits, HttpMetrics, make_runner
 
 log = logging.getLogger("warmscale.scaler.metrics")
 
@@ -170,55 +173,6 @@ class BearerToken:
         return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token)
 
 
-class HttpEndpoint:
-    """The running HTTP endpoint: :meth:`cleanup` closes the listener, then the connections."""
-
-    def __init__(self, server: asyncio.Server, runner: web.AppRunner) -> None:
-        self.server = server
-        self.runner = runner
-
-    async def cleanup(self) -> None:
-        self.server.close()
-        await self.runner.cleanup()
-
-
-class _Refuse(asyncio.Protocol):
-    """A connection beyond HTTP_MAX_CONNECTIONS: closed at once."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
-
-
-class _Counted(asyncio.Protocol):
-    """aiohttp's protocol for one connection, counted from its creation (asyncio accepts a batch of
-    connections before any of them is "made", so aiohttp's own count lags) until it is lost."""
-
-    def __init__(self, inner: Any, slots: list[int]) -> None:
-        self._inner = inner
-        self._slots = slots
-        slots[0] += 1
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        result: bool | None = self._inner.eof_received()
-        return result
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._slots[0] -= 1
-        self._inner.connection_lost(exc)
-
-
 async def _send(request: web.Request, body: bytes, content_type: str, status: int = 200) -> web.StreamResponse:
     """Write a response within HTTP_RESPONSE_SECONDS, else close the connection."""
     resp = web.StreamResponse(status=status, headers={"Content-Type": content_type})
@@ -243,7 +197,7 @@ async def start_http(
     extra: Callable[[], dict[str, Any]] | None = None,
     token: BearerToken | None = None,
     max_connections: int = HTTP_MAX_CONNECTIONS,
-) -> tuple[HttpEndpoint, int]:
+) -> tuple[web.AppRunner, int]:
     """Serve ``/metrics``, ``/decisions`` and ``/healthz`` (bounded, see the module docstring); with
     ``token`` the first two require it. Returns the endpoint and the bound port."""
 
@@ -279,23 +233,14 @@ async def start_http(
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/decisions", decisions_handler)
     app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=HTTP_IDLE_SECONDS)
+    limits = ConnectionLimits(max_connections=max_connections, idle_timeout_s=HTTP_IDLE_SECONDS)
+    runner = make_runner(app, limits)
     await runner.setup()
-    handlers = runner.server
-    assert handlers is not None
-
-    open_connections = [0]
-
-    def connection() -> asyncio.Protocol:
-        if open_connections[0] >= max_connections:
-            return _Refuse()
-        return _Counted(handlers(), open_connections)
-
-    loop = asyncio.get_running_loop()
+    site = BoundedSite(runner, host, port, limits=limits, name="scaler-metrics",
+                       metrics=HttpMetrics(metrics.registry))
     try:
-        server = await loop.create_server(connection, host, port, reuse_address=True)
+        await site.start()
     except OSError:
         await runner.cleanup()
         raise
-    bound = int(server.sockets[0].getsockname()[1]) if server.sockets else port
-    return HttpEndpoint(server, runner), bound
+    return runner, site.port
