@@ -11,10 +11,9 @@ most :data:`HTTP_MAX_CONNECTIONS` connections (more are closed at once, counted 
 ``warmscale_http_connections_refused_total``), a connection that sends no complete request within
 :data:`HTTP_IDLE_SECONDS` (after connecting or after its last response: a trickling slow client
 included) is closed, and a response not taken by the client within :data:`HTTP_RESPONSE_SECONDS`
-closes its connection. ``/metrics`` and
-``/decisions`` name every tracked tenant (namespaces, ScaledObjects, counts): ``--metrics-host``
-binds them to one address and ``--metrics-token-file`` requires ``Authorization: Bearer <token>``
-(``/healthz`` stays open for the kubelet's probes).
+closes its connection. ``/metrics`` and ``/decisions`` name every tracked tenant (namespaces,
+ScaledObjects, counts): ``--metrics-host`` binds them to one address and ``--metrics-token-file``
+requires ``Authorization: Bearer <token>`` (``/healthz`` stays open for the kubelet's probes).
 """
 
 from __future__ import annotations
@@ -35,18 +34,7 @@ from warmscale.scaler.decision_log import DecisionLog
 from warmscale.signals.redact import redact, redact_value
 from warmscale.warmpool.http_limits import BoundedSite, ConnectionLimits, HttpMetrics, make_runner
 
-log = logging.getLogger("warmscale.scaler.metrics")
-
 SO_LABELS = ("namespace", "scaledobject")
-# Connections the HTTP endpoint holds at once: Prometheus (a few replicas), the kubelet's probes,
-# operators; 2,000 slow clients were held indefinitely before.
-HTTP_MAX_CONNECTIONS = 256
-# A connection must complete a request this long after connecting or after its last response
-# (aiohttp's keep-alive timeout, which also closes a client trickling its headers). Prometheus keeps
-# its connection across scrapes only when it scrapes more often than this; otherwise it reconnects.
-HTTP_IDLE_SECONDS = 15.0
-# Longest a response may take to be written (a client that does not read /metrics holds nothing).
-HTTP_RESPONSE_SECONDS = 30.0
 RPC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
 
 
@@ -139,6 +127,19 @@ class ScalerMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+log = logging.getLogger("warmscale.scaler.metrics")
+
+# Connections the HTTP endpoint holds at once: Prometheus (a few replicas), the kubelet's probes,
+# operators; 2,000 slow clients were held indefinitely before.
+HTTP_MAX_CONNECTIONS = 256
+# A connection must complete a request this long after connecting or after its last response
+# (aiohttp's keep-alive timeout, which also closes a client trickling its headers). Prometheus keeps
+# its connection across scrapes only when it scrapes more often than this; otherwise it reconnects.
+HTTP_IDLE_SECONDS = 15.0
+# Longest a response may take to be written (a client that does not read /metrics holds nothing).
+HTTP_RESPONSE_SECONDS = 30.0
 
 
 class BearerToken:

@@ -77,12 +77,12 @@ def build_sources(
             engine=cfg.engine,
             timeout=cfg.scrape_timeout_seconds,
             max_payload_bytes=cfg.max_payload_bytes,
+            budgets=budgets,
             name=name,
             wait=wait,
             shared=shared,
             fresh_for=fresh_for,
             parse=parse,
-            budgets=budgets,
         )
 
     direct = False

@@ -85,11 +85,11 @@ async def scrape_endpoint(
     endpoint: Endpoint,
     now: float,
     *,
+    budgets: Sequence[Budget] = (),
     engine: str = "auto",
     timeout_s: float = 2.0,
     max_bytes: int = 4 * 1024 * 1024,
     parse: ParseFn | None = None,
-    budgets: Sequence[Budget] = (),
 ) -> ReplicaReading:
     """Scrape and parse one endpoint into a reading observed at ``now`` (unknown on any failure).
     ``timeout_s`` bounds the whole: connection, body (a trickling one too) and parsing. The payload's
@@ -131,15 +131,14 @@ class ScrapeSource:
         engine: str = "auto",
         timeout: float = 2.0,
         max_payload_bytes: int = 4 * 1024 * 1024,
+        budgets: Sequence[Budget] = (),
         name: str = "endpoints",
         wait: float | None = None,
         shared: SharedReads | None = None,
         fresh_for: float = 0.0,
         parse: ParseFn | None = None,
-        budgets: Sequence[Budget] = (),
     ) -> None:
         self.name = name
-        self._budgets = tuple(budgets)
         self._provider = provider
         self._session = session
         self._engine = engine
@@ -149,6 +148,7 @@ class ScrapeSource:
         self._shared = shared if shared is not None else SharedReads()
         self._fresh_for = fresh_for
         self._parse = parse
+        self._budgets = tuple(budgets)  # payload memory held while read and parsed (signals.sources.budget)
 
     async def _one(self, ep: Endpoint, now: float) -> ReplicaReading:
         key = ("scrape", ep.url, self._engine, self._max_bytes, self._timeout)
