@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (fixtures imported from tests.cluster.fixtures are used by name)
 """The Event on a ScaledObject refused for size (issue 20, item 4), against a real API server, as the
 scaler's own ServiceAccount (the install's ClusterRole rules: ``create`` on events is the one write)."""
 
