@@ -1,10 +1,11 @@
 """``warmscale scaler``: the KEDA external scaler process.
 
-    warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 8080 [--metrics-host ADDR]
-                     [--metrics-token-file FILE] [--redis-url redis://...]
+    warmscale scaler --host 0.0.0.0 --grpc-port 9090 --metrics-port 8080 [--redis-url redis://...]
                      [--tls-cert cert.pem --tls-key key.pem [--tls-client-ca ca.pem]]
                      [--tracker-idle-seconds 600] [--grace-seconds 10]
                      [--max-trackers 4000] [--max-trackers-per-namespace 2000] [--allow-targets CIDRS,HOSTS]
+                     [--metrics-host ADDR] [--metrics-token-file FILE] [--max-streams 8000]
+                     [--max-payload-series 100000] [--parse-worker-memory-bytes N] (and the budgets: --help)
                      [--kubeconfig FILE | --no-kubernetes]
 
 SIGTERM/SIGINT trigger a graceful shutdown (see :meth:`scaler.server.ScalerServer.stop`).
@@ -82,6 +83,7 @@ class SourcesReader:
 
         from warmscale.signals.sources import build_collector
 
+        who = f"ScaledObject {scope[0]}/{scope[1]}" if scope is not None else "the ScaledObject"  # (its budget)
         if self._session is None:
             # No connection cap: a hung endpoint holds one connection (one read in flight per URL),
             # never a slot that the other ScaledObjects' scrapes wait for.
@@ -90,7 +92,6 @@ class SourcesReader:
                 limit=0, ttl_dns_cache=30, socket_factory=factory))
         if self.guard is not None:
             await self.guard.refresh_hosts()
-        asker = scope
         if self.discovery is None:
             scope = None
         key = (scope, cfg)
@@ -103,7 +104,6 @@ class SourcesReader:
             if scope is not None:
                 provider = self.discovery.provider(scope[0], scope[1], pod_selector=cfg.pod_selector,
                                                    metrics_port=cfg.metrics_port, metrics_path=cfg.metrics_path)
-            who = f"ScaledObject {asker[0]}/{asker[1]}" if asker is not None else "the ScaledObject"
             budget = self._budgets[key] = self.limits.scaledobject_budget(who)
             collector = build_collector(cfg, session=self._session, pod_endpoints=provider, shared=self.shared,
                                         parse=self.parser.parse,
