@@ -271,6 +271,9 @@ def _gpu_product(v: str) -> bool:
 _SECONDS_DAY = 86_400.0
 MAX_REPLICAS = 10_000
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+# Smallest KV-cache usage a replica count may be sized for: 1% asks for 100x the replicas the usage
+# holds; below, the need is a typo (5e-324 overflowed the policy on every tick).
+MIN_KV_TARGET = 0.01
 
 
 KEYS: tuple[Key, ...] = (
@@ -308,7 +311,7 @@ KEYS: tuple[Key, ...] = (
         "Share of one replica's learned capacity (prefill tokens/s, sequences) to size for. The "
         "learned prefill rate is a lower bound (0.83-0.95 of the simulated engines' rate in the trace "
         "benchmark), so 0.8 of it leaves about the headroom 0.7 of the true rate would (docs/policy.md)."),
-    Key("kvBoundTarget", "kv_bound_target", _parse_float, Range(0, 1, lo_open=True),
+    Key("kvBoundTarget", "kv_bound_target", _parse_float, Range(MIN_KV_TARGET, 1),
         "Mean KV-cache usage the KV-bound need sizes for when no targetInflightPerReplica is set: room "
         "left to admit long prompts and their decode growth (0.5 measured on Mooncake; 0.56-0.8 let "
         "bursts of 30k-85k-token prompts queue, docs/benchmarks.md)."),
@@ -326,7 +329,7 @@ KEYS: tuple[Key, ...] = (
         "capacity is kept per product. Unset: the product pod discovery reads from the nodes."),
     Key("targetWaitingPerReplica", "target_waiting_per_replica", _parse_float, Range(0, 1e6),
         "Queued requests per replica tolerated before the queue alone asks for more replicas."),
-    Key("kvCacheTarget", "kv_cache_target", _parse_float, Range(0, 1, lo_open=True),
+    Key("kvCacheTarget", "kv_cache_target", _parse_float, Range(MIN_KV_TARGET, 1),
         "KV-cache usage (0..1) to size for when usage runs high."),
     Key("kvCacheHigh", "kv_cache_high", _parse_float, Range(0, 1, lo_open=True),
         "KV-cache usage above which the KV rule engages (also engages on preemptions)."),
