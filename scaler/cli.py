@@ -216,7 +216,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="most payload bytes all scrapes of this scaler hold at once; beyond, a read fails "
                              "(that replica unknown for that decision)")
     parser.add_argument("--max-series-in-flight", type=int, default=PayloadLimits.process_series,
-                        help="most series all payloads being parsed hold at once; beyond, a read fails "
+                        help="most series all payloads of this scaler hold at once; beyond, a read fails "
                              "(that replica unknown for that decision)")
     parser.add_argument("--parse-worker-memory-bytes", type=int, default=DEFAULT_WORKER_MEMORY_BYTES,
                         help="address-space cap of each payload parse worker (RLIMIT_AS; 0: none); a payload "

@@ -200,7 +200,7 @@ async def start_http(
     max_connections: int = HTTP_MAX_CONNECTIONS,
 ) -> tuple[web.AppRunner, int]:
     """Serve ``/metrics``, ``/decisions`` and ``/healthz`` (bounded, see the module docstring); with
-    ``token`` the first two require it. Returns the endpoint and the bound port."""
+    ``token`` the first two require it. Returns the runner and the bound port."""
 
     def refused(request: web.Request) -> web.Response | None:
         if token is None or token.allows(request.headers.get("Authorization")):
@@ -208,7 +208,10 @@ async def start_http(
         return web.Response(status=401, text="unauthorized\n", headers={"WWW-Authenticate": "Bearer"})
 
     async def metrics_handler(request: web.Request) -> web.StreamResponse:
-        return refused(request) or await _send(request, metrics.exposition(), CONTENT_TYPE_LATEST)
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        return await _send(request, metrics.exposition(), CONTENT_TYPE_LATEST)
 
     async def decisions_handler(request: web.Request) -> web.StreamResponse:
         denied = refused(request)

@@ -16,7 +16,7 @@ Schema: every record is JSON with a ``version`` where its shape grew (``WarmStat
 ``BurstStats`` 1); readers take what they know, ignore unknown keys and default missing ones, so an
 older record (or a newer writer's) is read, never rejected.
 
-Every record read is checked first (:func:`checked`): a record that is not JSON, not an object, or
+Every record read is checked first (:func:`decode_record`): a record that is not JSON, not an object, or
 holds a number that is not finite or beyond :data:`RECORD_MAX` (anyone with write access to Redis
 can write ``1e308``, which overflowed the policy on every tick) is *unknown*, logged once per
 record: a state or decision as absent (the tracker continues from a fresh state, holding its count
