@@ -224,7 +224,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-targets", default=None,
                         help="comma-separated CIDRs, addresses and host names the scaler may connect to "
                              "(endpoints, pods, Prometheus, Redis queues), checked on resolved addresses; "
-                             "anything else is INVALID_ARGUMENT (default: no restriction)")
+                             "anything else is INVALID_ARGUMENT; the word 'private' stands for the pod/service "
+                             "ranges (RFC 1918, 100.64.0.0/10, fc00::/7; the shipped install's value) "
+                             "(default: no restriction)")
     parser.add_argument("--rpc-process", action=argparse.BooleanOptionalAction, default=True,
                         help="answer KEDA's gRPC from a process of its own, from a mirror of the decisions "
                              "(default; RPCs never wait behind ticks and scrapes). --no-rpc-process: one process")
