@@ -4,6 +4,8 @@
                      [--tls-cert cert.pem --tls-key key.pem [--tls-client-ca ca.pem]]
                      [--tracker-idle-seconds 600] [--grace-seconds 10]
                      [--max-trackers 4000] [--max-trackers-per-namespace 2000] [--allow-targets CIDRS,HOSTS]
+                     [--metrics-host ADDR] [--metrics-token-file FILE] [--max-streams 8000]
+                     [--max-payload-series 100000] [--parse-worker-memory-bytes N] (and the budgets: --help)
                      [--kubeconfig FILE | --no-kubernetes]
 
 SIGTERM/SIGINT trigger a graceful shutdown (see :meth:`scaler.server.ScalerServer.stop`).
@@ -24,8 +26,10 @@ from typing import Any
 
 from warmscale.cliargs import non_negative_float, port, positive_float, positive_int, readable_file
 from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 from warmscale.scaler.tracker import ScaledObjectKey
 from warmscale.signals.model import Snapshot
+from warmscale.signals.sources.budget import DEFAULT_WORKER_MEMORY_BYTES, Budget, PayloadLimits, SizeRefused
 
 log = logging.getLogger("warmscale.scaler")
 # The port every manifest and the chart scrape (manifests/base, charts/warmscale).
@@ -48,7 +52,8 @@ class SourcesReader:
     source error; the other sources keep working."""
 
     def __init__(self, evict_after: float = 300.0, *, discovery: Any = None, parse_workers: int | None = None,
-                 guard: Any = None) -> None:
+                 guard: Any = None, limits: PayloadLimits | None = None,
+                 parse_worker_memory: int | None = DEFAULT_WORKER_MEMORY_BYTES) -> None:
         from warmscale.signals.sources.parsepool import ParsePool
         from warmscale.signals.sources.shared import SharedReads
 
@@ -57,8 +62,15 @@ class SourcesReader:
         # share it), and payload parsing in worker processes: no source of one ScaledObject can
         # hold a thread, a connection slot or the event loop that another one needs.
         self.shared = SharedReads()
-        self.parser = ParsePool(parse_workers)
+        self.parser = ParsePool(parse_workers, memory_bytes=parse_worker_memory)
+        # Payload memory (signals.sources.budget): one budget for the process, one per collector (per
+        # ScaledObject with Kubernetes; per distinct config without). A payload past the per-payload
+        # series limit refuses the ScaledObject (SizeRefused from read()); past a budget's sums, that
+        # replica is unknown for that read.
+        self.limits = limits if limits is not None else PayloadLimits()
+        self.budget = self.limits.process_budget()
         self._collectors: dict[tuple[ScaledObjectKey | None, ScalerConfig], tuple[Any, Any, float]] = {}
+        self._budgets: dict[tuple[ScaledObjectKey | None, ScalerConfig], Budget] = {}
         self._evict_after = evict_after
         self._last_sweep = time.monotonic()
         self.discovery = discovery
@@ -75,6 +87,7 @@ class SourcesReader:
 
         from warmscale.signals.sources import build_collector
 
+        who = f"ScaledObject {scope[0]}/{scope[1]}" if scope is not None else "the ScaledObject"  # (its budget)
         if self._session is None:
             # No connection cap: a hung endpoint holds one connection (one read in flight per URL),
             # never a slot that the other ScaledObjects' scrapes wait for.
@@ -90,17 +103,26 @@ class SourcesReader:
         entry = self._collectors.get(key)
         if entry is not None:
             collector, provider = entry[0], entry[1]
+            budget = self._budgets[key]
         else:
             provider = None
             if scope is not None:
                 provider = self.discovery.provider(scope[0], scope[1], pod_selector=cfg.pod_selector,
                                                    metrics_port=cfg.metrics_port, metrics_path=cfg.metrics_path)
+            budget = self._budgets[key] = self.limits.scaledobject_budget(who)
             collector = build_collector(cfg, session=self._session, pod_endpoints=provider, shared=self.shared,
                                         parse=self.parser.parse,
-                                        allows=self.guard.allows if self.guard is not None else None)
+                                        allows=self.guard.allows if self.guard is not None else None,
+                                        budgets=(budget, self.budget))
         self._collectors[key] = (collector, provider, time.monotonic())
         await self._sweep()
         snapshot: Snapshot = await collector.collect(now)
+        if budget.refused is not None:
+            # Read no more for it: the tracker refuses the ScaledObject (scaler.tracker, SizeRefused).
+            self._collectors.pop(key, None)
+            self._budgets.pop(key, None)
+            await self._close(collector, provider)
+            raise SizeRefused(budget.refused)
         if provider is not None:
             snapshot = await self._with_counts(snapshot, provider, cfg)
         return with_attributed_gpus(snapshot, namespace)
@@ -129,6 +151,7 @@ class SourcesReader:
         for key, (collector, provider, used) in list(self._collectors.items()):
             if mono - used > self._evict_after:
                 del self._collectors[key]
+                self._budgets.pop(key, None)
                 await self._close(collector, provider)
 
     @staticmethod
@@ -143,6 +166,7 @@ class SourcesReader:
         for collector, provider, _ in self._collectors.values():
             await self._close(collector, provider)
         self._collectors.clear()
+        self._budgets.clear()
         await self.shared.aclose()
         self.parser.close()
         if self._session is not None:
@@ -170,6 +194,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="KEDA external scaler gRPC port (0: any free port)")
     parser.add_argument("--metrics-port", type=port(off=-1), default=METRICS_PORT,
                         help="HTTP port for /metrics, /decisions and /healthz (-1 disables)")
+    parser.add_argument("--metrics-host", default=None,
+                        help="address the HTTP endpoint (/metrics, /decisions, /healthz) listens on (default: --host); "
+                             "they list every tracked namespace and ScaledObject")
+    parser.add_argument("--metrics-token-file", default=None,
+                        help="require 'Authorization: Bearer <token>' on /metrics and /decisions, the token being "
+                             "this file's content (re-read when it changes; /healthz stays open)")
     parser.add_argument("--redis-url", default=None,
                         help="share state, decisions and compute leases through Redis (default: in-memory)")
     parser.add_argument("--tls-cert", default=None, type=readable_file, help="server certificate chain (PEM)")
@@ -188,10 +218,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="most ScaledObjects (trackers) this scaler tracks; new ones beyond get RESOURCE_EXHAUSTED")
     parser.add_argument("--max-trackers-per-namespace", type=positive_int, default=2000,
                         help="most trackers per namespace; new ones beyond get RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-streams", type=int, default=DEFAULT_MAX_STREAMS,
+                        help="most open StreamIsActive/StreamMetricSpec streams; new ones beyond get "
+                             "RESOURCE_EXHAUSTED (KEDA opens one per method per ScaledObject)")
+    parser.add_argument("--max-streams-per-scaledobject", type=int, default=DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT,
+                        help="most open streams per ScaledObject (and trigger metadata); new ones beyond get "
+                             "RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-payload-series", type=int, default=PayloadLimits.payload_series,
+                        help="most series one metrics payload may have (counted as it is read, before parsing); "
+                             "a ScaledObject reading a larger one is refused: RESOURCE_EXHAUSTED and an Event")
+    parser.add_argument("--max-scaledobject-payload-bytes", type=int, default=PayloadLimits.scaledobject_bytes,
+                        help="most payload bytes one ScaledObject's scrapes hold at once (read, then parsed); "
+                             "beyond, a read fails (that replica unknown for that decision)")
+    parser.add_argument("--max-scaledobject-series", type=int, default=PayloadLimits.scaledobject_series,
+                        help="most series one ScaledObject's payloads hold at once; beyond, a read fails "
+                             "(that replica unknown for that decision)")
+    parser.add_argument("--max-payload-bytes-in-flight", type=int, default=PayloadLimits.process_bytes,
+                        help="most payload bytes all scrapes of this scaler hold at once; beyond, a read fails "
+                             "(that replica unknown for that decision)")
+    parser.add_argument("--max-series-in-flight", type=int, default=PayloadLimits.process_series,
+                        help="most series all payloads of this scaler hold at once; beyond, a read fails "
+                             "(that replica unknown for that decision)")
+    parser.add_argument("--parse-worker-memory-bytes", type=int, default=DEFAULT_WORKER_MEMORY_BYTES,
+                        help="address-space cap of each payload parse worker (RLIMIT_AS; 0: none); a payload "
+                             "needing more is unparseable (that replica unknown)")
     parser.add_argument("--allow-targets", default=None,
                         help="comma-separated CIDRs, addresses and host names the scaler may connect to "
                              "(endpoints, pods, Prometheus, Redis queues), checked on resolved addresses; "
-                             "anything else is INVALID_ARGUMENT (default: no restriction)")
+                             "anything else is INVALID_ARGUMENT; the word 'private' stands for the pod/service "
+                             "ranges (RFC 1918, 100.64.0.0/10, fc00::/7; the shipped install's value) "
+                             "(default: no restriction)")
     parser.add_argument("--rpc-process", action=argparse.BooleanOptionalAction, default=True,
                         help="answer KEDA's gRPC from a process of its own, from a mirror of the decisions "
                              "(default; RPCs never wait behind ticks and scrapes). --no-rpc-process: one process")
@@ -213,6 +269,8 @@ async def serve(args: argparse.Namespace) -> int:
         host=args.host,
         grpc_port=args.grpc_port,
         metrics_port=None if args.metrics_port is not None and args.metrics_port < 0 else args.metrics_port,
+        metrics_host=getattr(args, "metrics_host", None),
+        metrics_token_file=getattr(args, "metrics_token_file", None),
         redis_url=args.redis_url,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
@@ -225,6 +283,9 @@ async def serve(args: argparse.Namespace) -> int:
         rpc_process=bool(getattr(args, "rpc_process", True)),
         tick_nice=int(getattr(args, "tick_nice", 10)),
         stream_metric_spec=not getattr(args, "no_stream_metric_spec", False),
+        max_streams=int(getattr(args, "max_streams", DEFAULT_MAX_STREAMS)),
+        max_streams_per_scaledobject=int(getattr(args, "max_streams_per_scaledobject",
+                                                 DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT)),
     )
     from warmscale.scaler.target_guard import TargetGuard
 
@@ -234,6 +295,16 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("cannot start the scaler", extra={"error": str(exc)})
         print(f"warmscale scaler: {exc}", file=sys.stderr)  # the message names the flag
         return 2
+    sizes = ("max_payload_series", "max_scaledobject_payload_bytes", "max_scaledobject_series",
+             "max_payload_bytes_in_flight", "max_series_in_flight")
+    bad = next((n for n in sizes if getattr(args, n) < 1), None)
+    if bad is not None or args.parse_worker_memory_bytes < 0:
+        flag = "--" + (bad or "parse_worker_memory_bytes").replace("_", "-")
+        log.error("cannot start the scaler", extra={"error": f"{flag} must be positive"})
+        return 2
+    if options.max_streams < 1 or options.max_streams_per_scaledobject < 1:
+        log.error("cannot start the scaler", extra={"error": "--max-streams* must be at least 1"})
+        return 2
     discovery, api = None, None
     if not getattr(args, "no_kubernetes", False):
         try:
@@ -241,9 +312,19 @@ async def serve(args: argparse.Namespace) -> int:
         except Exception as exc:
             log.error("cannot load the kubeconfig", extra={"kubeconfig": args.kubeconfig, "error": str(exc)})
             return 2
+    limits = PayloadLimits(payload_series=args.max_payload_series,
+                           scaledobject_bytes=args.max_scaledobject_payload_bytes,
+                           scaledobject_series=args.max_scaledobject_series,
+                           process_bytes=args.max_payload_bytes_in_flight, process_series=args.max_series_in_flight)
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
-    reader = SourcesReader(discovery=discovery, guard=guard)
-    server = ScalerServer(options, reader, guard=guard)
+    reader = SourcesReader(discovery=discovery, guard=guard, limits=limits,
+                           parse_worker_memory=args.parse_worker_memory_bytes or None)
+    on_refused = None
+    if api is not None:
+        from warmscale.scaler.kube import RefusalEvents
+
+        on_refused = RefusalEvents(api)
+    server = ScalerServer(options, reader, guard=guard, on_refused=on_refused)
     from warmscale.scaler import gctune
 
     gctune.tune()  # start-up is done: see scaler/gctune.py

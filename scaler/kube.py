@@ -53,3 +53,33 @@ async def load_api_client(kubeconfig: str | None = None) -> tuple[Any, str] | No
     # starve the lists once enough ScaledObjects are watched.
     cfg.connection_pool_maxsize = 0
     return client.ApiClient(configuration=cfg), source
+
+
+class RefusalEvents:
+    """A ``Warning`` Event on a ScaledObject the scaler refuses (``TrackerManager.on_refused``), at most
+    one per message every 10 minutes (:class:`warmpool.kube.EventRecorder`). The ScaledObject's uid is
+    read first (``get`` on scaledobjects, which the scaler has) so that ``kubectl describe`` shows it."""
+
+    REASON = "ScaledObjectRefused"
+
+    def __init__(self, api: Any) -> None:
+        from kubernetes_asyncio import client
+
+        from warmscale.warmpool.kube import EventRecorder
+
+        self._objects = client.CustomObjectsApi(api)
+        self._events = EventRecorder(client.CoreV1Api(api), component="warmscale-scaler")
+
+    async def __call__(self, namespace: str, name: str, message: str) -> None:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        involved: dict[str, Any] = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "namespace": namespace,
+                                    "name": name}
+        try:
+            so = await self._objects.get_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects",
+                                                                  name)
+            involved["uid"] = so["metadata"]["uid"]
+        except (ApiException, KeyError, TypeError) as exc:
+            log.info("refused ScaledObject not readable; the Event names it without a uid",
+                     extra={"namespace": namespace, "scaledobject": name, "error": str(exc)[:200]})
+        await self._events.emit(involved, "Warning", self.REASON, message)

@@ -5,10 +5,23 @@ Everything hangs off one :class:`prometheus_client.CollectorRegistry` owned by t
 
 HTTP (``--metrics-port``): ``/metrics`` (Prometheus text), ``/decisions`` (the bounded decision log
 as JSON; ``?namespace=&name=&limit=`` filter it), ``/healthz``.
+
+The HTTP server is bounded (the controller's listener, :class:`warmpool.http_limits.BoundedSite`): at
+most :data:`HTTP_MAX_CONNECTIONS` connections (more are closed at once, counted in
+``warmscale_http_connections_refused_total``), a connection that sends no complete request within
+:data:`HTTP_IDLE_SECONDS` (after connecting or after its last response: a trickling slow client
+included) is closed, and a response not taken by the client within :data:`HTTP_RESPONSE_SECONDS`
+closes its connection. ``/metrics`` and ``/decisions`` name every tracked tenant (namespaces,
+ScaledObjects, counts): ``--metrics-host`` binds them to one address and ``--metrics-token-file``
+requires ``Authorization: Bearer <token>`` (``/healthz`` stays open for the kubelet's probes).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
+import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from warmscale import buildinfo
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.signals.redact import redact, redact_value
+from warmscale.warmpool.http_limits import BoundedSite, ConnectionLimits, HttpMetrics, make_runner
 
 # The ScaledObject's label is KEDA's own name for it (keda_scaler_metrics_value{scaledObject=...}), and the
 # warm-pool controller's series use the same one: one join key across KEDA, the scaler and the controller.
@@ -127,6 +141,66 @@ class ScalerMetrics:
         return generate_latest(self.registry)
 
 
+log = logging.getLogger("warmscale.scaler.metrics")
+
+# Connections the HTTP endpoint holds at once: Prometheus (a few replicas), the kubelet's probes,
+# operators; 2,000 slow clients were held indefinitely before.
+HTTP_MAX_CONNECTIONS = 256
+# A connection must complete a request this long after connecting or after its last response
+# (aiohttp's keep-alive timeout, which also closes a client trickling its headers). Prometheus keeps
+# its connection across scrapes only when it scrapes more often than this; otherwise it reconnects.
+HTTP_IDLE_SECONDS = 15.0
+# Longest a response may take to be written (a client that does not read /metrics holds nothing).
+HTTP_RESPONSE_SECONDS = 30.0
+
+
+class BearerToken:
+    """``--metrics-token-file``: the token a request must carry, re-read when the file changes (a
+    mounted Secret is updated in place)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: tuple[float, int] | None = None
+        self._token = b""
+        self.read()
+
+    def read(self) -> bytes:
+        st = os.stat(self.path)
+        stamp = (st.st_mtime, st.st_size)
+        if stamp != self._stamp:
+            with open(self.path, "rb") as f:
+                token = f.read().strip()
+            if not token:
+                raise ValueError(f"--metrics-token-file {self.path}: empty")
+            self._token, self._stamp = token, stamp
+        return self._token
+
+    def allows(self, header: str | None) -> bool:
+        if not header or not header.startswith("Bearer "):
+            return False
+        try:
+            token = self.read()
+        except (OSError, ValueError) as exc:  # keep the last one read
+            log.warning("metrics token file unreadable; keeping the last token", extra={"error": str(exc)})
+            token = self._token
+        return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token)
+
+
+async def _send(request: web.Request, body: bytes, content_type: str, status: int = 200) -> web.StreamResponse:
+    """Write a response within HTTP_RESPONSE_SECONDS, else close the connection."""
+    resp = web.StreamResponse(status=status, headers={"Content-Type": content_type})
+    resp.content_length = len(body)
+    try:
+        async with asyncio.timeout(HTTP_RESPONSE_SECONDS):
+            await resp.prepare(request)
+            await resp.write(body)
+            await resp.write_eof()
+    except TimeoutError:
+        if request.transport is not None:
+            request.transport.abort()
+    return resp
+
+
 async def start_http(
     host: str,
     port: int,
@@ -134,15 +208,27 @@ async def start_http(
     decisions: DecisionLog,
     healthy: Callable[[], bool] = lambda: True,
     extra: Callable[[], dict[str, Any]] | None = None,
+    token: BearerToken | None = None,
+    max_connections: int = HTTP_MAX_CONNECTIONS,
 ) -> tuple[web.AppRunner, int]:
-    """Serve ``/metrics``, ``/decisions`` and ``/healthz``; returns the runner and the bound port."""
+    """Serve ``/metrics``, ``/decisions`` and ``/healthz`` (bounded, see the module docstring); with
+    ``token`` the first two require it. Returns the runner and the bound port."""
 
-    async def metrics_handler(_: web.Request) -> web.Response:
-        resp = web.Response(body=metrics.exposition())
-        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return resp
+    def refused(request: web.Request) -> web.Response | None:
+        if token is None or token.allows(request.headers.get("Authorization")):
+            return None
+        return web.Response(status=401, text="unauthorized\n", headers={"WWW-Authenticate": "Bearer"})
 
-    async def decisions_handler(request: web.Request) -> web.Response:
+    async def metrics_handler(request: web.Request) -> web.StreamResponse:
+        denied = refused(request)
+        if denied is not None:
+            return denied
+        return await _send(request, metrics.exposition(), CONTENT_TYPE_LATEST)
+
+    async def decisions_handler(request: web.Request) -> web.StreamResponse:
+        denied = refused(request)
+        if denied is not None:
+            return denied
         q = request.query
         try:
             limit = int(q["limit"]) if "limit" in q else None
@@ -153,7 +239,7 @@ async def start_http(
         }
         if extra is not None:
             body.update(extra())
-        return web.Response(body=orjson.dumps(redact_value(body), default=str), content_type="application/json")
+        return await _send(request, orjson.dumps(redact_value(body), default=str), "application/json")
 
     async def healthz(_: web.Request) -> web.Response:
         ok = healthy()
@@ -163,13 +249,14 @@ async def start_http(
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/decisions", decisions_handler)
     app.router.add_get("/healthz", healthz)
-    runner = web.AppRunner(app, access_log=None)
+    limits = ConnectionLimits(max_connections=max_connections, idle_timeout_s=HTTP_IDLE_SECONDS)
+    runner = make_runner(app, limits)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = port
-    server: Any = site._server
-    sockets = getattr(server, "sockets", None)
-    if sockets:
-        bound = int(sockets[0].getsockname()[1])
-    return runner, bound
+    site = BoundedSite(runner, host, port, limits=limits, name="scaler-metrics",
+                       metrics=HttpMetrics(metrics.registry))
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    return runner, site.port

@@ -48,6 +48,7 @@ import orjson
 from warmscale.scaler.counts import ceil_count
 from warmscale.scaler.hpa import unsized_message
 from warmscale.scaler.inflight import UnaryInflight
+from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT, StreamCap
 
 if TYPE_CHECKING:
     from warmscale.scaler.server import ScalerServer
@@ -115,7 +116,8 @@ class FrontLink:
         ours, theirs = socket.socketpair()
         options = {"host": o.host, "grpc_port": o.grpc_port, "tls_cert": o.tls_cert, "tls_key": o.tls_key,
                    "tls_client_ca": o.tls_client_ca, "idle_seconds": o.tracker_idle_seconds,
-                   "stream_metric_spec": o.stream_metric_spec,
+                   "stream_metric_spec": o.stream_metric_spec, "max_streams": o.max_streams,
+                   "max_streams_per_scaledobject": o.max_streams_per_scaledobject,
                    "log_level": logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()}
         self.proc = subprocess.Popen(  # noqa: ASYNC220  (a quick spawn, once)
             [sys.executable, "-m", "warmscale.scaler.rpcfront", "--fd", str(theirs.fileno()), "--options",
@@ -288,10 +290,12 @@ class _Entry:
 class FrontService:
     """``externalscaler.ExternalScaler`` answered from the mirror."""
 
-    def __init__(self, writer: asyncio.StreamWriter, idle_seconds: float, *, stream_metric_spec: bool = True) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, idle_seconds: float, *, stream_metric_spec: bool = True,
+                 streams: StreamCap | None = None) -> None:
         from warmscale.proto import externalscaler_pb2 as pb
 
         self.stream_metric_spec = stream_metric_spec
+        self.stream_cap = streams if streams is not None else StreamCap()
         self.pb = pb
         self._writer = writer
         self.idle_seconds = idle_seconds
@@ -346,6 +350,8 @@ class FrontService:
         e = self.by_tid.pop(tid, None)
         if e is not None and self.mirror.get(e.key) is e:
             del self.mirror[e.key]
+        if e is not None:
+            e.update(e.answer, e.version)  # wakes its streams: they ask again
 
     def report(self) -> None:
         now = time.monotonic()
@@ -426,6 +432,11 @@ class FrontService:
     async def _stream(self, method: str, request: Any, context: grpc.aio.ServicerContext[Any, Any],
                       render: Callable[[_Entry], Any]) -> None:
         e = await self._entry(request, context)
+        key = e.key
+        refused = self.stream_cap.enter(key, f"ScaledObject {key[0]}/{key[1]}")
+        if refused is not None:
+            await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+        gone = False
         self.streams[e.tid] = self.streams.get(e.tid, 0) + 1
         spec = int(method == "StreamMetricSpec")
         self.spec_streams[e.tid] = self.spec_streams.get(e.tid, 0) + spec
@@ -442,11 +453,18 @@ class FrontService:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout=STREAM_IDLE_WAKE_SECONDS)
-                e = self.by_tid.get(e.tid, e)
+                if e.tid not in self.by_tid:
+                    gone = True  # the scaler process dropped the tracker (refused for size)
+                    break
+                e = self.by_tid[e.tid]
         finally:
+            self.stream_cap.leave(key)
             self.streams[e.tid] -= 1
             self.spec_streams[e.tid] = self.spec_streams.get(e.tid, 0) - spec
             self.open_streams[method] -= 1
+        if gone:
+            # Ask again: a refused ScaledObject's RESOURCE_EXHAUSTED ends the stream; else it ends OK.
+            await self._entry(request, context)
 
     async def StreamIsActive(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await self._stream("StreamIsActive", request, context, lambda e: self.pb.IsActiveResponse(result=e.answer[0]))
@@ -474,7 +492,10 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
     sock = socket.socket(fileno=fd)
     reader, writer = await asyncio.open_connection(sock=sock)
     service = FrontService(writer, float(options.get("idle_seconds") or 600.0),
-                           stream_metric_spec=bool(options.get("stream_metric_spec", True)))
+                           stream_metric_spec=bool(options.get("stream_metric_spec", True)),
+                           streams=StreamCap(int(options.get("max_streams") or DEFAULT_MAX_STREAMS),
+                                             int(options.get("max_streams_per_scaledobject")
+                                                 or DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT)))
     health = Health()
     server = grpc.aio.server(options=[
         ("grpc.so_reuseport", 0),

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -33,19 +32,28 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
+from warmscale.scaler.clock import SteadyClock
 from warmscale.scaler.config import ConfigError
 from warmscale.scaler.counts import ceil_count
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hpa import unsized_message
 from warmscale.scaler.inflight import UnaryInflight
-from warmscale.scaler.metrics import ScalerMetrics, start_http
+from warmscale.scaler.metrics import BearerToken, ScalerMetrics, start_http
 from warmscale.scaler.policy import Decision
 from warmscale.scaler.shutdown import Health, stop_grpc_server
 from warmscale.scaler.store import MemoryStore, Store, open_store
+from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT, StreamCap
 from warmscale.scaler.target_guard import TargetGuard
 from warmscale.scaler.targets import invalid_ref
 from warmscale.scaler.tls import server_credentials
-from warmscale.scaler.tracker import SnapshotReader, Tracker, TrackerLimit, TrackerManager, TrackerOptions
+from warmscale.scaler.tracker import (
+    RefusalHook,
+    SnapshotReader,
+    Tracker,
+    TrackerLimit,
+    TrackerManager,
+    TrackerOptions,
+)
 
 log = logging.getLogger("warmscale.scaler.server")
 
@@ -64,10 +72,12 @@ def _spec(tracker: Tracker, d: Decision) -> pb.GetMetricSpecResponse:
 class ExternalScalerService:
     """Implements ``externalscaler.ExternalScaler`` (both KEDA v2.20 and main protos)."""
 
-    def __init__(self, manager: TrackerManager, metrics: ScalerMetrics, *, stream_metric_spec: bool = True) -> None:
+    def __init__(self, manager: TrackerManager, metrics: ScalerMetrics, *, stream_metric_spec: bool = True,
+                 streams: StreamCap | None = None) -> None:
         self.manager = manager
         self.metrics = metrics
         self.stream_metric_spec = stream_metric_spec
+        self.stream_cap = streams if streams is not None else StreamCap()
         self.shutting_down = False
         self.rpcs = UnaryInflight(
             lambda method, code, seconds: metrics.rpc_seconds.labels(method, code).observe(seconds),
@@ -135,6 +145,9 @@ class ExternalScalerService:
     async def _stream(self, method: str, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any],
                       render: Callable[[Tracker, Decision], Any]) -> None:
         tracker = await self._tracker(request, context)
+        refused = self.stream_cap.enter(tracker.id, f"ScaledObject {tracker.namespace}/{tracker.name}")
+        if refused is not None:
+            await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
         gauge = self.metrics.streams.labels(method)
         gauge.inc()
         tracker.streams += 1
@@ -142,7 +155,7 @@ class ExternalScalerService:
         tracker.spec_streams += spec
         try:
             last: Any = None
-            while not self.shutting_down:
+            while not self.shutting_down and self.manager.has(tracker):
                 version = tracker.version
                 msg = render(tracker, await tracker.current())
                 if msg != last:
@@ -153,10 +166,14 @@ class ExternalScalerService:
                     break
                 await tracker.wait_change(version, STREAM_IDLE_WAKE_SECONDS)
         finally:
+            self.stream_cap.leave(tracker.id)
             tracker.streams -= 1
             tracker.spec_streams -= spec
             tracker.touch()
             gauge.dec()
+        refused = self.manager.refusal(request.namespace, request.name, request.scalerMetadata)
+        if refused is not None:  # the ScaledObject was refused for size while the stream was open
+            await self._abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
         # Returning ends the stream with OK: a clean end resets KEDA's reconnect back-off.
 
     async def StreamIsActive(self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -180,6 +197,8 @@ class ServerOptions:
     grpc_port: int = 9090
     metrics_port: int | None = 8080  # None: no HTTP endpoint
     metrics_host: str | None = None  # default: host
+    # /metrics and /decisions require "Authorization: Bearer <the file's content>" (scaler/metrics.py).
+    metrics_token_file: str | None = None
     redis_url: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -197,13 +216,17 @@ class ServerOptions:
     # once the front runs, so that when the container is short of CPU KEDA's RPCs are answered first.
     tick_nice: int = 0
     stream_metric_spec: bool = True
+    # Open StreamIsActive/StreamMetricSpec streams: in all, and per ScaledObject (scaler/streamcap.py).
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_streams_per_scaledobject: int = DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 
 
 class ScalerServer:
     """gRPC server + health + metrics HTTP + trackers, with graceful start/stop."""
 
     def __init__(self, options: ServerOptions, reader: SnapshotReader, *, store: Store | None = None,
-                 clock: Callable[[], float] = time.time, guard: TargetGuard | None = None) -> None:
+                 clock: Callable[[], float] | None = None, guard: TargetGuard | None = None,
+                 on_refused: RefusalHook | None = None) -> None:
         self.options = options
         self.metrics = ScalerMetrics()
         self.decisions = DecisionLog(options.decision_log_size)
@@ -213,10 +236,14 @@ class ScalerServer:
             self.store, reader, self.metrics, self.decisions,
             options=TrackerOptions(idle_seconds=options.tracker_idle_seconds, max_trackers=options.max_trackers,
                                    max_trackers_per_namespace=options.max_trackers_per_namespace),
-            instance_id=options.instance_id, clock=clock, guard=guard,
+            # Decisions are timed on a clock that does not jump with the wall clock (``clock``: the wall
+            # clock it follows, time.time by default): scaler/clock.py.
+            instance_id=options.instance_id, clock=SteadyClock(wall=clock), guard=guard,
         )
-        self.service = ExternalScalerService(self.manager, self.metrics,
-                                             stream_metric_spec=options.stream_metric_spec)
+        self.manager.on_refused = on_refused  # the Event on a ScaledObject refused for size
+        self.service = ExternalScalerService(
+            self.manager, self.metrics, stream_metric_spec=options.stream_metric_spec,
+            streams=StreamCap(options.max_streams, options.max_streams_per_scaledobject))
         self.health = Health()
         self._server: grpc.aio.Server | None = None
         self._http: Any = None
@@ -270,15 +297,18 @@ class ScalerServer:
         """``/metrics``, ``/decisions`` and health over HTTP (when a port is set); logs what serves."""
         o = self.options
         if o.metrics_port is not None:
+            token = BearerToken(o.metrics_token_file) if o.metrics_token_file else None
             self._http, self.metrics_port = await start_http(
                 o.metrics_host or o.host, o.metrics_port, self.metrics, self.decisions,
                 healthy=lambda: not self.service.shutting_down,
                 extra=lambda: {"instance": self.manager.instance_id, "trackers": len(self.manager)},
+                token=token,
             )
         log.info("scaler serving", extra={
             "grpc_port": self.grpc_port, "metrics_port": self.metrics_port, "tls": bool(o.tls_cert),
             "mtls": bool(o.tls_client_ca), "store": "memory" if self.memory_store else "redis",
             "instance": self.manager.instance_id, "rpc_process": rpc_process,
+            "metrics_host": o.metrics_host or o.host, "metrics_token": bool(o.metrics_token_file),
         })
 
     async def stop(self, grace: float | None = None) -> None:

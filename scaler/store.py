@@ -15,14 +15,25 @@ restarted scaler resumes its trackers before KEDA's next poll, and the warm-pool
 Schema: every record is JSON with a ``version`` where its shape grew (``WarmStatus`` 3,
 ``BurstStats`` 1); readers take what they know, ignore unknown keys and default missing ones, so an
 older record (or a newer writer's) is read, never rejected.
+
+Every record read is checked first (:func:`decode_record`): a record that is not JSON, not an object, or
+holds a number that is not finite or beyond :data:`RECORD_MAX` (anyone with write access to Redis
+can write ``1e308``, which overflowed the policy on every tick) is *unknown*, logged once per
+record: a state or decision as absent (the tracker continues from a fresh state, holding its count
+for one stabilisation window), a warm status or burst statistics as an unreadable store
+(:class:`StoreError`: the last known one binds, none known never permits zero), a pdGroup member or
+registry entry as missing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -30,8 +41,81 @@ from warmscale.scaler.bursts import BurstStats
 from warmscale.scaler.state import ScalerState
 from warmscale.scaler.warm_status import WarmStatus
 
+log = logging.getLogger("warmscale.scaler.store")
+T = TypeVar("T")
+
 # State and decisions of a ScaledObject nobody asks about expire after this long (Redis only).
 RETENTION_MS = 7 * 24 * 3600 * 1000
+# The largest magnitude a stored number may have: 2**53, the largest integer a float holds exactly.
+# Times (~1.8e9), counters (tokens served ~1e13 over a long life) and counts are far below it.
+RECORD_MAX = float(2**53)
+# How deep a record may nest (a state's histograms are 4 levels down).
+RECORD_DEPTH = 12
+# How many distinct bad records are remembered, so that each is logged once.
+BAD_RECORDS_REMEMBERED = 1000
+
+
+class BadRecord(ValueError):
+    """A stored record that is not JSON, not an object, or holds a number out of bounds."""
+
+
+def _check_value(v: Any, depth: int) -> None:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return
+    if isinstance(v, (int, float)):
+        if not (math.isfinite(v) and abs(v) <= RECORD_MAX):
+            raise BadRecord(f"number out of bounds: {v!r}"[:100])
+        return
+    if depth >= RECORD_DEPTH:
+        raise BadRecord("nested too deep")
+    if isinstance(v, dict):
+        for x in v.values():
+            _check_value(x, depth + 1)
+    elif isinstance(v, list):
+        for x in v:
+            _check_value(x, depth + 1)
+    else:
+        raise BadRecord(f"unexpected {type(v).__name__}")
+
+
+class _BadRecordLog:
+    """Logs each distinct bad record once (a hostile record is read every tick)."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def __call__(self, what: str, key: str, raw: Any, error: Exception) -> None:
+        digest = hashlib.sha256(raw if isinstance(raw, bytes) else repr(raw).encode()).hexdigest()[:16]
+        mark = (what, key, digest)
+        if mark in self._seen:
+            return
+        if len(self._seen) >= BAD_RECORDS_REMEMBERED:
+            self._seen.clear()
+        self._seen.add(mark)
+        log.warning("bad store record: read as unknown", extra={"record": what, "key": key[:300],
+                                                                 "error": str(error)[:200]})
+
+
+def decode_record(raw: Any, what: str, key: str, build: Callable[[dict[str, Any]], T],
+                  bad: Callable[[str, str, Any, Exception], None]) -> T | None:
+    """``raw`` (JSON bytes, or an object already decoded) checked and built into a record; None when
+    empty. A bad record (not JSON, not an object, a number out of bounds, a shape ``build`` rejects)
+    is reported to ``bad`` and raises :class:`BadRecord`."""
+    if raw is None or raw == b"" or raw == "":
+        return None
+    try:
+        d = orjson.loads(raw) if isinstance(raw, (bytes, bytearray, memoryview, str)) else raw
+        if not isinstance(d, dict):
+            raise BadRecord(f"expected an object, got {type(d).__name__}")
+        _check_value(d, 0)
+        return build(d)
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:  # orjson's error is a ValueError
+        bad(what, key, raw, exc)
+        raise BadRecord(f"{what} {key}: {exc}"[:300]) from None
+
+
+def _as_dict(d: dict[str, Any]) -> dict[str, Any]:
+    return d
 
 
 @dataclass(frozen=True)
@@ -51,21 +135,34 @@ class Claim:
 
 @dataclass(frozen=True)
 class TrackerRecord:
+    """A tracked ScaledObject in the registry. ``refused``/``refused_at``: the scaler refused it (its
+    payloads went past its memory budget, signals.sources.budget) at that time: a restarted scaler
+    does not resume it, and refuses its RPCs until the refusal expires."""
+
     namespace: str
     name: str
     metadata: dict[str, str] = field(default_factory=dict)
     last_seen: float = 0.0
+    refused: str | None = None
+    refused_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "metadata": self.metadata, "last_seen": self.last_seen}
+        d: dict[str, Any] = {"namespace": self.namespace, "name": self.name, "metadata": self.metadata,
+                             "last_seen": self.last_seen}
+        if self.refused is not None:
+            d["refused"], d["refused_at"] = self.refused, self.refused_at
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrackerRecord:
+        refused = d.get("refused")
         return cls(
             namespace=str(d["namespace"]),
             name=str(d["name"]),
             metadata={str(k): str(v) for k, v in dict(d.get("metadata", {})).items()},
             last_seen=float(d.get("last_seen", 0.0)),
+            refused=str(refused)[:1000] if refused is not None else None,
+            refused_at=float(d["refused_at"]) if refused is not None and d.get("refused_at") is not None else None,
         )
 
 
@@ -123,6 +220,7 @@ class MemoryStore:
         self._warm: dict[tuple[str, str], dict[str, Any]] = {}
         self._pd: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._bursts: dict[tuple[str, str], dict[str, Any]] = {}
+        self._bad = _BadRecordLog()
 
     def _holder(self, key: str) -> str | None:
         lease = self._leases.get(key)
@@ -172,27 +270,57 @@ class MemoryStore:
         self._warm[(namespace, name)] = status.to_dict()
 
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
-        d = self._warm.get((namespace, name))
-        return WarmStatus.from_dict(d) if d is not None else None
+        return _unreadable_is_error(self._warm.get((namespace, name)), "warm status", f"{namespace}/{name}",
+                                    WarmStatus.from_dict, self._bad)
 
     async def put_burst_stats(self, namespace: str, name: str, stats: BurstStats) -> None:
         self._bursts[(namespace, name)] = stats.to_dict()
 
     async def get_burst_stats(self, namespace: str, name: str) -> BurstStats | None:
-        d = self._bursts.get((namespace, name))
-        return BurstStats.from_dict(d) if d is not None else None
+        return _unreadable_is_error(self._bursts.get((namespace, name)), "burst stats", f"{namespace}/{name}",
+                                    BurstStats.from_dict, self._bad)
 
     async def put_pd_member(self, namespace: str, group: str, member: dict[str, Any]) -> None:
         self._pd.setdefault((namespace, group), {})[str(member["role"])] = dict(member)
 
     async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]:
-        return {k: dict(v) for k, v in self._pd.get((namespace, group), {}).items()}
+        return _members(self._pd.get((namespace, group), {}).items(), f"{namespace}/{group}", self._bad)
 
     async def ping(self) -> bool:
         return True
 
     async def close(self) -> None:
         return None
+
+
+def _unreadable_is_error(raw: Any, what: str, key: str, build: Callable[[dict[str, Any]], T],
+                         bad: Callable[[str, str, Any, Exception], None]) -> T | None:
+    """A record whose absence means "none" (warm status, burst statistics): a bad one is a store
+    failure (:class:`StoreError`), so that the last known one binds and unknown never permits zero."""
+    try:
+        return decode_record(raw, what, key, build, bad)
+    except BadRecord as exc:
+        raise StoreError(f"unreadable record: {exc}") from None
+
+
+def _unknown_is_absent(raw: Any, what: str, key: str, build: Callable[[dict[str, Any]], T],
+                       bad: Callable[[str, str, Any, Exception], None]) -> T | None:
+    """A record whose absence the reader handles as lost (state, decision): a bad one is absent."""
+    try:
+        return decode_record(raw, what, key, build, bad)
+    except BadRecord:
+        return None
+
+
+def _members(items: Any, key: str, bad: Callable[[str, str, Any, Exception], None]) -> dict[str, dict[str, Any]]:
+    """pdGroup members by role; a bad one is missing."""
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in items:
+        role = k.decode() if isinstance(k, bytes) else str(k)
+        member = _unknown_is_absent(v, "pd member", f"{key}/{role}", _as_dict, bad)
+        if member is not None:
+            out[role] = dict(member)
+    return out
 
 
 # KEYS: lease, state, decision. ARGV: owner, ttl_ms.
@@ -242,6 +370,7 @@ class RedisStore:
             socket_connect_timeout=timeout_s,
             health_check_interval=10,
         )
+        self._bad = _BadRecordLog()
         self._claim = self._redis.register_script(_CLAIM)
         self._save = self._redis.register_script(_SAVE)
         self._release = self._redis.register_script(_RELEASE)
@@ -267,11 +396,11 @@ class RedisStore:
         status = int(res[0])
         payload = res[1] if len(res) > 1 else None
         if status == 2:
-            state = ScalerState.from_dict(orjson.loads(payload)) if payload else None
+            state = _unknown_is_absent(payload, "state", key, ScalerState.from_dict, self._bad)
             return Claim(owner=True, acquired=True, state=state)
         if status == 1:
             return Claim(owner=True)
-        return Claim(owner=False, decision=orjson.loads(payload) if payload else None)
+        return Claim(owner=False, decision=_unknown_is_absent(payload, "decision", key, _as_dict, self._bad))
 
     async def release(self, key: str, owner: str) -> None:
         await self._call("release", self._release(keys=self._keys(key)[:1], args=[owner]))
@@ -285,11 +414,11 @@ class RedisStore:
 
     async def load_state(self, key: str) -> ScalerState | None:
         raw = await self._call("load_state", self._redis.get(self._keys(key)[1]))
-        return ScalerState.from_dict(orjson.loads(raw)) if raw else None
+        return _unknown_is_absent(raw, "state", key, ScalerState.from_dict, self._bad)
 
     async def load_decision(self, key: str) -> dict[str, Any] | None:
         raw = await self._call("load_decision", self._redis.get(self._keys(key)[2]))
-        return dict(orjson.loads(raw)) if raw else None
+        return _unknown_is_absent(raw, "decision", key, _as_dict, self._bad)
 
     async def touch_tracker(self, key: str, record: TrackerRecord) -> None:
         await self._call("touch_tracker", self._redis.hset(self._registry, key, orjson.dumps(record.to_dict())))
@@ -298,10 +427,10 @@ class RedisStore:
         raw = await self._call("trackers", self._redis.hgetall(self._registry))
         out: dict[str, TrackerRecord] = {}
         for k, v in raw.items():
-            try:
-                out[k.decode() if isinstance(k, bytes) else str(k)] = TrackerRecord.from_dict(orjson.loads(v))
-            except (ValueError, KeyError, TypeError):
-                continue
+            tid = k.decode() if isinstance(k, bytes) else str(k)
+            rec = _unknown_is_absent(v, "registry entry", tid, TrackerRecord.from_dict, self._bad)
+            if rec is not None:
+                out[tid] = rec
         return out
 
     async def forget_tracker(self, key: str) -> None:
@@ -313,7 +442,7 @@ class RedisStore:
 
     async def get_warm_status(self, namespace: str, name: str) -> WarmStatus | None:
         raw = await self._call("get_warm_status", self._redis.get(self._warm_key(namespace, name)))
-        return WarmStatus.from_dict(orjson.loads(raw)) if raw else None
+        return _unreadable_is_error(raw, "warm status", f"{namespace}/{name}", WarmStatus.from_dict, self._bad)
 
     def _bursts_key(self, namespace: str, name: str) -> str:
         return f"{self._p}:bursts:{namespace}/{name}"
@@ -324,13 +453,7 @@ class RedisStore:
 
     async def get_burst_stats(self, namespace: str, name: str) -> BurstStats | None:
         raw = await self._call("get_burst_stats", self._redis.get(self._bursts_key(namespace, name)))
-        if not raw:
-            return None
-        try:
-            d = orjson.loads(raw)
-            return BurstStats.from_dict(d) if isinstance(d, dict) else None
-        except (ValueError, TypeError) as exc:
-            raise StoreError(f"redis get_burst_stats: unreadable record: {exc}") from exc
+        return _unreadable_is_error(raw, "burst stats", f"{namespace}/{name}", BurstStats.from_dict, self._bad)
 
     def _pd_key(self, namespace: str, group: str) -> str:
         return f"{self._p}:pd:{namespace}/{group}"
@@ -342,13 +465,7 @@ class RedisStore:
 
     async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]:
         raw = await self._call("pd_members", self._redis.hgetall(self._pd_key(namespace, group)))
-        out: dict[str, dict[str, Any]] = {}
-        for k, v in raw.items():
-            try:
-                out[k.decode() if isinstance(k, bytes) else str(k)] = dict(orjson.loads(v))
-            except (ValueError, TypeError):
-                continue
-        return out
+        return _members(raw.items(), f"{namespace}/{group}", self._bad)
 
     async def ping(self) -> bool:
         try:

@@ -7,6 +7,11 @@ names it accepts. Pure: parsing and membership only; resolving host names is the
 address its host resolves to lies in an allowed network or is an address of an allowed host name
 (those are resolved too): the check is on resolved addresses, so a name that points somewhere else
 (DNS rebinding, a hostile record) does not pass because of its spelling.
+
+The word ``private`` stands for :data:`PRIVATE_NETWORKS`, the ranges Kubernetes pod and service
+networks are allocated from: the shipped install sets ``--allow-targets=private``, so a ScaledObject
+cannot point the scaler at loopback (its own ports, sidecars), link-local addresses (the cloud
+metadata service, 169.254.169.254) or the internet (docs/scaler.md, "Which targets").
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from urllib.parse import urlsplit
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# RFC 1918, RFC 6598 (shared address space: GKE and EKS pod ranges may use it) and IPv6 unique local
+# addresses (RFC 4193). Loopback, link-local, multicast and public addresses are not in it.
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+PRIVATE_KEYWORD = "private"
 
 _HOSTNAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\.?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -49,6 +59,9 @@ class AllowTargets:
         for raw in spec.split(","):
             item = raw.strip().lower()
             if not item:
+                continue
+            if item == PRIVATE_KEYWORD:
+                networks.extend(ipaddress.ip_network(n) for n in PRIVATE_NETWORKS)
                 continue
             try:
                 networks.append(ipaddress.ip_network(item, strict=False))

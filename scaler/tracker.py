@@ -45,6 +45,7 @@ from warmscale.scaler.target_guard import TargetGuard
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import Snapshot
 from warmscale.signals.redact import redact
+from warmscale.signals.sources.budget import SizeRefused
 
 log = logging.getLogger("warmscale.scaler.tracker")
 
@@ -130,10 +131,21 @@ class TrackerOptions:
     store_retry_seconds: float = 1.0  # degraded mode: how often the store is probed
     max_trackers: int = 4000
     max_trackers_per_namespace: int = 2000
+    # A ScaledObject refused for size (its payloads past its memory budget) is refused this long, then
+    # read again on the next RPC (a metadata change is a new ScaledObject: read at once).
+    refused_seconds: float = 600.0
 
 
 class TrackerLimit(Exception):
     """A new tracker beyond ``--max-trackers`` / ``--max-trackers-per-namespace`` (RESOURCE_EXHAUSTED)."""
+
+
+class TrackerRefused(TrackerLimit):
+    """A ScaledObject refused for size (RESOURCE_EXHAUSTED naming the limit), until the refusal expires."""
+
+
+RefusalHook = Callable[[str, str, str], Awaitable[None]]
+"""``await hook(namespace, name, message)`` when a ScaledObject is refused (the Event on it)."""
 
 
 class Tracker:
@@ -178,6 +190,7 @@ class Tracker:
         self._series = _Series(manager.metrics, namespace, name)
         self._slo: dict[str, SloLedger] = {}  # per SLO (ttft, itl), since this tracker started
         self._bursts_published = -math.inf
+        self._bad_decision_logged = False
 
     # -- RPC side -------------------------------------------------------------------------------
     def touch(self) -> None:
@@ -314,10 +327,21 @@ class Tracker:
         """Adopt the holder's stored decision if it is fresh; False if there is none or it is stale."""
         if stored is None:
             return False
-        at = float(stored.get("computed_at", 0.0))
+        try:
+            at = float(stored.get("computed_at", 0.0))
+            decision = decision_from_dict(stored)
+            sane = (0 <= decision.desired <= self.cfg.max_replicas and math.isfinite(decision.metric_value)
+                    and math.isfinite(decision.metric_target) and decision.metric_target > 0)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            sane = False
+        if not sane:  # a corrupt or forged record: unknown (the store logged it if it was not even JSON)
+            if not self._bad_decision_logged:
+                self._bad_decision_logged = True
+                log.warning("stored decision out of bounds: read as unknown", extra={"tracker": self.id})
+            return False
         if now - at > self._stale_after():
             return False
-        self._adopt(decision_from_dict(stored), at, computed=False)
+        self._adopt(decision, at, computed=False)
         return True
 
     async def tick(self) -> None:
@@ -406,6 +430,9 @@ class Tracker:
             snapshot = await asyncio.wait_for(read, timeout=self.cfg.read_budget_seconds + 1.0)
         except asyncio.CancelledError:
             raise
+        except SizeRefused as exc:
+            self.manager.refuse(self, str(exc))
+            return
         except Exception as exc:
             self._series.scrape_errors.inc()
             self._log_scrape_error(repr(exc) or type(exc).__name__)
@@ -731,6 +758,10 @@ class _Series:
     degraded: Any
 
 
+def _key_of(tracker: Tracker) -> MetaKey:
+    return (tracker.namespace, tracker.name, tuple(sorted(tracker.metadata.items())))
+
+
 def _answer(d: Decision) -> tuple[bool, float, float, int]:
     """What KEDA sees of a decision (a change of it wakes the streams)."""
     return (d.active, d.metric_value, d.metric_target, d.desired)
@@ -761,6 +792,10 @@ class TrackerManager:
         self.clock = clock
         self._trackers: dict[MetaKey, Tracker] = {}
         self._per_namespace: dict[str, int] = {}
+        # ScaledObjects refused for size: message and the monotonic time the refusal ends.
+        self._refused: dict[MetaKey, tuple[str, float]] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self.on_refused: RefusalHook | None = None
         self.guard = guard
         self._janitor: asyncio.Task[None] | None = None
         self.closing = False
@@ -771,9 +806,54 @@ class TrackerManager:
         return len(self._trackers)
 
     def has(self, tracker: Tracker) -> bool:
-        """Whether ``tracker`` is still tracked (not dropped as idle, not replaced)."""
-        key: MetaKey = (tracker.namespace, tracker.name, tuple(sorted(tracker.metadata.items())))
-        return self._trackers.get(key) is tracker
+        """Whether ``tracker`` is still tracked (not dropped as idle, not replaced, not refused)."""
+        return self._trackers.get(_key_of(tracker)) is tracker
+
+    def refusal(self, namespace: str, name: str, metadata: Mapping[str, str]) -> str | None:
+        """Why this ScaledObject is refused (RESOURCE_EXHAUSTED), or None."""
+        key: MetaKey = (namespace, name, tuple(sorted(metadata.items())))
+        refused = self._refused.get(key)
+        if refused is None:
+            return None
+        left = refused[1] - time.monotonic()
+        if left <= 0:
+            del self._refused[key]
+            return None
+        return (f"{refused[0]}; refused for size, read again in {left:.0f} s or at once after a change of its "
+                f"metadata (lower maxPayloadBytes, fewer endpoints) or of the scaler's limits")
+
+    def refuse(self, tracker: Tracker, message: str) -> None:
+        """Stop tracking ``tracker``'s ScaledObject for size: its RPCs get RESOURCE_EXHAUSTED for
+        ``refused_seconds``; the registry records the refusal (a restarted scaler does not resume it);
+        an Event goes on the ScaledObject (``on_refused``)."""
+        key = _key_of(tracker)
+        self._refused[key] = (message, time.monotonic() + self.options.refused_seconds)
+        tracker._stopping = True
+        if self._trackers.get(key) is tracker:
+            self._forget(key)
+        self.metrics.trackers.set(len(self._trackers))
+        log.warning("scaledobject refused for size", extra={"tracker": tracker.id, "namespace": tracker.namespace,
+                                                             "scaledobject": tracker.name, "error": redact(message)})
+        task = asyncio.create_task(self._after_refusal(tracker, message), name=f"refuse {tracker.id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _after_refusal(self, tracker: Tracker, message: str) -> None:
+        await tracker.stop()
+        self._drop_series(tracker)
+        now = self.clock()
+        record = TrackerRecord(tracker.namespace, tracker.name, tracker.metadata, last_seen=now, refused=message,
+                               refused_at=now)
+        try:
+            await tracker._store_op(self.store.touch_tracker(tracker.id, record))
+        except StoreError as exc:
+            self.metrics.store_errors.labels("touch_tracker").inc()
+            log.warning("refusal not recorded in the registry", extra={"tracker": tracker.id, "error": str(exc)})
+        if self.on_refused is not None:
+            try:
+                await self.on_refused(tracker.namespace, tracker.name, message)
+            except Exception as exc:  # an Event is best effort; the RPCs carry the refusal
+                log.warning("refusal event not recorded", extra={"tracker": tracker.id, "error": redact(str(exc))})
 
     def trackers(self) -> list[Tracker]:
         return list(self._trackers.values())
@@ -797,6 +877,9 @@ class TrackerManager:
         tracker = self._trackers.get(key)
         if tracker is None:
             cfg = parse_metadata(metadata)
+            refused = self.refusal(namespace, name, metadata)
+            if refused is not None:
+                raise TrackerRefused(refused)
             self._check_caps(namespace)
             if self.guard is not None:
                 await self.guard.check_config(cfg)
@@ -851,6 +934,13 @@ class TrackerManager:
         now = self.clock()
         resumed = 0
         for tid, rec in records.items():
+            if rec.refused is not None and rec.refused_at is not None:
+                left = self.options.refused_seconds - (now - rec.refused_at)
+                if left > 0:  # refused for size: not resumed, and its RPCs refused until the refusal ends
+                    key: MetaKey = (rec.namespace, rec.name, tuple(sorted(rec.metadata.items())))
+                    self._refused[key] = (rec.refused, time.monotonic() + min(left, self.options.refused_seconds))
+                    log.info("not resuming a tracker refused for size", extra={"tracker": tid})
+                    continue
             age = now - rec.last_seen
             if age > self.options.idle_seconds:
                 with contextlib.suppress(StoreError):
@@ -878,14 +968,18 @@ class TrackerManager:
         for key, tracker in idle:
             self._forget(key)
             await tracker.stop()
-            if not any((t.namespace, t.name) == (tracker.namespace, tracker.name) for t in self._trackers.values()):
-                # (a newer tracker of the same ScaledObject, after a metadata change, keeps the series)
-                self.metrics.forget(tracker.namespace, tracker.name)
-                self.advice.forget(tracker.namespace, tracker.name)
-            self.decisions.forget(tracker.id)
+            self._drop_series(tracker)
             log.info("dropped idle tracker", extra={"tracker": tracker.id})
         self.metrics.trackers.set(len(self._trackers))
         return len(idle)
+
+    def _drop_series(self, tracker: Tracker) -> None:
+        """Forget a dropped tracker's metric series, advice and decisions."""
+        if not any((t.namespace, t.name) == (tracker.namespace, tracker.name) for t in self._trackers.values()):
+            # (a newer tracker of the same ScaledObject, after a metadata change, keeps the series)
+            self.metrics.forget(tracker.namespace, tracker.name)
+            self.advice.forget(tracker.namespace, tracker.name)
+        self.decisions.forget(tracker.id)
 
     def wake_all(self) -> None:
         for t in self._trackers.values():
@@ -900,5 +994,5 @@ class TrackerManager:
         trackers = list(self._trackers.values())
         self._trackers.clear()
         self._per_namespace.clear()
-        await asyncio.gather(*(t.stop() for t in trackers), return_exceptions=True)
+        await asyncio.gather(*(t.stop() for t in trackers), *self._background, return_exceptions=True)
         self.metrics.trackers.set(0)

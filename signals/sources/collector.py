@@ -25,6 +25,7 @@ from warmscale.scaler.config import ScalerConfig
 from warmscale.signals.histogram import Histogram
 from warmscale.signals.model import GatewayReading, GpuReading, QueueReading, ReplicaReading, Snapshot
 from warmscale.signals.sources.base import EndpointProvider, Source, SourceResult, StaticEndpoints
+from warmscale.signals.sources.budget import Budget
 from warmscale.signals.sources.dcgm import DcgmSource
 from warmscale.signals.sources.gateway import EppPrometheusSource, EppScrapeSource
 from warmscale.signals.sources.prometheus import PrometheusSource
@@ -57,11 +58,13 @@ def build_sources(
     shared: SharedReads | None = None,
     parse: ParseFn | None = None,
     allows: Allows | None = None,
+    budgets: tuple[Budget, ...] = (),
 ) -> list[Source]:
     """The sources ``cfg`` asks for. ``pod_endpoints`` serves ``podSelector`` (pod discovery);
     ``shared`` (one per process) lets ScaledObjects reading the same URL or query share one read;
     ``parse`` parses payloads (default: inline); ``allows`` (``--allow-targets``) checks every
-    address a Redis queue connection dials (the HTTP sources are checked by ``session``'s connector).
+    address a Redis queue connection dials (the HTTP sources are checked by ``session``'s connector);
+    ``budgets`` bound the payload memory the scrapes hold (:mod:`signals.sources.budget`).
     Each source waits at most ``cfg.read_budget_seconds`` for any of its reads (a late one is unknown
     for that decision)."""
     sources: list[Source] = []
@@ -76,6 +79,7 @@ def build_sources(
             engine=cfg.engine,
             timeout=cfg.scrape_timeout_seconds,
             max_payload_bytes=cfg.max_payload_bytes,
+            budgets=budgets,
             name=name,
             wait=wait,
             shared=shared,
@@ -116,7 +120,7 @@ def build_sources(
         )
     if cfg.epp_address:
         sources.append(EppScrapeSource(cfg.epp_address, session, pool=cfg.epp_pool, timeout=cfg.scrape_timeout_seconds,
-                                       max_payload_bytes=cfg.max_payload_bytes))
+                                       max_payload_bytes=cfg.max_payload_bytes, budgets=budgets))
     elif cfg.epp_pool and cfg.prometheus_address:
         sources.append(EppPrometheusSource(cfg.prometheus_address, cfg.epp_pool, session,
                                            selector=cfg.prometheus_selector, timeout=cfg.scrape_timeout_seconds))
@@ -216,11 +220,13 @@ def build_collector(
     shared: SharedReads | None = None,
     parse: ParseFn | None = None,
     allows: Allows | None = None,
+    budgets: tuple[Budget, ...] = (),
 ) -> SnapshotCollector:
     """Sources for ``cfg`` behind a collector with ``cfg``'s staleness. The collector's deadline is a
     safety net a little past ``cfg.read_budget_seconds`` (each source keeps to the budget itself)."""
     return SnapshotCollector(
-        build_sources(cfg, session=session, pod_endpoints=pod_endpoints, shared=shared, parse=parse, allows=allows),
+        build_sources(cfg, session=session, pod_endpoints=pod_endpoints, shared=shared, parse=parse, allows=allows,
+                      budgets=budgets),
         staleness_seconds=cfg.staleness_seconds,
         deadline=cfg.read_budget_seconds + 0.5,
         clock=clock,

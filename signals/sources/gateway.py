@@ -13,6 +13,7 @@ from warmscale.signals.model import GatewayReading
 from warmscale.signals.parsing import PayloadError
 from warmscale.signals.redact import redact
 from warmscale.signals.sources.base import SourceResult
+from warmscale.signals.sources.budget import Budget, Charge
 from warmscale.signals.sources.prometheus import PrometheusError, query
 from warmscale.signals.sources.scrape import ScrapeError, fetch_payload
 
@@ -21,8 +22,9 @@ class EppScrapeSource:
     """GET the picker's metrics URL and parse it for ``pool`` (every pool when ``None``)."""
 
     def __init__(self, url: str, session: aiohttp.ClientSession, *, pool: str | None = None, timeout: float = 2.0,
-                 max_payload_bytes: int = 4 * 1024 * 1024, name: str = "epp") -> None:
+                 max_payload_bytes: int = 4 * 1024 * 1024, name: str = "epp", budgets: tuple[Budget, ...] = ()) -> None:
         self.name = name
+        self._budgets = budgets
         self.url = url
         self.pool = pool
         self._session = session
@@ -34,8 +36,10 @@ class EppScrapeSource:
         return f"epp:{self.pool}" if self.pool else f"epp:{redact(self.url)}"
 
     async def read(self, now: float) -> SourceResult:
+        charge = Charge(self._budgets)  # (bytes and series held until parsed: signals.sources.budget)
         try:
-            text = await fetch_payload(self._session, self.url, timeout_s=self._timeout, max_bytes=self._max_bytes)
+            text = await fetch_payload(self._session, self.url, timeout_s=self._timeout, max_bytes=self._max_bytes,
+                                       charge=charge)
             signal = epp.parse_payload(text, self.pool, max_bytes=self._max_bytes)
         except ScrapeError as exc:
             err = f"endpoint picker {redact(self.url)}: {redact(str(exc))}"
@@ -43,6 +47,8 @@ class EppScrapeSource:
             err = f"endpoint picker {redact(self.url)}: payload: {exc}"
         else:
             return SourceResult(gateways=(GatewayReading(self.reading_name, now, signal),))
+        finally:
+            charge.release()
         return SourceResult(gateways=(GatewayReading(self.reading_name, now, None, err),))
 
     async def aclose(self) -> None:

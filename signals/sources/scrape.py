@@ -20,6 +20,7 @@ from warmscale.signals.engines import parse_payload
 from warmscale.signals.model import ReplicaReading, ReplicaSignal
 from warmscale.signals.parsing import PayloadError
 from warmscale.signals.sources.base import Endpoint, EndpointProvider, SourceResult
+from warmscale.signals.sources.budget import Budget, BudgetExceeded, Charge, LineCounter
 from warmscale.signals.sources.shared import SharedReads
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
@@ -40,9 +41,11 @@ class ScrapeError(Exception):
 
 
 async def fetch_payload(session: aiohttp.ClientSession, url: str, *, timeout_s: float, max_bytes: int,
-                        accept: str = ACCEPT, ok: tuple[int, ...] = (200,)) -> str:
+                        accept: str = ACCEPT, ok: tuple[int, ...] = (200,), charge: Charge | None = None) -> str:
     """GET ``url`` and return its body; stop reading (and fail) past ``max_bytes``. ``timeout_s`` is
-    the total deadline: connection, headers and the whole body (a trickling one too)."""
+    the total deadline: connection, headers and the whole body (a trickling one too). With a
+    ``charge`` (:mod:`signals.sources.budget`), every chunk is held against its budgets first: past
+    one, reading stops and fails (the caller releases the charge)."""
     try:
         async with asyncio.timeout(timeout_s):
             async with session.get(url, headers={"Accept": accept}, allow_redirects=False) as resp:
@@ -52,22 +55,28 @@ async def fetch_payload(session: aiohttp.ClientSession, url: str, *, timeout_s: 
                 if declared is not None and declared > max_bytes:
                     raise ScrapeError(f"payload of {declared} bytes exceeds the {max_bytes}-byte cap")
                 body = bytearray()
+                lines = LineCounter()
                 while True:
                     chunk = await resp.content.read(_CHUNK)
                     if not chunk:
                         break
+                    if charge is not None:
+                        # (charged as it arrives: about what the text holds once decoded)
+                        charge.add(nbytes=len(chunk), nseries=lines.feed(chunk))
                     body += chunk
                     if len(body) > max_bytes:
                         raise ScrapeError(f"payload exceeds the {max_bytes}-byte cap (aborted reading)")
                 charset = resp.charset or "utf-8"
     except TimeoutError:
         raise ScrapeError(f"timed out after {timeout_s:g}s") from None
+    except BudgetExceeded as exc:
+        raise ScrapeError(f"{exc} (aborted reading)") from None
     except aiohttp.ClientError as exc:
         raise ScrapeError(f"{type(exc).__name__}: {exc}") from None
     except OSError as exc:
         raise ScrapeError(f"{type(exc).__name__}: {exc}") from None
     try:
-        return bytes(body).decode(charset)
+        return body.decode(charset)  # (no intermediate bytes copy of a large body)
     except (LookupError, UnicodeDecodeError) as exc:
         raise ScrapeError(f"undecodable payload: {exc}") from None
 
@@ -77,6 +86,7 @@ async def scrape_endpoint(
     endpoint: Endpoint,
     now: float,
     *,
+    budgets: Sequence[Budget] = (),
     engine: str = "auto",
     timeout_s: float = 2.0,
     max_bytes: int = 4 * 1024 * 1024,
@@ -84,11 +94,13 @@ async def scrape_endpoint(
     selector: str = "",
 ) -> ReplicaReading:
     """Scrape and parse one endpoint into a reading observed at ``now`` (unknown on any failure).
-    ``timeout_s`` bounds the whole: connection, body (a trickling one too) and parsing."""
+    ``timeout_s`` bounds the whole: connection, body (a trickling one too) and parsing. The payload's
+    bytes and series are held against ``budgets`` until its parse ended; past one, it is not parsed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    charge = Charge(budgets)
     try:
-        text = await fetch_payload(session, endpoint.url, timeout_s=timeout_s, max_bytes=max_bytes)
+        text = await fetch_payload(session, endpoint.url, timeout_s=timeout_s, max_bytes=max_bytes, charge=charge)
         try:
             async with asyncio.timeout_at(deadline):
                 signal = await (parse or parse_inline)(text, engine, max_bytes, selector)
@@ -98,6 +110,8 @@ async def scrape_endpoint(
         return ReplicaReading(endpoint.replica, now, None, f"scrape {endpoint.url}: {exc}")
     except PayloadError as exc:
         return ReplicaReading(endpoint.replica, now, None, f"payload {endpoint.url}: {exc}")
+    finally:
+        charge.release()
     return ReplicaReading(endpoint.replica, now, signal)
 
 
@@ -119,6 +133,7 @@ class ScrapeSource:
         engine: str = "auto",
         timeout: float = 2.0,
         max_payload_bytes: int = 4 * 1024 * 1024,
+        budgets: Sequence[Budget] = (),
         name: str = "endpoints",
         wait: float | None = None,
         shared: SharedReads | None = None,
@@ -137,13 +152,15 @@ class ScrapeSource:
         self._shared = shared if shared is not None else SharedReads()
         self._fresh_for = fresh_for
         self._parse = parse
+        self._budgets = tuple(budgets)  # payload memory held while read and parsed (signals.sources.budget)
 
     async def _one(self, ep: Endpoint, now: float) -> ReplicaReading:
         key = ("scrape", ep.url, self._engine, self._max_bytes, self._timeout, self._selector)
 
         def fetch() -> Awaitable[ReplicaReading]:
             return scrape_endpoint(self._session, ep, now, engine=self._engine, timeout_s=self._timeout,
-                                   max_bytes=self._max_bytes, parse=self._parse, selector=self._selector)
+                                   max_bytes=self._max_bytes, parse=self._parse, selector=self._selector,
+                                   budgets=self._budgets)
 
         try:
             reading: ReplicaReading = await self._shared.get(key, fetch, wait=self._wait, fresh_for=self._fresh_for)

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from tests.advise.test_detect import NOW, gangs, three_within_a_day
-from warmscale.advise.cli import duration, policy_from, render_text
+from warmscale.advise.cli import duration, policy_from, render_json, render_text
 from warmscale.advise.detect import advise
 from warmscale.cli import build_parser
 
@@ -43,3 +43,13 @@ def test_text_output() -> None:
                        [])
     assert text.startswith("[partial-gang] llm/llama-405b: 3 times in 24 h")
     assert "next layer: gang admission" in text and text.count("  - ") == 3
+
+
+def test_output_redacts_prometheus_credentials() -> None:
+    """Issue 20 item 23: a note quoting ``--prometheus`` (and its error) printed the password verbatim."""
+    note = ("prometheus http://admin:s3cret@prom:9090/?token=t0k not readable (ConnectionError: "
+            "http://admin:s3cret@prom:9090/api/v1/query_range): cold-start not evaluated")
+    text = render_text([], [note])
+    assert "s3cret" not in text and "t0k" not in text and "http://***@prom:9090" in text
+    doc = render_json([], [note], NOW)
+    assert "s3cret" not in doc and "t0k" not in doc and "http://***@prom:9090" in doc

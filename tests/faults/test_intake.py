@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from tests.faults.scalerproc import Engine, start_scalers, until
 from tests.faults.test_metadata_fuzz import NASTY_NUMBERS, URLS
+from tests.scaler.conftest import status_of as _code
 from tests.servers import FakeEngine, free_port, running_redis
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
@@ -34,14 +35,6 @@ from warmscale.scaler.target_guard import TargetGuard
 from warmscale.signals.sources.base import Endpoint
 
 FAST = {"scrapeIntervalSeconds": "0.5", "scrapeTimeoutSeconds": "0.5"}
-
-
-async def _code(aw: Any) -> tuple[grpc.StatusCode, str]:
-    try:
-        await aw
-    except grpc.aio.AioRpcError as exc:
-        return exc.code(), exc.details() or ""
-    return grpc.StatusCode.OK, ""
 
 
 async def test_tracker_caps_answer_resource_exhausted_and_keep_serving_the_tracked(

@@ -199,6 +199,10 @@ async def test_scaler_rbac_with_its_token(installed: Cluster) -> None:
         assert not await can(api, "update", "scaledobjects", EXAMPLE_NS, group="keda.sh")
         assert not await can(api, "create", "leases", INSTALL_NS, group="coordination.k8s.io")
         assert not await can(api, "get", "configmaps", EXAMPLE_NS)
+        # Its one write: an Event on a ScaledObject it refuses for size (docs/scaler.md, "Memory bounds").
+        assert await can(api, "create", "events", EXAMPLE_NS)
+        assert not await can(api, "update", "events", EXAMPLE_NS) and not await can(api, "delete", "events", EXAMPLE_NS)
+        assert not await can(api, "create", "events", "default")
     finally:
         await api.close()
 

@@ -188,7 +188,9 @@ async def test_default_install_runs_and_the_warm_pool_reaches_the_engine(
             grpc_port, scaler_metrics = free_port(), free_port()
             s_args = [a.replace("/etc/warmscale/tls", str(tls_dir)) for a in _args(
                 scaler_dep, env, {"--host": "127.0.0.1", "--grpc-port": str(grpc_port),
-                                  "--metrics-port": str(scaler_metrics)})]
+                                  "--metrics-port": str(scaler_metrics),
+                                  # the emulated pods' engines listen on loopback, next to the scaler
+                                  "--allow-targets": "private,127.0.0.0/8"})]
             s_args.append(f"--kubeconfig={scaler_kc}")
             async with process(s_args, tmp_path / "scaler.log", {"POD_NAMESPACE": INSTALL_NS}):
                 # --- 3. staged nodes and placeholders

@@ -166,8 +166,11 @@ def test_prometheus_operator_objects_only_in_their_overlay() -> None:
 def test_scaler_rbac_is_read_only() -> None:
     role = one(render("manifests"), "ClusterRole", "warmscale-scaler")
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert granted == {("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("keda.sh", "scaledobjects")}
-    assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in role["rules"])
+    assert granted == {("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("keda.sh", "scaledobjects"),
+                       ("", "events")}
+    for rule in role["rules"]:  # read-only, but for the Event on a ScaledObject refused for size
+        allowed = {"create"} if rule["resources"] == ["events"] else {"get", "list", "watch"}
+        assert set(rule["verbs"]) <= allowed, rule
     # The one cluster-wide grant: get on nodes (their GPU product label), bound to the scaler only.
     objs = render("manifests")
     nodes = one(objs, "ClusterRole", "warmscale-scaler-nodes")

@@ -168,6 +168,15 @@ async def clients() -> AsyncIterator[Callable[..., Client]]:
             await asyncio.wait_for(c.channel.close(), timeout=5)
 
 
+async def status_of(aw: Any) -> tuple[grpc.StatusCode, str]:
+    """(status code, details) an RPC ends with: OK and "" when it succeeds."""
+    try:
+        await aw
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0, every: float = 0.05) -> float:
     """Poll ``check`` until true; returns the seconds it took. Fails after ``within`` seconds."""
     loop = asyncio.get_running_loop()

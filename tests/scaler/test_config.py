@@ -76,3 +76,12 @@ def test_metadata_doc_is_current() -> None:
 
     doc = (Path(__file__).parents[2] / "docs" / "metadata.md").read_text()
     assert defaults_table() in doc, "regenerate docs/metadata.md with python3 -m warmscale.scaler.config"
+
+
+@pytest.mark.parametrize("key", ["kvBoundTarget", "kvCacheTarget"])
+@pytest.mark.parametrize("raw", ["5e-324", "1e-300", "0.009"])
+def test_kv_targets_too_small_to_divide_by_are_refused(key: str, raw: str) -> None:
+    """A KV target of 5e-324 was accepted and overflowed the policy on every tick (found by the fuzz)."""
+    with pytest.raises(ConfigError) as err:
+        parse_metadata({"endpoints": "http://e:8000/metrics", key: raw})
+    assert err.value.key == key

@@ -81,3 +81,13 @@ async def test_events_are_redacted() -> None:
     await rec.emit({"uid": "1", "name": "w", "namespace": "ns", "kind": "Deployment"}, "Warning", "StagingFailed",
                    "staging s3://b/m?X-Amz-Signature=abc on node n failed; https://u:p@hub/x")
     assert sent and "abc" not in str(sent[0]["message"]) and "u:p@" not in str(sent[0]["message"])
+
+
+def test_allow_targets_private_keyword() -> None:
+    """``private``: the ranges pod and service networks come from (the shipped install's value)."""
+    a = AllowTargets.parse("private, prometheus.example.com")
+    assert a.hostnames == ("prometheus.example.com",)
+    for ok in ("10.96.0.10", "172.20.1.2", "192.168.3.4", "100.64.0.5", "fd12::1"):
+        assert a.allows(ok), ok
+    for bad in ("127.0.0.1", "::1", "169.254.169.254", "fe80::1", "8.8.8.8", "0.0.0.0", "224.0.0.1", "2001:db8::1"):
+        assert not a.allows(bad), bad

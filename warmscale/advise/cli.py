@@ -21,6 +21,7 @@ import orjson
 
 from warmscale.advise.detect import advise
 from warmscale.advise.model import Finding, Policy
+from warmscale.signals.redact import redact, redact_value
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -68,6 +69,7 @@ def policy_from(args: argparse.Namespace) -> Policy:
 
 
 def render_text(findings: list[Finding], notes: list[str]) -> str:
+    """The report as text, redacted (``--prometheus`` may carry credentials; notes and evidence quote it)."""
     lines: list[str] = []
     if not findings:
         lines.append("No repeated failure: no new layer needed.")
@@ -80,7 +82,13 @@ def render_text(findings: list[Finding], notes: list[str]) -> str:
         if len(f.episodes) > 5:
             lines.append(f"  ... and {len(f.episodes) - 5} earlier")
     lines += [f"note: {n}" for n in notes]
-    return "\n".join(lines)
+    return redact("\n".join(lines))
+
+
+def render_json(findings: list[Finding], notes: list[str], now: float) -> str:
+    """The report as JSON, every string redacted."""
+    doc = {"generated_at": now, "findings": [f.to_dict() for f in findings], "notes": notes}
+    return orjson.dumps(redact_value(doc), option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -90,7 +98,7 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         loaded = await load_api_client(args.kubeconfig)
     except Exception as exc:
-        print(f"warmscale advise: cannot load the kubeconfig: {exc}", file=sys.stderr)
+        print(f"warmscale advise: cannot load the kubeconfig: {redact(str(exc))}", file=sys.stderr)
         return 2
     if loaded is None:
         print("warmscale advise: no Kubernetes configuration (--kubeconfig, $KUBECONFIG)", file=sys.stderr)
@@ -101,14 +109,14 @@ async def main_async(args: argparse.Namespace) -> int:
         signals, notes = await read_signals(api, namespace=args.namespace, since_s=args.since, now=now,
                                             prometheus=args.prometheus)
     except Exception as exc:
-        print(f"warmscale advise: cannot read the cluster: {type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
+        print(f"warmscale advise: cannot read the cluster: {type(exc).__name__}: {redact(str(exc))[:300]}",
+              file=sys.stderr)
         return 2
     finally:
         await api.close()
     findings = advise(signals, policy_from(args), now)
     if args.json:
-        doc = {"generated_at": now, "findings": [f.to_dict() for f in findings], "notes": notes}
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(render_json(findings, notes, now))
     else:
         print(render_text(findings, notes))
     return 0
