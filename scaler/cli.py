@@ -24,7 +24,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from warmscale.cliargs import non_negative_float, port, positive_float, positive_int, readable_file
+from warmscale.cliargs import non_negative_float, non_negative_int, port, positive_float, positive_int, readable_file
 from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 from warmscale.scaler.tracker import ScaledObjectKey
@@ -218,28 +218,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="most ScaledObjects (trackers) this scaler tracks; new ones beyond get RESOURCE_EXHAUSTED")
     parser.add_argument("--max-trackers-per-namespace", type=positive_int, default=2000,
                         help="most trackers per namespace; new ones beyond get RESOURCE_EXHAUSTED")
-    parser.add_argument("--max-streams", type=int, default=DEFAULT_MAX_STREAMS,
+    parser.add_argument("--max-streams", type=positive_int, default=DEFAULT_MAX_STREAMS,
                         help="most open StreamIsActive/StreamMetricSpec streams; new ones beyond get "
                              "RESOURCE_EXHAUSTED (KEDA opens one per method per ScaledObject)")
-    parser.add_argument("--max-streams-per-scaledobject", type=int, default=DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT,
+    parser.add_argument("--max-streams-per-scaledobject", type=positive_int,
+                        default=DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT,
                         help="most open streams per ScaledObject (and trigger metadata); new ones beyond get "
                              "RESOURCE_EXHAUSTED")
-    parser.add_argument("--max-payload-series", type=int, default=PayloadLimits.payload_series,
+    parser.add_argument("--max-payload-series", type=positive_int, default=PayloadLimits.payload_series,
                         help="most series one metrics payload may have (counted as it is read, before parsing); "
                              "a ScaledObject reading a larger one is refused: RESOURCE_EXHAUSTED and an Event")
-    parser.add_argument("--max-scaledobject-payload-bytes", type=int, default=PayloadLimits.scaledobject_bytes,
+    parser.add_argument("--max-scaledobject-payload-bytes", type=positive_int, default=PayloadLimits.scaledobject_bytes,
                         help="most payload bytes one ScaledObject's scrapes hold at once (read, then parsed); "
                              "beyond, a read fails (that replica unknown for that decision)")
-    parser.add_argument("--max-scaledobject-series", type=int, default=PayloadLimits.scaledobject_series,
+    parser.add_argument("--max-scaledobject-series", type=positive_int, default=PayloadLimits.scaledobject_series,
                         help="most series one ScaledObject's payloads hold at once; beyond, a read fails "
                              "(that replica unknown for that decision)")
-    parser.add_argument("--max-payload-bytes-in-flight", type=int, default=PayloadLimits.process_bytes,
+    parser.add_argument("--max-payload-bytes-in-flight", type=positive_int, default=PayloadLimits.process_bytes,
                         help="most payload bytes all scrapes of this scaler hold at once; beyond, a read fails "
                              "(that replica unknown for that decision)")
-    parser.add_argument("--max-series-in-flight", type=int, default=PayloadLimits.process_series,
+    parser.add_argument("--max-series-in-flight", type=positive_int, default=PayloadLimits.process_series,
                         help="most series all payloads of this scaler hold at once; beyond, a read fails "
                              "(that replica unknown for that decision)")
-    parser.add_argument("--parse-worker-memory-bytes", type=int, default=DEFAULT_WORKER_MEMORY_BYTES,
+    parser.add_argument("--parse-worker-memory-bytes", type=non_negative_int, default=DEFAULT_WORKER_MEMORY_BYTES,
                         help="address-space cap of each payload parse worker (RLIMIT_AS; 0: none); a payload "
                              "needing more is unparseable (that replica unknown)")
     parser.add_argument("--allow-targets", default=None,
