@@ -938,16 +938,49 @@ def remove(uri: CacheKey | ModelURI, root: Path, *, legacy: bool = False, deadli
 # ---------------------------------------------------------------- CLI
 
 
+def _checked(check: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type that validates a flag's value with ``check`` and keeps the text, so a bad value
+    is reported as ``argument --flag: ...`` (exit 2) before anything runs."""
+
+    def parse(text: str) -> str:
+        try:
+            check(text)
+        except (ModelURIError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return parse
+
+
+def _sha256_arg(text: str) -> None:
+    if not re.fullmatch(r"[0-9a-f]{64}", text.strip().lower()):
+        raise ValueError(f"expected 64 hex digits, got {text!r}")
+
+
+def _bytes_arg(text: str) -> None:
+    v = parse_quantity(text)
+    if not v > 0:
+        raise ValueError(f"expected a positive size (bytes or a quantity such as 16Gi), got {text!r}")
+
+
+def _seconds_arg(text: str) -> None:
+    if not float(text) > 0:
+        raise ValueError(f"expected a positive number of seconds, got {text!r}")
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--uri", required=True, help="hf://org/name@rev, s3://bucket/prefix, pvc://claim/path, file:///p")
+    parser.add_argument("--uri", required=True, type=_checked(parse_model_uri),
+                        help="hf://org/name@rev, s3://bucket/prefix, pvc://claim/path, file:///p")
     parser.add_argument("--cache-root", required=True, help="node-local cache directory")
     parser.add_argument("--namespace", default="",
                         help="the workload's namespace: part of the cache identity unless --sha256 pins the content")
-    parser.add_argument("--size", help="expected total bytes (or a quantity such as 16Gi)")
-    parser.add_argument("--sha256", help="expected SHA-256 (file, or directory manifest); also the cache identity")
-    parser.add_argument("--budget", help="disk budget of the cache root (bytes or quantity); LRU eviction")
+    parser.add_argument("--size", type=_checked(_bytes_arg), help="expected total bytes (or a quantity such as 16Gi)")
+    parser.add_argument("--sha256", type=_checked(_sha256_arg),
+                        help="expected SHA-256 (file, or directory manifest); also the cache identity")
+    parser.add_argument("--budget", type=_checked(_bytes_arg),
+                        help="disk budget of the cache root (bytes or quantity); LRU eviction")
     parser.add_argument("--pvc-root", default="/mnt/warmscale-pvc", help="where pvc:// claims are mounted")
-    parser.add_argument("--deadline", default=str(int(DEFAULT_DEADLINE_S)),
+    parser.add_argument("--deadline", default=str(int(DEFAULT_DEADLINE_S)), type=_checked(_seconds_arg),
                         help="seconds the whole run may take (lock wait, download, verification); exit 7 after")
     parser.add_argument("--evict", action="store_true",
                         help="remove the model's cache entry instead of staging it (clean-up Jobs)")

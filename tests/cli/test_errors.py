@@ -61,6 +61,16 @@ FLAG_CASES = [
     (["warmpool", "--kubeconfig", "/nonexistent/kubeconfig"],
      "argument --kubeconfig: /nonexistent/kubeconfig: no such file"),
     (["warmpool", "--resync", "0"], "argument --resync: must be greater than 0 (got 0)"),
+    (["scaler", "--max-streams", "0"], "argument --max-streams: must be at least 1 (got 0)"),
+    (["scaler", "--parse-worker-memory-bytes", "-1"], "argument --parse-worker-memory-bytes: must be 0 or more"),
+    (["stage", "--uri", "ftp://x/y", "--cache-root", "/tmp/c"], "argument --uri: "),
+    (["stage", "--uri", "hf://org/m", "--cache-root", "/tmp/c", "--size", "lots"], "argument --size: "),
+    (["stage", "--uri", "hf://org/m", "--cache-root", "/tmp/c", "--size", "0"], "argument --size: expected a positive"),
+    (["stage", "--uri", "hf://org/m", "--cache-root", "/tmp/c", "--budget", "-1Gi"], "argument --budget: "),
+    (["stage", "--uri", "hf://org/m", "--cache-root", "/tmp/c", "--sha256", "abc"],
+     "argument --sha256: expected 64 hex digits, got 'abc'"),
+    (["stage", "--uri", "hf://org/m", "--cache-root", "/tmp/c", "--deadline", "0"],
+     "argument --deadline: expected a positive number of seconds, got '0'"),
 ]
 
 

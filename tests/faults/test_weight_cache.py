@@ -37,9 +37,14 @@ HOST_PATHS = ("/etc", "/var/lib/kubelet/pods", "/root/.ssh", "/proc/1/root/etc",
 
 
 def run(*argv: str) -> int:
+    """The stager's exit code; a flag value argparse refuses (named in its message) is exit 2 too."""
     parser = argparse.ArgumentParser()
     stager.configure(parser)
-    return stager.run(parser.parse_args(list(argv)))
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return stager.run(args)
 
 
 @pytest.fixture

@@ -189,7 +189,9 @@ def test_cli(tmp_path: Path) -> None:
     base = ["--log-format", "text", "stage", "--uri", f"file://{src}", "--cache-root", str(root)]
     assert main([*base, "--size", str(size), "--sha256", digest, "--budget", "1Mi"]) == 0
     assert main([*base, "--sha256", "1" * 64]) == 4
-    assert main(["stage", "--uri", "ftp://x", "--cache-root", str(root)]) == 2
+    with pytest.raises(SystemExit) as bad:  # argparse names the flag: "argument --uri: ..."
+        main(["stage", "--uri", "ftp://x", "--cache-root", str(root)])
+    assert bad.value.code == 2
     assert main(["stage", "--uri", f"file://{src}", "--cache-root", str(tmp_path / "c2"), "--budget", "10"]) == 3
 
 
