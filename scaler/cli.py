@@ -320,12 +320,14 @@ async def serve(args: argparse.Namespace) -> int:
     # The wiring point of the real signals: every tracker reads its snapshots through this reader.
     reader = SourcesReader(discovery=discovery, guard=guard, limits=limits,
                            parse_worker_memory=args.parse_worker_memory_bytes or None)
-    on_refused = None
+    events = None
     if api is not None:
-        from warmscale.scaler.kube import RefusalEvents
+        from warmscale.scaler.kube import ScaledObjectEvents
 
-        on_refused = RefusalEvents(api)
-    server = ScalerServer(options, reader, guard=guard, on_refused=on_refused)
+        events = ScaledObjectEvents(api)
+    server = ScalerServer(options, reader, guard=guard, on_refused=events)
+    if events is not None:
+        server.manager.on_decision = events.decision
     from warmscale.scaler import gctune
 
     gctune.tune()  # start-up is done: see scaler/gctune.py

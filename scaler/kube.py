@@ -55,22 +55,51 @@ async def load_api_client(kubeconfig: str | None = None) -> tuple[Any, str] | No
     return client.ApiClient(configuration=cfg), source
 
 
-class RefusalEvents:
-    """A ``Warning`` Event on a ScaledObject the scaler refuses (``TrackerManager.on_refused``), at most
-    one per message every 10 minutes (:class:`warmpool.kube.EventRecorder`). The ScaledObject's uid is
-    read first (``get`` on scaledobjects, which the scaler has) so that ``kubectl describe`` shows it."""
+# At most one decision Event per ScaledObject this often: a fleet that moves every few seconds would
+# otherwise flood etcd; every change is still one log line and on /decisions (docs/policy.md).
+DECISION_EVENT_INTERVAL_S = 60.0
+
+
+class ScaledObjectEvents:
+    """Events on a ScaledObject, posted by the scaler (RBAC: ``create`` on events where it serves).
+
+    - ``__call__``: a ``Warning`` ``ScaledObjectRefused`` on one it refuses (``TrackerManager.on_refused``),
+      at most one per message every 10 minutes (:class:`warmpool.kube.EventRecorder`);
+    - :meth:`decision`: a ``Normal`` ``ScalingDecision`` when the count it asks for changes
+      (``TrackerManager.on_decision``), at most one per ScaledObject every
+      :data:`DECISION_EVENT_INTERVAL_S` (changes in between are in the log and on ``/decisions``).
+
+    The ScaledObject's uid is read first (``get`` on scaledobjects, which the scaler has) so that
+    ``kubectl describe`` shows the Event."""
 
     REASON = "ScaledObjectRefused"
+    DECISION_REASON = "ScalingDecision"
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: Any, clock: Any = None) -> None:
+        import time
+
         from kubernetes_asyncio import client
 
         from warmscale.warmpool.kube import EventRecorder
 
         self._objects = client.CustomObjectsApi(api)
         self._events = EventRecorder(client.CoreV1Api(api), component="warmscale-scaler")
+        self._clock = clock or time.monotonic
+        self._last_decision: dict[tuple[str, str], float] = {}
+
+    async def decision(self, namespace: str, name: str, message: str) -> bool:
+        """Post ``message`` unless this ScaledObject had a decision Event in the interval; whether it did."""
+        now = self._clock()
+        if now - self._last_decision.get((namespace, name), -1e18) < DECISION_EVENT_INTERVAL_S:
+            return False
+        self._last_decision[(namespace, name)] = now
+        await self._events.emit(await self._involved(namespace, name), "Normal", self.DECISION_REASON, message)
+        return True
 
     async def __call__(self, namespace: str, name: str, message: str) -> None:
+        await self._events.emit(await self._involved(namespace, name), "Warning", self.REASON, message)
+
+    async def _involved(self, namespace: str, name: str) -> dict[str, Any]:
         from kubernetes_asyncio.client.exceptions import ApiException
 
         involved: dict[str, Any] = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "namespace": namespace,
@@ -80,6 +109,6 @@ class RefusalEvents:
                                                                   name)
             involved["uid"] = so["metadata"]["uid"]
         except (ApiException, KeyError, TypeError) as exc:
-            log.info("refused ScaledObject not readable; the Event names it without a uid",
+            log.info("ScaledObject not readable; the Event names it without a uid",
                      extra={"namespace": namespace, "scaledobject": name, "error": str(exc)[:200]})
-        await self._events.emit(involved, "Warning", self.REASON, message)
+        return involved

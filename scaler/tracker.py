@@ -145,6 +145,8 @@ class TrackerRefused(TrackerLimit):
 
 
 RefusalHook = Callable[[str, str, str], Awaitable[None]]
+# (namespace, name, message) -> whether an Event was posted (the hook rate-limits).
+DecisionHook = Callable[[str, str, str], Awaitable[bool]]
 """``await hook(namespace, name, message)`` when a ScaledObject is refused (the Event on it)."""
 
 
@@ -691,11 +693,14 @@ class Tracker:
         })
         if old is None or old.desired != decision.desired:
             # One line per change of the desired count, with every step that moved it (docs/policy.md).
+            steps = [f"{t['step']}: {t['before']} -> {t['after']} ({t['why']})" for t in trace
+                     if t["before"] != t["after"]]
             log.info("desired replicas changed", extra={
                 "tracker": self.id, "from": None if old is None else old.desired, "to": decision.desired,
-                "reason": decision.reason, "active": decision.active, "computed_here": computed,
-                "steps": [f"{t['step']}: {t['before']} -> {t['after']} ({t['why']})" for t in trace
-                          if t["before"] != t["after"]]})
+                "reason": decision.reason, "active": decision.active, "computed_here": computed, "steps": steps})
+            if computed and old is not None:
+                self.manager.decision_event(self, f"desired replicas {old.desired} -> {decision.desired} "
+                                                  f"({decision.reason}): " + "; ".join(steps))
         if old is None or _answer(old) != _answer(decision):
             self.version += 1
             self.wake()
@@ -796,6 +801,9 @@ class TrackerManager:
         self._refused: dict[MetaKey, tuple[str, float]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.on_refused: RefusalHook | None = None
+        # A Normal Event on the ScaledObject when the count it asks for changes (the deciding replica
+        # only; rate-limited by the hook: scaler/kube.py ScaledObjectEvents).
+        self.on_decision: DecisionHook | None = None
         self.guard = guard
         self._janitor: asyncio.Task[None] | None = None
         self.closing = False
@@ -854,6 +862,22 @@ class TrackerManager:
                 await self.on_refused(tracker.namespace, tracker.name, message)
             except Exception as exc:  # an Event is best effort; the RPCs carry the refusal
                 log.warning("refusal event not recorded", extra={"tracker": tracker.id, "error": redact(str(exc))})
+
+    def decision_event(self, tracker: Tracker, message: str) -> None:
+        """Post the change of ``tracker``'s count as an Event, in the background (best effort)."""
+        hook = self.on_decision
+        if hook is None:
+            return
+
+        async def post() -> None:
+            try:
+                await hook(tracker.namespace, tracker.name, message)
+            except Exception as exc:  # an Event is best effort; the log line and /decisions carry the change
+                log.warning("decision event not recorded", extra={"tracker": tracker.id, "error": redact(str(exc))})
+
+        task = asyncio.get_running_loop().create_task(post())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def trackers(self) -> list[Tracker]:
         return list(self._trackers.values())
