@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from warmscale import progress
-from warmscale.benchmarks.sim.fleet import CONFIGS, FLEET, FleetResult, initial_replicas, model_work, simulate_fleet
+from warmscale.benchmarks.sim.fleet import (
+    CONFIGS,
+    FLEET,
+    KEDA_ZERO_WAITING_ONLY,
+    FleetResult,
+    initial_replicas,
+    model_work,
+    simulate_fleet,
+)
 from warmscale.benchmarks.sim.hotpool import SLEEP_TIMES, SLEEPERS_PER_GPU
 from warmscale.benchmarks.sim.runner import SimSettings
 from warmscale.cliargs import UsageError, positive_float, positive_int, writable_path
@@ -49,9 +57,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def check_configs(spec: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    known = (*CONFIGS, KEDA_ZERO_WAITING_ONLY)
     for n in names:
-        if n not in CONFIGS:
-            raise UsageError(f"--configs: unknown configuration {n!r} (known: {', '.join(CONFIGS)})")
+        if n not in known:
+            raise UsageError(f"--configs: unknown configuration {n!r} (known: {', '.join(known)})")
     if not names:
         raise UsageError("--configs: name at least one configuration")
     return names

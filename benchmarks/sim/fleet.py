@@ -11,7 +11,9 @@ The configurations (``CONFIGS``), as their users write them:
 
 - ``keda-min1``: per model, KEDA's Prometheus scaler on ``sum(vllm:num_requests_waiting)`` (target 5),
   ``minReplicaCount: 1`` (the trace bench's ``keda-prometheus-queue``);
-- ``keda-zero``: the same with ``minReplicaCount: 0`` (KEDA's cooldown 300 s to zero);
+- ``keda-zero``: the same with ``minReplicaCount: 0`` (KEDA's cooldown 300 s to zero) and a second
+  trigger on ``sum(vllm:num_requests_running)`` that keeps it active while requests run (without it,
+  ``keda-zero-waiting-only``, a fleet that serves without a queue is scaled to zero under load);
 - ``warmscale-warm``: per model, warmscale with ``minReplicas: 1`` and a warm pool (``standby: auto``),
   as the trace bench runs it;
 - ``warmscale-hot``: warmscale with ``minReplicas: 0`` and the warm pool, plus one sleeper per model in
@@ -46,6 +48,8 @@ from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_repli
 from warmscale.warmpool.startup_model import PROFILES
 
 CONFIGS = ("keda-min1", "keda-zero", "warmscale-warm", "warmscale-hot")
+# keda-zero with the queue trigger alone (no trigger on running requests): not in CONFIGS; --configs names it.
+KEDA_ZERO_WAITING_ONLY = "keda-zero-waiting-only"
 # The KEDA baseline's trigger: the trace bench's keda-prometheus-queue (vllm:num_requests_waiting, 5 per replica).
 KEDA_QUEUE_TARGET = 5.0
 
@@ -126,9 +130,23 @@ def initial_replicas(spec: ModelSpec, work: Workload, s: SimSettings) -> int:
 
 def build_policy(config: str, spec: ModelSpec, initial: int, fast: bool) -> Policy:
     max_r = max_replicas_for(spec.profile)
-    if config in ("keda-min1", "keda-zero"):
-        keda = KedaConfig(min_replicas=1 if config == "keda-min1" else 0, max_replicas=max_r)
+    if config == "keda-min1":
+        keda = KedaConfig(min_replicas=1, max_replicas=max_r)
         return PromHpaPolicy(config, "waiting", KEDA_QUEUE_TARGET, max_r, keda=keda, fast_signals=fast)
+    if config in ("keda-zero", KEDA_ZERO_WAITING_ONLY):
+        # minReplicaCount 0. KEDA is active while its triggers' value is above the activation threshold
+        # (0): a user who scales to zero adds a trigger on vllm:num_requests_running, else a fleet that
+        # serves without a queue looks inactive and is scaled to zero under load after the cooldown
+        # (KEDA_ZERO_WAITING_ONLY: that configuration, for the docs).
+        keda = KedaConfig(min_replicas=0, max_replicas=max_r)
+        act = ("waiting", "running") if config == "keda-zero" else ("waiting",)
+        zero = PromHpaPolicy(config, "waiting", KEDA_QUEUE_TARGET, max_r, keda=keda, fast_signals=fast,
+                             activation=act)
+        assert zero.kedal is not None
+        # The start fleet was serving before the trace starts: KEDA's cooldown to zero runs from t = 0
+        # (its first poll, before any scrape, would otherwise find it inactive and scale it to zero).
+        zero.kedal.last_active_at = 0.0
+        return zero
     if config not in ("warmscale-warm", "warmscale-hot"):
         raise ValueError(f"unknown configuration {config!r}; known: {', '.join(CONFIGS)}")
     floor = 1 if config == "warmscale-warm" else 0
@@ -139,6 +157,7 @@ def build_policy(config: str, spec: ModelSpec, initial: int, fast: bool) -> Poli
     pol = WarmscalePolicy(md, PROFILES[spec.profile], None, beh, KedaConfig(min_replicas=floor, max_replicas=max_r),
                           fast_signals=fast, workload=spec.name, initial_replicas=initial)
     pol.name = config
+    pol.keda.last_active_at = 0.0  # as for keda-zero: the cooldown to zero runs from t = 0
     return pol
 
 
