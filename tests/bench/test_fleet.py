@@ -100,3 +100,15 @@ def test_a_wake_is_never_routed_before_its_canary() -> None:
     # At most one engine awake per pool GPU at any time (wake request to the end of its sleep).
     spans = sorted((b.wake_requested_at, b.asleep_at) for _, b in hot.history)
     assert all(b0 >= a1 - 1e-9 for (_, a1), (b0, _) in itertools.pairwise(spans))
+
+
+def test_keda_zero_keeps_a_serving_fleet_until_its_cooldown() -> None:
+    """KEDA's first poll finds no scrape yet: the start fleet is kept for cooldownPeriod (it was serving
+    before the trace), and requests running keep it active (the trigger on running requests)."""
+    from warmscale.benchmarks.sim.fleet import build_policy
+
+    spec = FLEET[0]
+    pol = build_policy("keda-zero", spec, 2, True)
+    assert pol.kedal is not None and pol.activation == ("waiting", "running")  # type: ignore[attr-defined]
+    assert pol.kedal.poll(0.0, False, 2) == 2
+    assert pol.kedal.poll(300.0, False, 2) == 0  # inactive for the cooldown (300 s): to zero
