@@ -72,7 +72,7 @@ def test_pool_gpus_charged_in_full() -> None:
     assert res.gpu_hours == res.deployment_gpu_hours + 1 * 600.0 / 3600.0
     # The fleet's 70B models share a TP-4 group: it counts 4 GPUs.
     from warmscale.benchmarks.sim.hotpool import HotCluster, build_pool
-    from warmscale.benchmarks.sim.policies import PROFILES
+    from warmscale.warmpool.startup_model import PROFILES
 
     ep = ENGINE_PROFILES["70b-h100-tp4"]
     clusters = [(f"m{i}", "70b-h100-tp4", ep, HotCluster(ep, PROFILES["70b-h100-tp4"])) for i in range(2)]
@@ -112,3 +112,9 @@ def test_keda_zero_keeps_a_serving_fleet_until_its_cooldown() -> None:
     assert pol.kedal is not None and pol.activation == ("waiting", "running")  # type: ignore[attr-defined]
     assert pol.kedal.poll(0.0, False, 2) == 2
     assert pol.kedal.poll(300.0, False, 2) == 0  # inactive for the cooldown (300 s): to zero
+
+
+def test_an_unknown_configuration_names_the_flag(capsys: object) -> None:
+    assert cli.main(["fleet", "--configs", "keda-min1,keda-two", "--quiet"]) == 2
+    err = capsys.readouterr().err  # type: ignore[attr-defined]
+    assert "--configs" in err and "keda-two" in err
