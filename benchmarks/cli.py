@@ -19,6 +19,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cold-vs-warm": ("warmscale.benchmarks.cold_vs_warm",
                      "scale 1->8 on the local cluster, warm pool off vs on"),
     "calibrate": ("warmscale.benchmarks.calibrate", "the engine model against published vLLM measurements on H100"),
+    "fleet": ("warmscale.benchmarks.fleet",
+              "six models on one cluster: per-model KEDA and warmscale against a shared hot pool of sleepers"),
     "suite": ("warmscale.benchmarks.suite", "every shipped trace through `trace`, plus a results table (Markdown)"),
 }
 

@@ -252,9 +252,11 @@ class PromHpaPolicy(Policy):
 
     def __init__(self, name: str, metric: str, target: float, max_replicas: int, *, scrape_s: float = 15.0,
                  behavior: HpaBehavior | None = None, keda: KedaConfig | None = None, use_keda: bool = True,
-                 fast_signals: bool = False) -> None:
+                 fast_signals: bool = False, activation: tuple[str, ...] | None = None) -> None:
         self.name = name
         self.metric = metric  # "waiting" | "kv" | "util"
+        # What KEDA's IsActive sums (default: the scaling metric; a second trigger may add e.g. "running").
+        self.activation = activation or (metric,)
         self.target = target
         self.max_replicas = max_replicas
         self.scrape_s = scrape_s
@@ -275,7 +277,7 @@ class PromHpaPolicy(Policy):
     def control(self, cluster: Cluster, now: float, dt: float) -> None:
         self.prom.maybe_scrape(now, cluster.ready_pods())
         if self.kedal is not None and self.kedal.poll_due(now):
-            value = self.prom.sum(self.metric) + cluster.gateway_n
+            value = sum(self.prom.sum(m) for m in self.activation) + cluster.gateway_n
             n = self.kedal.poll(now, self.kedal.is_active_value(value), cluster.spec)
             if n != cluster.spec:
                 cluster.set_spec(n, now)
