@@ -39,13 +39,13 @@ from warmscale.benchmarks.sim.policies import WarmscalePolicy, max_replicas_for,
 from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
 from warmscale.cliargs import (
     key_value,
-    metadata_overrides,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
     writable_path,
 )
+from warmscale.validate.overrides import metadata_overrides
 from warmscale.warmpool.startup_model import COLD, PROFILES, time_to_ready
 
 MODES = ("combined", "pd-per-role")

@@ -32,12 +32,12 @@ from warmscale.benchmarks.sim.runner import (
 from warmscale.cliargs import (
     UsageError,
     key_value,
-    metadata_overrides,
     non_negative_int,
     positive_float,
     positive_int,
     writable_path,
 )
+from warmscale.validate.overrides import metadata_overrides
 from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
 
 # The policy every paired comparison is about, and the heuristic schedule v2's ratios divide by.

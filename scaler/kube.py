@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from warmscale.signals.redact import redact
 
 log = logging.getLogger("warmscale.scaler.kube")
 
@@ -80,8 +84,6 @@ class ScaledObjectEvents:
 
         from kubernetes_asyncio import client
 
-        from warmscale.warmpool.kube import EventRecorder
-
         self._objects = client.CustomObjectsApi(api)
         self._events = EventRecorder(client.CoreV1Api(api), component="warmscale-scaler")
         self._clock = clock or time.monotonic
@@ -112,3 +114,39 @@ class ScaledObjectEvents:
             log.info("ScaledObject not readable; the Event names it without a uid",
                      extra={"namespace": namespace, "scaledobject": name, "error": str(exc)[:200]})
         return involved
+
+
+def now_rfc3339(micro: bool = False) -> str:
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
+    return datetime.now(UTC).strftime(fmt)
+
+
+class EventRecorder:
+    """core/v1 Events on workloads, de-duplicated (same reason+message at most every ``every_s``)."""
+
+    def __init__(self, core: Any, component: str = "warmscale-warmpool", every_s: float = 600.0) -> None:
+        self.core = core
+        self.component = component
+        self.every_s = every_s
+        self._sent: dict[tuple[str, str, str], float] = {}
+
+    async def emit(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> bool:
+        key = (str(involved.get("uid")), reason, message)
+        now = time.monotonic()
+        if now - self._sent.get(key, -1e18) < self.every_s:
+            return False
+        self._sent[key] = now
+        ts = now_rfc3339()
+        body = {
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
+            "involvedObject": involved, "reason": reason, "message": redact(message)[:1000], "type": type_,
+            "source": {"component": self.component}, "reportingComponent": self.component,
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        }
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            await self.core.create_namespaced_event(involved["namespace"], body)
+        except ApiException as exc:
+            log.warning("event not recorded", extra={"reason": reason, "status": exc.status})
+        return True

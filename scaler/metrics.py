@@ -31,9 +31,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from warmscale import buildinfo
+from warmscale.common.http_limits import BoundedSite, ConnectionLimits, HttpMetrics, make_runner
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.signals.redact import redact, redact_value
-from warmscale.warmpool.http_limits import BoundedSite, ConnectionLimits, HttpMetrics, make_runner
 
 # The ScaledObject's label is KEDA's own name for it (keda_scaler_metrics_value{scaledObject=...}), and the
 # warm-pool controller's series use the same one: one join key across KEDA, the scaler and the controller.

@@ -203,17 +203,15 @@ def autoscaling() -> db.Dashboard:
         unit="s"))
     d = d.with_panel(_series(
         "SLO attainment",
-        "Share of requests within the TTFT and ITL SLOs (ttftSloSeconds, itlSloSeconds) over 5 minutes, "
-        "1 hour and 1 day, from the engines' histograms (warmscale_slo_attainment_ratio). Below 0.99 the "
-        "error budget of a 99% objective burns (alert WarmscaleSLOErrorBudgetBurn).",
+        "Share of requests within the TTFT SLO (ttftSloSeconds) over 5 minutes, 1 hour and 1 day, from the "
+        "engines' histograms (warmscale_slo_attainment_ratio{slo=\"ttft\"}; slo=\"itl\" with itlSloSeconds). "
+        "Below 0.99 the error budget of a 99% objective burns (alert WarmscaleSLOErrorBudgetBurn).",
         [Q(f'min {BY_SO} (warmscale_slo_attainment_ratio{{{SO},slo="ttft",window="5m"}})',
            "TTFT 5m {{namespace}}/{{scaledObject}}"),
          Q(f'min {BY_SO} (warmscale_slo_attainment_ratio{{{SO},slo="ttft",window="1h"}})',
            "TTFT 1h {{namespace}}/{{scaledObject}}"),
          Q(f'min {BY_SO} (warmscale_slo_attainment_ratio{{{SO},slo="ttft",window="1d"}})',
-           "TTFT 1d {{namespace}}/{{scaledObject}}"),
-         Q(f'min {BY_SO} (warmscale_slo_attainment_ratio{{{SO},slo="itl",window="1h"}})',
-           "ITL 1h {{namespace}}/{{scaledObject}}")],
+           "TTFT 1d {{namespace}}/{{scaledObject}}")],
         unit="percentunit", maximum=1, thresholds=[(0.99, "green")]))
     d = d.with_panel(_series(
         "TTFT over the SLO (share of decisions)",

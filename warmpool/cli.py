@@ -124,8 +124,8 @@ def make_sink(redis_address: str | None) -> Any:
 async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from kubernetes_asyncio import client
 
+    from warmscale.common.http_limits import serve_metrics
     from warmscale.warmpool.controller import Controller, Metrics, Options
-    from warmscale.warmpool.http_limits import serve_metrics
     from warmscale.warmpool.kube import LeaderElector, LeaseNamespaceMissing
 
     try:
@@ -137,7 +137,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         return 2
     metrics = Metrics()
     metrics_runner = None
-    if args.metrics_port:  # bounded: connections capped, slow clients closed (warmpool/http_limits.py)
+    if args.metrics_port:  # bounded: connections capped, slow clients closed (warmscale/common/http_limits.py)
         metrics_runner, _ = await serve_metrics(metrics.registry, args.metrics_address, args.metrics_port,
                                                 metrics=metrics.http)
     api = await make_api_client(args.kubeconfig)
@@ -206,7 +206,7 @@ async def run_webhook(args: argparse.Namespace, api: Any, stop: asyncio.Event, m
 
     ``metrics``: reviews and the certificate state (:class:`WebhookMetrics`); ``http_metrics``: the
     connection bounds' counters (both on the controller's registry, ``controller.Metrics``)."""
-    from warmscale.warmpool.http_limits import HttpMetrics
+    from warmscale.common.http_limits import HttpMetrics
     from warmscale.warmpool.webhook import WebhookMetrics
 
     metrics = metrics or WebhookMetrics()

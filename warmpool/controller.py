@@ -89,8 +89,8 @@ class Metrics:
         self.leader = Gauge("warmscale_leader", "1 while this replica leads", registry=self.registry)
         # the rest of the process on the same registry: webhook reviews and certificate, certificate
         # manager, listener bounds
+        from warmscale.common.http_limits import HttpMetrics
         from warmscale.warmpool.certs import CertMetrics
-        from warmscale.warmpool.http_limits import HttpMetrics
         from warmscale.warmpool.webhook import WebhookMetrics
 
         self.webhook = WebhookMetrics(self.registry)

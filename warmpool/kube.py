@@ -10,22 +10,19 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from warmscale.signals.redact import redact
+from warmscale.scaler.kube import (  # noqa: F401  (re-exported: Events and timestamps, the scaler's too)
+    EventRecorder,
+    now_rfc3339,
+)
 
 log = logging.getLogger("warmscale.warmpool")
 T = TypeVar("T")
 Obj = dict[str, Any]
-
-
-def now_rfc3339(micro: bool = False) -> str:
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"
-    return datetime.now(UTC).strftime(fmt)
 
 
 async def with_retries(what: str, call: Callable[[], Awaitable[T]], attempts: int = 5) -> T:
@@ -158,35 +155,6 @@ class MergedCache:
         for part in self.parts:
             out.update(part.items)
         return out
-
-
-class EventRecorder:
-    """core/v1 Events on workloads, de-duplicated (same reason+message at most every ``every_s``)."""
-
-    def __init__(self, core: Any, component: str = "warmscale-warmpool", every_s: float = 600.0) -> None:
-        self.core = core
-        self.component = component
-        self.every_s = every_s
-        self._sent: dict[tuple[str, str, str], float] = {}
-
-    async def emit(self, involved: Obj, type_: str, reason: str, message: str) -> bool:
-        key = (str(involved.get("uid")), reason, message)
-        now = time.monotonic()
-        if now - self._sent.get(key, -1e18) < self.every_s:
-            return False
-        self._sent[key] = now
-        ts = now_rfc3339()
-        body = {
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
-            "involvedObject": involved, "reason": reason, "message": redact(message)[:1000], "type": type_,
-            "source": {"component": self.component}, "reportingComponent": self.component,
-            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
-        }
-        try:
-            await self.core.create_namespaced_event(involved["namespace"], body)
-        except ApiException as exc:
-            log.warning("event not recorded", extra={"reason": reason, "status": exc.status})
-        return True
 
 
 class LeaseNamespaceMissing(RuntimeError):

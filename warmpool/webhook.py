@@ -30,10 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from warmscale.warmpool import objects as ob
-from warmscale.warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
-from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES, cache_root_problem
-from warmscale.warmpool.http_limits import (
+from warmscale.common.http_limits import (
     BodyTooLarge,
     BoundedSite,
     ConnectionLimits,
@@ -41,6 +38,9 @@ from warmscale.warmpool.http_limits import (
     make_runner,
     read_body,
 )
+from warmscale.warmpool import objects as ob
+from warmscale.warmpool.annotations import AnnotationError, WarmConfig, is_enabled, parse_annotations
+from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES, cache_root_problem
 from warmscale.warmpool.model_uri import cache_dir, staged_label_key
 from warmscale.warmpool.planning import model_source_problem
 

@@ -29,21 +29,6 @@ def user_errors() -> tuple[type[Exception], ...]:
     return (UsageError, TraceError, TraceNotFound)
 
 
-def metadata_overrides(flag: str, items: list[str]) -> dict[str, str]:
-    """``KEY=VALUE`` trigger metadata from a repeatable flag, each key and value checked by the
-    scaler's own parser (an unknown key gets a did-you-mean)."""
-    from warmscale.validate.checks import metadata_problems
-
-    out = dict(kv.split("=", 1) for kv in items)
-    for key, value in out.items():
-        problems, _ = metadata_problems({key: value})
-        for p in problems:
-            if p.key == key:  # not the "no signal source" of a lone key: the command supplies the rest
-                hint = f"; did you mean {p.suggestion}?" if p.suggestion else ""
-                raise UsageError(f"{flag} {key}={value}: {p.message}{hint}")
-    return out
-
-
 def key_value(text: str) -> str:
     """``KEY=VALUE`` (kept as written; split by the command)."""
     key, sep, _ = text.partition("=")

@@ -28,6 +28,7 @@ import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 
+from warmscale.common.http_limits import ConnectionLimits, HttpMetrics, serve_metrics
 from warmscale.warmpool.certs import (
     CA_SECRET,
     SCALER_SECRET,
@@ -38,7 +39,6 @@ from warmscale.warmpool.certs import (
     issue,
     new_ca,
 )
-from warmscale.warmpool.http_limits import ConnectionLimits, HttpMetrics, serve_metrics
 from warmscale.warmpool.webhook import WebhookMetrics, review_response, serve
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

@@ -30,10 +30,12 @@ EXTRAS = ["manifests/examples", "manifests/grafana", "manifests/prometheus"]
 ENGINES = ["vllm", "sglang", "trtllm-triton", "tgi"]
 
 # Series Prometheus adds itself for every target.
+# Metrics of other components an alert reads (not scraped by a Prometheus that scrapes only warmscale).
+FOREIGN_METRICS = {
+    "apiserver_admission_webhook_fail_open_count",  # the API server's (WarmscaleWebhookFailingOpen; >= 1.24)
+}
 PROMETHEUS_SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
-                        "scrape_samples_post_metric_relabeling", "scrape_series_added",
-                        # the API server's (alert WarmscaleWebhookFailingOpen; kube-apiserver >= 1.24)
-                        "apiserver_admission_webhook_fail_open_count"}
+                        "scrape_samples_post_metric_relabeling", "scrape_series_added", *FOREIGN_METRICS}
 
 
 def require_tool(path: str | None, what: str) -> str:
