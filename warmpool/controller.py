@@ -151,6 +151,16 @@ def workload_from(kind: str, o: Mapping[str, Any]) -> ob.Workload:
     )
 
 
+def finalizer_patch(kind: str, finalizers: list[str] | None) -> tuple[Any, str]:
+    """(body, content type) adding the clean-up finalizer: a strategic merge for apps/v1 kinds; a JSON
+    patch for a custom resource (no strategic merge there, and a merge patch would replace the list)."""
+    if kind != ob.LWS_KIND:
+        return {"metadata": {"finalizers": [ob.FINALIZER]}}, STRATEGIC
+    if finalizers:
+        return [{"op": "add", "path": "/metadata/finalizers/-", "value": ob.FINALIZER}], JSON_PATCH
+    return [{"op": "add", "path": "/metadata/finalizers", "value": [ob.FINALIZER]}], JSON_PATCH
+
+
 class Controller:
     def __init__(self, api: client.ApiClient, opts: Options, sink: WarmStatusSink | None = None,
                  metrics: Metrics | None = None) -> None:
@@ -416,11 +426,11 @@ class Controller:
         cfg = p.config
         ns = wl.namespace
 
-        if cfg.model_uri is not None and cfg.prestage_nodes > 0 and \
-                ob.FINALIZER not in ((self._raw(wl).get("metadata") or {}).get("finalizers") or []):
+        fins = (self._raw(wl).get("metadata") or {}).get("finalizers")
+        if cfg.model_uri is not None and cfg.prestage_nodes > 0 and ob.FINALIZER not in (fins or []):
             # before anything is staged: the caches must be cleaned up when the workload goes away
             await with_retries("add finalizer", lambda: self._patcher(wl.kind)(
-                wl.name, ns, {"metadata": {"finalizers": [ob.FINALIZER]}}, _content_type=STRATEGIC))
+                wl.name, ns, finalizer_patch(wl.kind, fins)[0], _content_type=finalizer_patch(wl.kind, fins)[1]))
         for node in p.label_nodes:  # only after the staging Job succeeded
             assert cfg.model_uri is not None
             key = staged_label_key(cfg.cache_key(ns))
