@@ -425,12 +425,36 @@ def priority_class() -> dict[str, Any]:
     }
 
 
+def leader_port(wl: Workload) -> int | None:
+    """The port the group leader's engine serves on: named ``metrics``, else ``http``, else the first."""
+    containers = wl.member_spec(0).get("containers") or []
+    ports = [p for c in containers for p in c.get("ports") or [] if p.get("containerPort")]
+    for wanted in ("metrics", "http"):
+        for p in ports:
+            if p.get("name") == wanted:
+                return int(p["containerPort"])
+    return int(ports[0]["containerPort"]) if ports else None
+
+
+def _pod_source(wl: Workload) -> dict[str, str]:
+    """How the scaler finds the replicas to scrape and count. A LeaderWorkerSet: ``metricsPort`` only, so
+    that the scaler resolves the groups from the scale target (a replica is ready only when its whole
+    group is; the leaders are scraped); without a port, the leaders by ``podSelector`` (then counted
+    one per group, ready when the leader is)."""
+    if wl.is_gang:
+        port = leader_port(wl)
+        if port is not None:
+            return {"metricsPort": str(port)}
+        return {"podSelector": f"{LWS_NAME_LABEL}={wl.name},{LWS_WORKER_INDEX}=0"}
+    return {"podSelector": ",".join(f"{k}={v}" for k, v in sorted(wl.selector.items()))}
+
+
 def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str,
                   trigger_authentication: str = "") -> dict[str, Any]:
     """The owned ScaledObject; ``trigger_authentication`` names the install's ClusterTriggerAuthentication
     (KEDA's client certificate and the CA: mutual TLS to the scaler)."""
     metadata: dict[str, str] = {
-        "podSelector": ",".join(f"{k}={v}" for k, v in sorted(wl.selector.items())),
+        **_pod_source(wl),
         "minReplicas": str(floor),
         "maxReplicas": str(cfg.max_replicas),
         "scaleToZero": "true" if cfg.scale_to_zero.mode != "never" else "false",

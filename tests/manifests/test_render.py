@@ -166,7 +166,8 @@ def test_prometheus_operator_objects_only_in_their_overlay() -> None:
 def test_scaler_rbac_is_read_only() -> None:
     role = one(render("manifests"), "ClusterRole", "warmscale-scaler")
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    assert granted == {("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("keda.sh", "scaledobjects")}
+    assert granted == {("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("keda.sh", "scaledobjects"),
+                       ("leaderworkerset.x-k8s.io", "leaderworkersets")}
     assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in role["rules"])
     # The one cluster-wide grant: get on nodes (their GPU product label), bound to the scaler only.
     objs = render("manifests")

@@ -157,3 +157,20 @@ def test_group_ready_only_when_all_pods_are() -> None:
     assert gs["0"].ready_s == 61.0  # from the first pod's creation to the last Ready
     assert gs["1"].ready_s is None and gs["2"].ready_s is None  # a worker not Ready; a worker missing
     assert gs["0"].leader is not None and gs["0"].leader["metadata"]["name"] == "pp-0-0"
+
+
+def test_owned_scaled_object_targets_the_lws_and_lets_the_scaler_find_its_groups() -> None:
+    from warmscale.warmpool.annotations import parse_annotations
+
+    wl = lws({**ANN, P + "autoscale": "true"})
+    cfg = parse_annotations(wl.annotations)
+    so = ob.scaled_object(wl, cfg, 1, "scaler:9090")
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                                            "kind": "LeaderWorkerSet", "name": "pp"}
+    # no port declared: the leaders by podSelector
+    meta = so["spec"]["triggers"][0]["metadata"]
+    assert meta["podSelector"] == f"{ob.LWS_NAME_LABEL}=pp,{ob.LWS_WORKER_INDEX}=0"
+    wl.member_spec(0)["containers"][0]["ports"] = [{"name": "http", "containerPort": 8000}]
+    meta = ob.scaled_object(wl, cfg, 1, "scaler:9090")["spec"]["triggers"][0]["metadata"]
+    assert meta["metricsPort"] == "8000"
+    assert "podSelector" not in meta  # the target's groups (ready only when whole), leaders scraped
