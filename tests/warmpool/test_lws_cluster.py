@@ -161,3 +161,37 @@ async def test_scale_1_to_3_groups_each_lands_on_a_held_gang(
     await wait_for(no_partial_gang, within=30, what="no placeholder left holding a node")
     evs = [e for e in (await core.list_namespaced_event(ns)).items if e.reason == "GangDoesNotFit"]
     assert evs and evs[0].involved_object.kind == ob.LWS_KIND and "no partial gang" in evs[0].message
+
+
+async def test_group_size_change_replans_and_an_unfit_gang_holds_nothing(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, lws_controller: Any,
+    warm_pool: Any,
+) -> None:
+    """Size 2 -> 3 on racks of 2 nodes: the 2-member gang is deleted (planned for another size) and no
+    3-member gang fits any rack: a GangDoesNotFit Event on the LeaderWorkerSet, and no placeholder."""
+    ns = k8s_namespace
+    rack_of = await racks(k8s_node_pool, "ab")
+    core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
+           P + "min-ready": "1"}
+    await custom.create_namespaced_custom_object(G, V, ns, PL, lws(ns, "pp", 1, 2, ann))
+    first = await wait_for(lambda: group_nodes(core, ns, "pp"), within=60, what="group 0 Ready")
+    await warm_pool()
+    held = await wait_for(lambda: gangs(core, ns), within=60, what="1 placeholder gang Running")
+    ((gang_nodes),) = held.values()
+    assert {rack_of[n] for n in gang_nodes} == {"a", "b"} - {rack_of[n] for n in first["0"]}
+
+    await custom.patch_namespaced_custom_object(G, V, ns, PL, "pp", {"spec": {"leaderWorkerTemplate": {"size": 3}}},
+                                                _content_type="application/merge-patch+json")
+
+    async def unfit() -> list[client.CoreV1Event]:
+        evs = [e for e in (await core.list_namespaced_event(ns)).items if e.reason == "GangDoesNotFit"]
+        pods = (await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}=placeholder")).items
+        return evs if not [p for p in pods if p.metadata.deletion_timestamp is None] else []
+
+    (ev, *_) = await wait_for(unfit, within=60, what="gang re-planned: none fits, an Event, no placeholder")
+    assert ev.involved_object.kind == ob.LWS_KIND and ev.involved_object.name == "pp"
+    assert "3 pods cannot fit" in ev.message and "no partial gang" in ev.message
+    await asyncio.sleep(5)  # a couple of resyncs: still nothing partial
+    pods = (await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}=placeholder")).items
+    assert not [p for p in pods if p.metadata.deletion_timestamp is None]
