@@ -87,26 +87,8 @@ def place_gang(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj],
         if domain in taken_domains and wl.topology_key:
             continue
         members = by_domain[domain]
-        free = {ob_name(n): free_resources(n, pods) for n in members}
-        ever = {ob_name(n): allocatable(n) for n in members}
-        placed = ever_placed = 0
-        for m in range(wl.group_size):
-            spec = wl.member_spec(m)
-            req = replica_requests(spec)
-            for n in members:
-                name = ob_name(n)
-                if fits(spec, n).fits and resources_fit(req, free[name]):
-                    for k, v in req.items():
-                        free[name][k] = free[name].get(k, 0.0) - v
-                    placed += 1
-                    break
-            for n in members:
-                name = ob_name(n)
-                if fits(spec, n).fits and resources_fit(req, ever[name]):
-                    for k, v in req.items():
-                        ever[name][k] = ever[name].get(k, 0.0) - v
-                    ever_placed += 1
-                    break
+        placed = _members_placed(wl, members, {ob_name(n): free_resources(n, pods) for n in members})
+        ever_placed = _members_placed(wl, members, {ob_name(n): allocatable(n) for n in members})
         biggest = max(biggest, ever_placed)
         if placed == wl.group_size:
             return domain, ""
@@ -115,6 +97,22 @@ def place_gang(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj],
         return None, (f"a group of {wl.group_size} pods cannot fit in any {where} even on idle nodes "
                       f"(at most {biggest} members fit)")
     return None, f"no free {where} has room for all {wl.group_size} members now"
+
+
+def _members_placed(wl: ob.Workload, nodes: Sequence[Obj], room: dict[str, dict[str, float]]) -> int:
+    """How many of the group's members first fit places on ``nodes`` with ``room`` left (consumed)."""
+    placed = 0
+    for m in range(wl.group_size):
+        spec = wl.member_spec(m)
+        req = replica_requests(spec)
+        for n in nodes:
+            left = room[ob_name(n)]
+            if fits(spec, n).fits and resources_fit(req, left):
+                for k, v in req.items():
+                    left[k] = left.get(k, 0.0) - v
+                placed += 1
+                break
+    return placed
 
 
 def ob_name(o: Obj) -> str:

@@ -87,6 +87,16 @@ async def racks(make: NodePoolFactory, names: str) -> dict[str, str]:
     return out
 
 
+async def start_lws(api: client.ApiClient, ns: str, make: NodePoolFactory, rack_names: str,
+                    standby: int) -> dict[str, str]:
+    """Racks of 2 nodes, and LeaderWorkerSet ``pp`` (1 group of 2, floor 1, ``standby`` gangs); node -> rack."""
+    rack_of = await racks(make, rack_names)
+    ann = {P + "enabled": "true", P + "standby": str(standby), P + "prestage-nodes": "0", P + "autoscale": "false",
+           P + "min-ready": "1"}
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(G, V, ns, PL, lws(ns, "pp", 1, 2, ann))
+    return rack_of
+
+
 async def group_nodes(core: client.CoreV1Api, ns: str, name: str) -> dict[str, set[str]]:
     """group index -> nodes of its pods, for groups whose pods are all Ready."""
     pods = (await core.list_namespaced_pod(ns, label_selector=f"{ob.LWS_NAME_LABEL}={name}")).items
@@ -113,11 +123,8 @@ async def test_scale_1_to_3_groups_each_lands_on_a_held_gang(
     warm_pool: Any,
 ) -> None:
     ns = k8s_namespace
-    rack_of = await racks(k8s_node_pool, "abc")
+    rack_of = await start_lws(k8s_admin, ns, k8s_node_pool, "abc", standby=2)
     core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
-    ann = {P + "enabled": "true", P + "standby": "2", P + "prestage-nodes": "0", P + "autoscale": "false",
-           P + "min-ready": "1"}
-    await custom.create_namespaced_custom_object(G, V, ns, PL, lws(ns, "pp", 1, 2, ann))
 
     first = await wait_for(lambda: group_nodes(core, ns, "pp"), within=60, what="group 0 Ready")
     (rack0,) = {rack_of[n] for n in first["0"]}  # the stand-in keeps a group in one rack
@@ -170,11 +177,8 @@ async def test_group_size_change_replans_and_an_unfit_gang_holds_nothing(
     """Size 2 -> 3 on racks of 2 nodes: the 2-member gang is deleted (planned for another size) and no
     3-member gang fits any rack: a GangDoesNotFit Event on the LeaderWorkerSet, and no placeholder."""
     ns = k8s_namespace
-    rack_of = await racks(k8s_node_pool, "ab")
+    rack_of = await start_lws(k8s_admin, ns, k8s_node_pool, "ab", standby=1)
     core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
-    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
-           P + "min-ready": "1"}
-    await custom.create_namespaced_custom_object(G, V, ns, PL, lws(ns, "pp", 1, 2, ann))
     first = await wait_for(lambda: group_nodes(core, ns, "pp"), within=60, what="group 0 Ready")
     await warm_pool()
     held = await wait_for(lambda: gangs(core, ns), within=60, what="1 placeholder gang Running")
