@@ -429,8 +429,9 @@ class Controller:
         fins = (self._raw(wl).get("metadata") or {}).get("finalizers")
         if cfg.model_uri is not None and cfg.prestage_nodes > 0 and ob.FINALIZER not in (fins or []):
             # before anything is staged: the caches must be cleaned up when the workload goes away
+            fin_body, fin_type = finalizer_patch(wl.kind, fins)
             await with_retries("add finalizer", lambda: self._patcher(wl.kind)(
-                wl.name, ns, finalizer_patch(wl.kind, fins)[0], _content_type=finalizer_patch(wl.kind, fins)[1]))
+                wl.name, ns, fin_body, _content_type=fin_type))
         for node in p.label_nodes:  # only after the staging Job succeeded
             assert cfg.model_uri is not None
             key = staged_label_key(cfg.cache_key(ns))
