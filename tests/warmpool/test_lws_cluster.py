@@ -199,3 +199,50 @@ async def test_group_size_change_replans_and_an_unfit_gang_holds_nothing(
     await asyncio.sleep(5)  # a couple of resyncs: still nothing partial
     pods = (await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}=placeholder")).items
     assert not [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+async def test_weights_staged_on_every_node_of_a_group_and_the_finalizer_cleans_up(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory, lws_controller: Any,
+    warm_pool: Any,
+) -> None:
+    """prestage-nodes 1 on a 2-pod group: the image and the weights on both nodes of one rack (whole
+    rack), the gang pinned to them; the clean-up finalizer (a JSON patch on the custom resource) holds
+    the LeaderWorkerSet until the copies are evicted."""
+    from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
+
+    ns = k8s_namespace
+    rack_of = await racks(k8s_node_pool, "ab")
+    core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    uri = "hf://org/model@rev1"
+    key = staged_label_key(CacheKey(parse_model_uri(uri), ns))
+    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": uri,
+           P + "autoscale": "false", P + "min-ready": "0", P + "scale-to-zero": "allowed",
+           P + "stage-pod-annotations": json.dumps({"sim.warmscale.io/job-duration": "1s"})}
+    await custom.create_namespaced_custom_object(G, V, ns, PL, lws(ns, "pp", 0, 2, ann))
+    await warm_pool()
+
+    async def staged() -> list[str]:
+        out = [n for n in rack_of if ((await core.read_node(n)).metadata.labels or {}).get(key) == "true"]
+        return out if len(out) == 2 else []
+
+    nodes = await wait_for(staged, within=90, what="weights staged on 2 nodes")
+    assert len({rack_of[n] for n in nodes}) == 1  # one whole rack: the nodes one group uses
+    pulls = (await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}=prepull")).items
+    assert sorted({p.spec.node_name for p in pulls}) == sorted(nodes)
+    obj = await custom.get_namespaced_custom_object(G, V, ns, PL, "pp")
+    assert ob.FINALIZER in obj["metadata"].get("finalizers", [])
+    held = await wait_for(lambda: gangs(core, ns), within=60, what="the gang on the staged rack")
+    assert sorted(next(iter(held.values()))) == sorted(nodes)
+
+    await custom.delete_namespaced_custom_object(G, V, ns, PL, "pp")
+
+    async def released() -> bool:
+        try:
+            await custom.get_namespaced_custom_object(G, V, ns, PL, "pp")
+        except client.exceptions.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    await wait_for(released, within=90, what="LeaderWorkerSet released by the finalizer after eviction")
+    for n in nodes:
+        assert key not in ((await core.read_node(n)).metadata.labels or {})
