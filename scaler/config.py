@@ -320,7 +320,7 @@ KEYS: tuple[Key, ...] = (
         "Label selector of the engine pods to scrape directly (needs API access; see warm-pool docs)."),
     Key("metricsPort", "metrics_port", _parse_int, Range(1, 65535),
         "Port of the pods' metrics endpoint. Without podSelector, the pods of the ScaledObject's "
-        "scaleTargetRef are scraped (needs API access)."),
+        "scaleTargetRef are scraped (needs API access; a LeaderWorkerSet: its group leaders)."),
     Key("metricsPath", "metrics_path", _parse_path, None, "Path of the metrics endpoint."),
     Key("minReplicas", "min_replicas", _parse_int, Range(0, MAX_REPLICAS),
         "Lower bound while active (raised to 1 unless scaleToZero is true)."),

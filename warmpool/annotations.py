@@ -172,9 +172,12 @@ KEYS: tuple[Key, ...] = (
     Key("standby", "standby", _parse_standby, "auto",
         "Replicas' worth of capacity held by placeholder pods (priority -5, never preempting): a number, or "
         "`auto`: sized from the burst statistics the scaler publishes, zero where a placeholder would cost more "
-        "GPU-hours than the misses it prevents (docs/policy.md, \"Warm capacity sized from history\")."),
+        "GPU-hours than the misses it prevents (docs/policy.md, \"Warm capacity sized from history\"). "
+        "A LeaderWorkerSet's replica is a group: it is held as a gang of one placeholder per member, all or "
+        "nothing (docs/gangs-queues.md)."),
     Key("prestage-nodes", "prestage_nodes", _parse_count, "0",
-        "On how many matching nodes to pre-pull the images and pre-stage the weights."),
+        "On how many matching nodes to pre-pull the images and pre-stage the weights. A LeaderWorkerSet "
+        "counts groups: each group's `size` nodes, taken domain by domain of its exclusive topology."),
     Key("model-uri", "model_uri", _parse_uri, "(none)",
         "Weights source: `hf://org/name@revision`, `s3://bucket/prefix`, `pvc://claim/path`, `file:///path` "
         "(only under the controller's `--file-source-allow` roots; never a system path)."),

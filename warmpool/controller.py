@@ -29,6 +29,7 @@ from warmscale.scaler.warm_status import WarmStatus
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES
+from warmscale.warmpool.gangs import groups
 from warmscale.warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
 from warmscale.warmpool.model_uri import CacheKey, ModelURIError, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import (
@@ -130,12 +131,34 @@ async def install_priority_class(api: client.ApiClient) -> None:
 
 def workload_from(kind: str, o: Mapping[str, Any]) -> ob.Workload:
     m, spec = o.get("metadata") or {}, o.get("spec") or {}
+    if kind == ob.LWS_KIND:
+        # one replica = one group: spec.replicas counts groups of leaderWorkerTemplate.size pods
+        lwt = spec.get("leaderWorkerTemplate") or {}
+        annotations = m.get("annotations") or {}
+        return ob.Workload(
+            kind=kind, namespace=m.get("namespace", ""), name=m.get("name", ""), uid=m.get("uid", ""),
+            replicas=int(spec["replicas"]) if spec.get("replicas") is not None else 1,
+            template=lwt.get("workerTemplate") or {}, annotations=annotations,
+            selector={ob.LWS_NAME_LABEL: m.get("name", "")},
+            group_size=max(1, int(lwt.get("size") or 1)), leader_template=lwt.get("leaderTemplate"),
+            topology_key=str(annotations.get(ob.LWS_EXCLUSIVE_TOPOLOGY) or "").strip(),
+        )
     return ob.Workload(
         kind=kind, namespace=m.get("namespace", ""), name=m.get("name", ""), uid=m.get("uid", ""),
         replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
         template=spec.get("template") or {}, annotations=m.get("annotations") or {},
         selector=(spec.get("selector") or {}).get("matchLabels") or {},
     )
+
+
+def finalizer_patch(kind: str, finalizers: list[str] | None) -> tuple[Any, str]:
+    """(body, content type) adding the clean-up finalizer: a strategic merge for apps/v1 kinds; a JSON
+    patch for a custom resource (no strategic merge there, and a merge patch would replace the list)."""
+    if kind != ob.LWS_KIND:
+        return {"metadata": {"finalizers": [ob.FINALIZER]}}, STRATEGIC
+    if finalizers:
+        return [{"op": "add", "path": "/metadata/finalizers/-", "value": ob.FINALIZER}], JSON_PATCH
+    return [{"op": "add", "path": "/metadata/finalizers", "value": [ob.FINALIZER]}], JSON_PATCH
 
 
 class Controller:
@@ -176,6 +199,12 @@ class Controller:
                                  self.apps.list_deployment_for_all_namespaces, self._changed)
         self.statefulsets = cache("statefulsets", self.apps.list_namespaced_stateful_set,
                                   self.apps.list_stateful_set_for_all_namespaces, self._changed)
+        # LeaderWorkerSets: optional (the CRD may not be installed; then there are none)
+        self.lws = cache("leaderworkersets",
+                         functools.partial(self.custom.list_namespaced_custom_object, ob.LWS_GROUP, ob.LWS_VERSION,
+                                           plural=ob.LWS_PLURAL),
+                         functools.partial(self.custom.list_cluster_custom_object, ob.LWS_GROUP, ob.LWS_VERSION,
+                                           ob.LWS_PLURAL), self._changed, optional=True)
         self.nodes = Cache("nodes", self.core.list_node, self._changed, watch_timeout_s=wt)
         self.caches.append(self.nodes)
         self.pods = cache("pods", self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces,
@@ -237,9 +266,11 @@ class Controller:
         self.priority_class_ok = True
         return True
 
+    def _kinds(self) -> tuple[tuple[str, Any], ...]:
+        return (("Deployment", self.deployments), ("StatefulSet", self.statefulsets), (ob.LWS_KIND, self.lws))
+
     def raw_workloads(self) -> list[tuple[str, dict[str, Any]]]:
-        return [(kind, o) for kind, cache in (("Deployment", self.deployments), ("StatefulSet", self.statefulsets))
-                for o in cache.items.values()]
+        return [(kind, o) for kind, cache in self._kinds() for o in cache.items.values()]
 
     def workloads(self) -> list[ob.Workload]:
         """Enabled workloads that are not being deleted (those only get their clean-up finished)."""
@@ -251,10 +282,14 @@ class Controller:
         return out
 
     def _raw(self, wl: ob.Workload) -> dict[str, Any]:
-        cache = self.deployments if wl.kind == "Deployment" else self.statefulsets
+        cache = dict(self._kinds())[wl.kind]
         return cache.items.get(f"{wl.namespace}/{wl.name}") or {}
 
     def _patcher(self, kind: str) -> Any:
+        """``patch(name, namespace, body, _content_type=...)`` for the workload kind."""
+        if kind == ob.LWS_KIND:
+            return lambda name, ns, body, **kw: self.custom.patch_namespaced_custom_object(
+                ob.LWS_GROUP, ob.LWS_VERSION, ns, ob.LWS_PLURAL, name, body, **kw)
         return self.apps.patch_namespaced_deployment if kind == "Deployment" \
             else self.apps.patch_namespaced_stateful_set
 
@@ -391,11 +426,12 @@ class Controller:
         cfg = p.config
         ns = wl.namespace
 
-        if cfg.model_uri is not None and cfg.prestage_nodes > 0 and \
-                ob.FINALIZER not in ((self._raw(wl).get("metadata") or {}).get("finalizers") or []):
+        fins = (self._raw(wl).get("metadata") or {}).get("finalizers")
+        if cfg.model_uri is not None and cfg.prestage_nodes > 0 and ob.FINALIZER not in (fins or []):
             # before anything is staged: the caches must be cleaned up when the workload goes away
+            fin_body, fin_type = finalizer_patch(wl.kind, fins)
             await with_retries("add finalizer", lambda: self._patcher(wl.kind)(
-                wl.name, ns, {"metadata": {"finalizers": [ob.FINALIZER]}}, _content_type=STRATEGIC))
+                wl.name, ns, fin_body, _content_type=fin_type))
         for node in p.label_nodes:  # only after the staging Job succeeded
             assert cfg.model_uri is not None
             key = staged_label_key(cfg.cache_key(ns))
@@ -416,13 +452,14 @@ class Controller:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
         for name in p.delete_placeholders:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
-        if p.create_placeholders and not self.priority_class_ok:
+        holds = [ob.placeholder_pod(wl, i, p.pinned) for i in p.create_placeholders] + [
+            ob.gang_placeholder_pod(wl, g, m, p.pinned, domain) for g, m, domain in p.create_gang_members]
+        if holds and not self.priority_class_ok:
             await self._priority_class_missing(inv)
         else:
-            for i in p.create_placeholders:
+            for hold in holds:
                 try:
-                    await ignore_status(self.core.create_namespaced_pod(ns, ob.placeholder_pod(wl, i, p.pinned)),
-                                        409)
+                    await ignore_status(self.core.create_namespaced_pod(ns, hold), 409)
                 except ApiException as exc:
                     if not priority_class_refused(exc):
                         raise
@@ -446,8 +483,7 @@ class Controller:
                 self.custom.delete_namespaced_custom_object(KEDA[0], KEDA[1], ns, KEDA[2], wl.name), 404)
         if p.scale_replicas_to is not None:
             scale = {"spec": {"replicas": p.scale_replicas_to}}
-            patch = self.apps.patch_namespaced_deployment if wl.kind == "Deployment" \
-                else self.apps.patch_namespaced_stateful_set
+            patch = self._patcher(wl.kind)
             await with_retries("raise replicas to floor", lambda: patch(wl.name, ns, scale, _content_type=MERGE))
 
         await self._write_status(wl, p)
@@ -462,8 +498,7 @@ class Controller:
         if wl.annotations.get(STATUS_KEY) == text:
             return
         body = {"metadata": {"annotations": {STATUS_KEY: text}}}
-        patch = self.apps.patch_namespaced_deployment if wl.kind == "Deployment" \
-            else self.apps.patch_namespaced_stateful_set
+        patch = self._patcher(wl.kind)
         await ignore_status(patch(wl.name, wl.namespace, body, _content_type=MERGE), 404)
 
     async def _standby_evidence(self, wl: ob.Workload) -> StandbyEvidence | None:
@@ -519,18 +554,28 @@ class Controller:
         ttr = self.ttr.setdefault(wl.key, TimeToReady())
         ttr_gpu = self.ttr_gpu.setdefault(wl.key, TimeToReadyByGpu())
         ready = starting = 0
-        for pod in pods:
+        # (pod identifying the replica, seconds to ready or None); a LeaderWorkerSet replica is a group,
+        # ready only when all its pods are, identified by its leader
+        replicas: list[tuple[dict[str, Any], float | None]] = []
+        if wl.is_gang:
+            replicas = [(g.leader or {}, g.ready_s) for g in groups(wl, pods)]
+        else:
+            for pod in pods:
+                m = pod.get("metadata") or {}
+                labels = m.get("labels") or {}
+                if ob.is_managed(pod) or not wl.selector or any(labels.get(k) != v for k, v in wl.selector.items()):
+                    continue
+                if m.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                replicas.append((pod, pod_time_to_ready(pod)))
+        for pod, secs in replicas:
             m = pod.get("metadata") or {}
-            labels = m.get("labels") or {}
-            if ob.is_managed(pod) or not wl.selector or any(labels.get(k) != v for k, v in wl.selector.items()):
-                continue
-            if m.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            secs = pod_time_to_ready(pod)
             if secs is None:
                 starting += 1
                 continue
             ready += 1
+            if not m:
+                continue  # a group without its leader: counted, not measured
             node = str((pod.get("spec") or {}).get("nodeName") or "")
             node_labels = ((nodes.get(f"/{node}") or {}).get("metadata") or {}).get("labels") or {}
             staged = node_labels.get(label) == "true" if label else node in prepulled

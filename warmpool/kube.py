@@ -82,11 +82,16 @@ async def ignore_status(coro: Awaitable[Any], *statuses: int) -> Any:
 
 
 class Cache:
-    """A list+watch cache of one resource (raw API JSON, keyed by namespace/name)."""
+    """A list+watch cache of one resource (raw API JSON, keyed by namespace/name).
+
+    ``optional``: the resource may not be served (a CRD not installed: 404) or not granted (403); the
+    cache then counts as synced and empty, and keeps re-listing with back-off, so installing the CRD
+    later is picked up without a restart."""
 
     def __init__(self, name: str, list_fn: Callable[..., Awaitable[Any]], on_change: Callable[[str, Obj], None],
-                 watch_timeout_s: int = 300, **list_kwargs: Any) -> None:
+                 watch_timeout_s: int = 300, optional: bool = False, **list_kwargs: Any) -> None:
         self.name = name
+        self.optional = optional
         self.watch_timeout_s = watch_timeout_s
         self.lists = 0
         self.list_fn = list_fn
@@ -136,6 +141,14 @@ class Cache:
                 raise
             except Exception as exc:  # 410 Gone (version compacted), API server restart, ...: list afresh
                 status = getattr(exc, "status", None)
+                if self.optional and status in (403, 404) and not self.items:
+                    if not self.synced.is_set():
+                        log.info("optional resource not served or not granted: empty", extra={
+                            "cache": self.name, "status": status})
+                    self.synced.set()
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
                 log.info("cache relist", extra={"cache": self.name, "status": status, "error": str(exc)[:200]})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)

@@ -39,9 +39,24 @@ def h(s: str, n: int = 8) -> str:
     return hashlib.sha256(s.encode()).hexdigest()[:n]
 
 
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+LWS_KIND = "LeaderWorkerSet"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # set by the LWS controller on every group pod
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # "0": the leader
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"  # one group per topology domain
+GANG_ANN = "warmscale.io/gang"  # on a gang's placeholders: "<gang index>/<group size>/<topology key>"
+GANG_LABEL = "warmscale.io/gang-id"  # the gang's members share it (pod affinity within the topology domain)
+
+
 @dataclass(frozen=True)
 class Workload:
-    """A Deployment or StatefulSet, reduced to what planning needs."""
+    """A Deployment, StatefulSet or LeaderWorkerSet, reduced to what planning needs.
+
+    A LeaderWorkerSet replica is a *group* of ``group_size`` pods (a leader and ``group_size - 1``
+    workers): ``template`` is its worker template, ``leader_template`` its leader template (None: the
+    leader uses the worker template) and ``topology_key`` the exclusive-topology key (a group's pods
+    share one domain of it, one group per domain; "" for none)."""
 
     kind: str
     namespace: str
@@ -50,7 +65,21 @@ class Workload:
     replicas: int
     template: Mapping[str, Any]  # the pod template: {"metadata": ..., "spec": ...}
     annotations: Mapping[str, str]
-    selector: Mapping[str, str]  # spec.selector.matchLabels
+    selector: Mapping[str, str]  # spec.selector.matchLabels (LWS: the name label of its group pods)
+    group_size: int = 1  # pods per replica (LWS spec.leaderWorkerTemplate.size)
+    leader_template: Mapping[str, Any] | None = None
+    topology_key: str = ""
+
+    @property
+    def is_gang(self) -> bool:
+        """A replica of several pods (its placeholders are held as a gang)."""
+        return self.kind == LWS_KIND
+
+    def member_spec(self, member: int) -> Mapping[str, Any]:
+        """The pod spec of group member ``member`` (0: the leader)."""
+        if member == 0 and self.leader_template is not None:
+            return self.leader_template.get("spec") or {}
+        return self.pod_spec
 
     @property
     def key(self) -> str:
@@ -66,19 +95,21 @@ class Workload:
 
     @property
     def api_version(self) -> str:
-        return "apps/v1"
+        return f"{LWS_GROUP}/{LWS_VERSION}" if self.kind == LWS_KIND else "apps/v1"
 
     def owner_ref(self) -> dict[str, Any]:
         return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,
                 "controller": True, "blockOwnerDeletion": False}
 
     def images(self) -> list[str]:
-        spec = self.pod_spec
+        """Every image of the pod template (and of the LWS leader template)."""
         seen: list[str] = []
-        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-            img = c.get("image")
-            if img and img not in seen:
-                seen.append(img)
+        specs = [self.pod_spec] + ([self.member_spec(0)] if self.leader_template is not None else [])
+        for spec in specs:
+            for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+                img = c.get("image")
+                if img and img not in seen:
+                    seen.append(img)
         return seen
 
 
@@ -176,8 +207,8 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def placeholder_pod(wl: Workload, index: int, pinned: Sequence[str] | None) -> dict[str, Any]:
-    spec = wl.pod_spec
+def _hold_spec(spec: Mapping[str, Any], pinned: Sequence[str] | None) -> dict[str, Any]:
+    """A pause pod requesting what a pod of ``spec`` requests, with its node constraints."""
     req = replica_requests(spec)
     requests = {k: _fmt(v) for k, v in req.items() if v > 0}
     limits = {k: v for k, v in requests.items() if "/" in k}  # extended resources need limits == requests
@@ -196,13 +227,67 @@ def placeholder_pod(wl: Workload, index: int, pinned: Sequence[str] | None) -> d
         pod_spec["affinity"] = aff
     if spec.get("tolerations"):
         pod_spec["tolerations"] = [dict(t) for t in spec["tolerations"]]
+    return pod_spec
+
+
+def placeholder_pod(wl: Workload, index: int, pinned: Sequence[str] | None) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": placeholder_name(wl, index), "namespace": wl.namespace,
                      "labels": labels(wl, "placeholder"),
                      "annotations": {PIN_ANN: pin_hash(pinned)},
                      "ownerReferences": [wl.owner_ref()]},
-        "spec": pod_spec,
+        "spec": _hold_spec(wl.pod_spec, pinned),
+    }
+
+
+def gang_placeholder_name(wl: Workload, gang: int, member: int) -> str:
+    return f"ws-hold-{_dns_trunc(wl.name, 36)}-{wl.key_hash[:6]}-g{gang}-{member}"
+
+
+def gang_id(wl: Workload, gang: int) -> str:
+    return f"{wl.key_hash}-{gang}"
+
+
+def gang_record(wl: Workload, gang: int) -> str:
+    """What a gang was planned for (GANG_ANN): a change of group size or topology key re-plans it."""
+    return f"{gang}/{wl.group_size}/{wl.topology_key}"
+
+
+def gang_placeholder_pod(wl: Workload, gang: int, member: int, pinned: Sequence[str] | None,
+                         domain: str | None = None) -> dict[str, Any]:
+    """Member ``member`` (0: the leader's requests) of placeholder gang ``gang``: one pause pod per group
+    member. With an exclusive topology the gang's members share one domain of ``wl.topology_key``
+    (``domain``: the one the planner found room in) and no other gang of this workload uses it, as the
+    LWS controller places a group's pods."""
+    spec = _hold_spec(wl.member_spec(member), pinned)
+    gid = gang_id(wl, gang)
+    if wl.topology_key:
+        aff = dict(spec.get("affinity") or {})
+        aff["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {GANG_LABEL: gid}}, "topologyKey": wl.topology_key}]}
+        aff["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {WORKLOAD: wl.key_hash, ROLE: "placeholder"},
+                              "matchExpressions": [{"key": GANG_LABEL, "operator": "NotIn", "values": [gid]}]},
+            "topologyKey": wl.topology_key}]}
+        if domain is not None:
+            na = dict(aff.get("nodeAffinity") or {})
+            req = dict(na.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+            terms = [dict(t) for t in (req.get("nodeSelectorTerms") or [])] or [{}]
+            for t in terms:
+                t["matchExpressions"] = [*(t.get("matchExpressions") or []),
+                                         {"key": wl.topology_key, "operator": "In", "values": [domain]}]
+            req["nodeSelectorTerms"] = terms
+            na["requiredDuringSchedulingIgnoredDuringExecution"] = req
+            aff["nodeAffinity"] = na
+        spec["affinity"] = aff
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": gang_placeholder_name(wl, gang, member), "namespace": wl.namespace,
+                     "labels": labels(wl, "placeholder", {GANG_LABEL: gid}),
+                     "annotations": {PIN_ANN: pin_hash(pinned), GANG_ANN: gang_record(wl, gang)},
+                     "ownerReferences": [wl.owner_ref()]},
+        "spec": spec,
     }
 
 
@@ -340,12 +425,36 @@ def priority_class() -> dict[str, Any]:
     }
 
 
+def leader_port(wl: Workload) -> int | None:
+    """The port the group leader's engine serves on: named ``metrics``, else ``http``, else the first."""
+    containers = wl.member_spec(0).get("containers") or []
+    ports = [p for c in containers for p in c.get("ports") or [] if p.get("containerPort")]
+    for wanted in ("metrics", "http"):
+        for p in ports:
+            if p.get("name") == wanted:
+                return int(p["containerPort"])
+    return int(ports[0]["containerPort"]) if ports else None
+
+
+def _pod_source(wl: Workload) -> dict[str, str]:
+    """How the scaler finds the replicas to scrape and count. A LeaderWorkerSet: ``metricsPort`` only, so
+    that the scaler resolves the groups from the scale target (a replica is ready only when its whole
+    group is; the leaders are scraped); without a port, the leaders by ``podSelector`` (then counted
+    one per group, ready when the leader is)."""
+    if wl.is_gang:
+        port = leader_port(wl)
+        if port is not None:
+            return {"metricsPort": str(port)}
+        return {"podSelector": f"{LWS_NAME_LABEL}={wl.name},{LWS_WORKER_INDEX}=0"}
+    return {"podSelector": ",".join(f"{k}={v}" for k, v in sorted(wl.selector.items()))}
+
+
 def scaled_object(wl: Workload, cfg: WarmConfig, floor: int, scaler_address: str,
                   trigger_authentication: str = "") -> dict[str, Any]:
     """The owned ScaledObject; ``trigger_authentication`` names the install's ClusterTriggerAuthentication
     (KEDA's client certificate and the CA: mutual TLS to the scaler)."""
     metadata: dict[str, str] = {
-        "podSelector": ",".join(f"{k}={v}" for k, v in sorted(wl.selector.items())),
+        **_pod_source(wl),
         "minReplicas": str(floor),
         "maxReplicas": str(cfg.max_replicas),
         "scaleToZero": "true" if cfg.scale_to_zero.mode != "never" else "false",

@@ -26,6 +26,7 @@ from warmscale.warmpool.cache_roots import (
     cache_root_problem,
     file_source_problem,
 )
+from warmscale.warmpool.gangs import plan_gangs
 from warmscale.warmpool.matching import free_fit, matching_nodes
 from warmscale.warmpool.model_uri import staged_label_key
 
@@ -150,6 +151,7 @@ class Plan:
     create_prepull: list[str] = field(default_factory=list)  # node names
     delete_prepull: list[str] = field(default_factory=list)  # pod names
     create_placeholders: list[int] = field(default_factory=list)  # indices
+    create_gang_members: list[tuple[int, int, str | None]] = field(default_factory=list)  # (gang, member, domain)
     delete_placeholders: list[str] = field(default_factory=list)  # pod names
     pinned: list[str] | None = None  # nodes placeholders are pinned to (None: workload constraints only)
     placeholders_ready: int = 0
@@ -219,9 +221,11 @@ def model_source_problem(cfg: WarmConfig, cache_roots: Sequence[str] = DEFAULT_A
 
 
 def choose_stage_nodes(candidates: Sequence[Obj], n: int, label_key: str | None,
-                       has_job: set[str], has_room: set[str]) -> list[str]:
+                       has_job: set[str], has_room: set[str], topology_key: str = "") -> list[str]:
     """Deterministic, sticky choice: staged first, then in-progress, then nodes with room for one more
-    replica (where a placeholder can hold capacity), then by name."""
+    replica (where a placeholder can hold capacity), then by name. With ``topology_key`` (a gang's
+    exclusive topology) whole domains are taken together, the best-ranked domain first, so the nodes a
+    group would use are warm together; nodes without the label come last."""
 
     def rank(node: Obj) -> tuple[int, str]:
         name = _name(node)
@@ -233,7 +237,14 @@ def choose_stage_nodes(candidates: Sequence[Obj], n: int, label_key: str | None,
             return 2, name
         return 3, name
 
-    return [_name(x) for x in sorted(candidates, key=rank)[:n]]
+    ordered = sorted(candidates, key=rank)
+    if topology_key:
+        best: dict[str, int] = {}
+        for i, node in enumerate(ordered):
+            best.setdefault(str(_labels(node).get(topology_key) or ""), i)
+        ordered = sorted(ordered, key=lambda x: (not _labels(x).get(topology_key),
+                                                 best[str(_labels(x).get(topology_key) or "")]))
+    return [_name(x) for x in ordered[:n]]
 
 
 WEBHOOK_POD_LABEL = "warmscale.io/enabled"
@@ -302,7 +313,9 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     label_key = staged_label_key(key) if key else None
     my_jobs = {_name(j): j for j in jobs if _labels(j).get(ob.WORKLOAD) == mine and _labels(j).get(ob.ROLE) == "stage"}
     job_nodes = {str(_meta(j).get("annotations", {}).get(ob.NODE_ANN, "")) for j in my_jobs.values()}
-    p.stage_nodes = choose_stage_nodes(cands, cfg.prestage_nodes, label_key, job_nodes, has_room)
+    # a group uses group_size nodes: prestage-nodes counts groups' worth of nodes, kept by topology domain
+    p.stage_nodes = choose_stage_nodes(cands, cfg.prestage_nodes * wl.group_size, label_key, job_nodes, has_room,
+                                       topology_key=wl.topology_key)
     wanted_jobs: set[str] = set()
     if key is not None and label_key is not None:
         for node in p.stage_nodes:
@@ -353,30 +366,38 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
         p.standby = cfg.standby
     warm = p.staged_nodes if uri is not None else p.prepulled_nodes
     p.pinned = sorted(warm) if cfg.prestage_nodes > 0 and warm else None
-    pin = ob.pin_hash(p.pinned)
-    holders = [q for q in pods if _labels(q).get(ob.WORKLOAD) == mine and _labels(q).get(ob.ROLE) == "placeholder"]
-    by_name = {_name(q): q for q in holders}
-    for q in holders:
-        if _meta(q).get("deletionTimestamp"):
-            continue
-        name = _name(q)
-        idx = name.rsplit("-", 1)[-1]
-        node = str((q.get("spec") or {}).get("nodeName") or "")
-        phase = (q.get("status") or {}).get("phase")
-        stale = (
-            not idx.isdigit() or int(idx) >= p.standby
-            or phase in ("Failed", "Succeeded")
-            or (node and p.pinned is not None and node not in p.pinned)
-            or (not node and (_meta(q).get("annotations") or {}).get(ob.PIN_ANN) != pin)
-        )
-        if stale:
-            p.delete_placeholders.append(name)
-    for i in range(p.standby):
-        if ob.placeholder_name(wl, i) not in by_name:
-            p.create_placeholders.append(i)
-    p.placeholders_ready = sum(
-        1 for q in holders if not _meta(q).get("deletionTimestamp") and _name(q) not in p.delete_placeholders
-        and (q.get("status") or {}).get("phase") == "Running")
+    if wl.is_gang:
+        gp = plan_gangs(wl, p.standby, cands, pods, p.pinned, ts)
+        p.create_gang_members, p.delete_placeholders, p.placeholders_ready = gp.create, gp.delete, gp.ready
+        if gp.unfit:
+            p.events.append(Event("Warning", "GangDoesNotFit",
+                                  f"placeholder gang {gp.unfit_gang} (of {p.standby}) not created: {gp.unfit}; "
+                                  "no partial gang is held"))
+    else:
+        pin = ob.pin_hash(p.pinned)
+        holders = [q for q in pods if _labels(q).get(ob.WORKLOAD) == mine and _labels(q).get(ob.ROLE) == "placeholder"]
+        by_name = {_name(q): q for q in holders}
+        for q in holders:
+            if _meta(q).get("deletionTimestamp"):
+                continue
+            name = _name(q)
+            idx = name.rsplit("-", 1)[-1]
+            node = str((q.get("spec") or {}).get("nodeName") or "")
+            phase = (q.get("status") or {}).get("phase")
+            stale = (
+                not idx.isdigit() or int(idx) >= p.standby
+                or phase in ("Failed", "Succeeded")
+                or (node and p.pinned is not None and node not in p.pinned)
+                or (not node and (_meta(q).get("annotations") or {}).get(ob.PIN_ANN) != pin)
+            )
+            if stale:
+                p.delete_placeholders.append(name)
+        for i in range(p.standby):
+            if ob.placeholder_name(wl, i) not in by_name:
+                p.create_placeholders.append(i)
+        p.placeholders_ready = sum(
+            1 for q in holders if not _meta(q).get("deletionTimestamp") and _name(q) not in p.delete_placeholders
+            and (q.get("status") or {}).get("phase") == "Running")
 
     # --- the webhook sees only pods labelled warmscale.io/enabled=true (its objectSelector)
     tmpl_labels = ((wl.template.get("metadata") or {}).get("labels") or {})

@@ -44,6 +44,9 @@ WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
     ("annotated workloads: watch them; patch the status annotation, the clean-up finalizer and (without a "
      "ScaledObject) spec.replicas up to the floor",
      {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": ["list", "watch", "patch"]}),
+    ("annotated LeaderWorkerSets (one replica = one group): the same as Deployments",
+     {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
+      "verbs": ["list", "watch", "patch"]}),
     ("placeholder and pre-pull pods (all pods watched for time-to-ready)",
      {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]}),
     ("staging Jobs and cache evict Jobs",

@@ -70,6 +70,8 @@ def config_for(pod: Obj, workloads: Sequence[Obj], allowed_roots: Sequence[str] 
         if wm.get("deletionTimestamp") or not is_enabled(ann):
             continue
         sel = ((w.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        if w.get("kind") == ob.LWS_KIND:  # a LeaderWorkerSet's group pods carry its name label
+            sel = {ob.LWS_NAME_LABEL: wm.get("name", "")}
         if not sel or any(labels.get(k) != v for k, v in sel.items()):
             continue
         try:
@@ -271,16 +273,20 @@ def uid_in_prefix(prefix: bytes) -> str | None:
 
 
 class WorkloadLister:
-    """Deployments and StatefulSets of a namespace, as raw JSON, cached for ``ttl_s``."""
+    """Deployments, StatefulSets and LeaderWorkerSets of a namespace, as raw JSON, cached for ``ttl_s``
+    (LeaderWorkerSets only where the CRD is installed and readable)."""
 
     def __init__(self, api: Any, ttl_s: float = 5.0) -> None:
         from kubernetes_asyncio import client
 
         self.apps: Any = client.AppsV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, list[Obj]]] = {}
 
     async def __call__(self, namespace: str) -> list[Obj]:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
         from warmscale.warmpool.kube import read_raw
 
         hit = self._cache.get(namespace)
@@ -289,6 +295,14 @@ class WorkloadLister:
         out: list[Obj] = []
         for call in (self.apps.list_namespaced_deployment, self.apps.list_namespaced_stateful_set):
             out += (await read_raw(call, namespace)).get("items") or []
+        try:
+            lws = await read_raw(self.custom.list_namespaced_custom_object, ob.LWS_GROUP, ob.LWS_VERSION, namespace,
+                                 ob.LWS_PLURAL)
+        except ApiException as exc:
+            if exc.status not in (403, 404):  # the CRD not installed, or not granted: no LeaderWorkerSets
+                raise
+            lws = {}
+        out += [{**o, "kind": ob.LWS_KIND} for o in lws.get("items") or []]
         self._cache[namespace] = (time.monotonic(), out)
         return out
 

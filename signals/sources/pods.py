@@ -62,7 +62,26 @@ UrlFor = Callable[[Obj, "int | None", str], "str | None"]
 """``url_for(pod, metrics_port, metrics_path) -> URL`` (``None``: the pod has no metrics endpoint)."""
 
 KEDA_GROUP, KEDA_VERSION, SCALEDOBJECTS = "keda.sh", "v1alpha1", "scaledobjects"
-SUPPORTED_TARGETS = {("apps", "Deployment"): "deployments", ("apps", "StatefulSet"): "statefulsets"}
+LWS_GROUP, LWS_VERSION, LWS_KIND = "leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"
+SUPPORTED_TARGETS = {("apps", "Deployment"): "deployments", ("apps", "StatefulSet"): "statefulsets",
+                     (LWS_GROUP, LWS_KIND): "leaderworkersets"}
+# Labels the LeaderWorkerSet controller puts on every pod of a group (sigs.k8s.io/lws, v0.10.0).
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # "0": the leader
+
+
+def lws_group_counts(pods: Sequence[Obj], size: int) -> tuple[int, int]:
+    """(ready, starting) groups of a LeaderWorkerSet among its pods: a group is ready only when all its
+    ``size`` pods are Ready; a group with any live pod that is not is starting."""
+    by_group: dict[str, list[str]] = {}
+    for pod in pods:
+        state = pod_state(pod)
+        if state in ("ready", "starting"):
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            by_group.setdefault(str(labels.get(LWS_GROUP_INDEX, "")), []).append(state)
+    ready = sum(1 for states in by_group.values() if len(states) >= size and all(s == "ready" for s in states))
+    return ready, len(by_group) - ready
 # A node's GPU product changes only when the node is re-imaged or replaced (then it has a new name as
 # a rule): re-read each node this often. A failed read is retried after NODE_RETRY_S.
 NODE_PRODUCT_TTL_S = 600.0
@@ -465,6 +484,10 @@ class KubeDiscovery:
             namespace, SCALEDOBJECTS, watch_timeout_s=self.watch_timeout_s))
 
     def targets_cache(self, namespace: str, kind: str) -> ListWatchCache:
+        if kind == LWS_KIND:
+            return self._cache(("targets", namespace, kind), lambda: ListWatchCache(
+                f"leaderworkersets {namespace}", self._custom.list_namespaced_custom_object, LWS_GROUP, LWS_VERSION,
+                namespace, "leaderworkersets", watch_timeout_s=self.watch_timeout_s))
         list_fn = self._apps.list_namespaced_deployment if kind == "Deployment" else \
             self._apps.list_namespaced_stateful_set
         return self._cache(("targets", namespace, kind), lambda: ListWatchCache(
@@ -505,6 +528,7 @@ class PodEndpoints:
         self.target: TargetRef | None = None
         self.target_error: str | None = None
         self.template: Obj | None = None  # the scale target's pod template spec (last read)
+        self.group_size: int | None = None  # LeaderWorkerSet target: pods per replica (its groups)
         self._held: dict[str, ListWatchCache] = {}  # role -> cache
         self._keys: dict[str, tuple[str, ...]] = {}
 
@@ -541,7 +565,7 @@ class PodEndpoints:
         self.target = target
         if (group, kind) not in SUPPORTED_TARGETS:
             raise DiscoveryError(f"scale target kind {api_version} {kind} is not supported "
-                                 "(Deployment, StatefulSet); set podSelector")
+                                 "(Deployment, StatefulSet, LeaderWorkerSet); set podSelector")
         targets = await self._hold("targets", ("targets", self.namespace, kind),
                                    lambda: d.targets_cache(self.namespace, kind))
         obj = targets.usable(d.stale_after_s).get(target.name)
@@ -554,11 +578,20 @@ class PodEndpoints:
         current: int | None = None
         selector = self.pod_selector
         self.template = None
+        self.group_size = None
         try:
-            _, obj = await self._target()
+            target, obj = await self._target()
             spec = obj.get("spec") or {}
             current = int(spec["replicas"]) if spec.get("replicas") is not None else 1
-            self.template = (spec.get("template") or {}).get("spec")
+            if target.kind == LWS_KIND:
+                # one replica = one group; the leader's template is the one that serves (its GPU product)
+                lwt = spec.get("leaderWorkerTemplate") or {}
+                self.group_size = max(1, int(lwt.get("size") or 1))
+                self.template = (lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}).get("spec")
+                if selector is None:
+                    selector = f"{LWS_NAME_LABEL}={target.name}"
+            else:
+                self.template = (spec.get("template") or {}).get("spec")
             if selector is None:
                 selector = selector_string(spec.get("selector"))
             self.target_error = None
@@ -591,6 +624,9 @@ class PodEndpoints:
             names.append(str(pod["metadata"].get("name", "")))
             nodes.append(str((pod.get("spec") or {}).get("nodeName") or ""))
         was_ready.intersection_update(str(p["metadata"].get("uid", "")) for p in pods)  # forget deleted pods
+        if self.group_size is not None and self.pod_selector is None:
+            # a LeaderWorkerSet's replicas are its groups, ready only when all their pods are
+            ready, starting = lws_group_counts(pods, self.group_size)
         product = await self._gpu_product(nodes)
         return PodCounts(ready=ready, starting=starting, current=current, pods=tuple(names), gpu_product=product)
 
@@ -610,6 +646,9 @@ class PodEndpoints:
         out: list[Endpoint] = []
         for pod in pods:
             meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+            if self.group_size is not None and self.pod_selector is None and \
+                    (meta.get("labels") or {}).get(LWS_WORKER_INDEX) != "0":
+                continue  # a group's leader serves the API and its /metrics (podSelector: scrape any pods)
             state = pod_state(pod)
             uid = str(meta.get("uid", ""))
             if state == "ready":

@@ -200,3 +200,13 @@ def test_pearson() -> None:
     assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
     assert pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert pearson([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_gang_quota_and_parallelism_findings_point_at_the_gangs_page() -> None:
+    """The layers multi-pod replicas and shared clusters need are documented in docs/gangs-queues.md
+    (what is built, what is not yet): the findings that name them point there."""
+    from pathlib import Path
+
+    assert (Path(__file__).resolve().parents[2] / "docs" / "gangs-queues.md").is_file()
+    for kind in (PARTIAL_GANG, QUOTA_CONTENTION, ENGINE_OOM):
+        assert "docs/gangs-queues.md" in NEXT_LAYER[kind], kind

@@ -1,5 +1,6 @@
-"""Install CustomResourceDefinitions: KEDA's (from the shared reference directory) and the Gateway API
-Inference Extension's (InferencePool, ...: from its Go module, pinned in ``testbed/gaie/go.mod``)."""
+"""Install CustomResourceDefinitions: KEDA's (from the shared reference directory), the Gateway API
+Inference Extension's (InferencePool, ...: from its Go module, pinned in ``testbed/gaie/go.mod``) and
+LeaderWorkerSet's (a copy of the v0.10.0 CRD in ``testbed/lws``: its module is not served here)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ def keda_crd_dir() -> Path:
     """``$WARMSCALE_SHARED/reference/keda`` (default shared dir: ``<repo>/../shared``)."""
     shared = Path(os.environ.get("WARMSCALE_SHARED", REPO_ROOT.parent / "shared"))
     return shared / "reference" / "keda"
+
+
+LWS_VERSION = "v0.10.0"
+
+
+def lws_crd_dir() -> Path:
+    """``testbed/lws/<version>``: the LeaderWorkerSet CRD (kubernetes-sigs/lws config/crd/bases, copied)."""
+    return REPO_ROOT / "testbed" / "lws" / LWS_VERSION
 
 
 GAIE_MODULE = "sigs.k8s.io/gateway-api-inference-extension"

@@ -109,6 +109,7 @@ class ClusterConfig:
     die_with_parent: bool = False  # kill the processes if the starting process dies
     install_keda_crds: bool = True
     install_inference_crds: bool = True  # InferencePool & co. (Gateway API Inference Extension module)
+    install_lws_crds: bool = True  # LeaderWorkerSet (testbed/lws; its controller: tests/cluster/lws_standin.py)
     hpa_sync_period: str = "5s"
     startup_timeout: float = 120.0
     build_missing: bool = False  # run .ci/build-cluster.sh if binaries are missing
@@ -529,6 +530,8 @@ class _Starter:
             ]
             if self.cfg.install_keda_crds:
                 steps.append(crds.install(api, crds.load_crds(crds.keda_crd_dir()), within))
+            if self.cfg.install_lws_crds:
+                steps.append(crds.install(api, crds.load_crds(crds.lws_crd_dir()), within))
             if self.cfg.install_inference_crds:
                 bases = await asyncio.to_thread(crds.gaie_crd_dir)
                 steps.append(crds.install(api, crds.load_crds(bases), within))

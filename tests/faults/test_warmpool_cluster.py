@@ -31,6 +31,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.cluster.harness import Cluster
 from tests.faults import warmpool_support as s
+from warmscale.warmpool import objects as ob
 from warmscale.warmpool import rbac
 from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 
@@ -157,6 +158,12 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 1, ann))
         await apps.create_namespaced_stateful_set(ns_b, s.statefulset("sts", 1, {P + "enabled": "true",
                                                                               P + "min-ready": "1"}))
+        # a LeaderWorkerSet (the real CRD; no LWS controller: no pods needed) gets its status annotation
+        await custom.create_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, ns_b, ob.LWS_PLURAL, {
+            "apiVersion": f"{ob.LWS_GROUP}/{ob.LWS_VERSION}", "kind": ob.LWS_KIND,
+            "metadata": {"name": "pp", "annotations": {P + "enabled": "true", P + "min-ready": "1"}},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {
+                "metadata": {}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}}}})
         # a cache root on a system path: an Event, nothing created or changed for it
         bad = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI2,
                P + "cache-root": "/var/lib/kubelet"}
@@ -245,6 +252,10 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
 async def _has_status(apps: client.AppsV1Api, ns: str, ns_sts: str) -> bool:
     d = await apps.read_namespaced_deployment("llm", ns)
     st = await apps.read_namespaced_stateful_set("sts", ns_sts)
+    lws = await client.CustomObjectsApi(apps.api_client).get_namespaced_custom_object(
+        ob.LWS_GROUP, ob.LWS_VERSION, ns_sts, ob.LWS_PLURAL, "pp")
+    if P + "status" not in (lws["metadata"].get("annotations") or {}):
+        return False
     return all(P + "status" in (o.metadata.annotations or {}) for o in (d, st)) and \
         "warmscale.io/cache-cleanup" in (d.metadata.finalizers or [])
 

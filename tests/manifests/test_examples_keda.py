@@ -31,7 +31,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster import keda, pki
+from tests.cluster import crds, keda, pki
 from tests.cluster.harness import Cluster
 from tests.cluster.scaling import ScalerProcess, read_hpa, so_condition
 from warmscale.warmpool import objects as ob
@@ -82,6 +82,9 @@ async def setup(keda_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory)
               "data": {"ca.crt": _b64(ca.cert), "tls.crt": _b64(keda_client.cert), "tls.key": _b64(keda_client.key)}}
     _apply(keda_cluster, [secret, cta, *render("manifests/examples/common")])
     async with keda_cluster.admin_client() as api:
+        # the LeaderWorkerSet CRD (vllm-lws): KEDA scales it through the scale subresource the API server
+        # serves from the CRD alone
+        await crds.install(api, crds.load_crds(crds.lws_crd_dir()))
         try:
             yield Setup(keda_cluster, api, scaler)
         finally:
@@ -178,6 +181,9 @@ async def _delete(api: client.ApiClient, custom: client.CustomObjectsApi, o: dic
                                                          m["name"])
         elif o["kind"] == "Deployment":
             await client.AppsV1Api(api).delete_namespaced_deployment(m["name"], m["namespace"])
+        elif o["kind"] == ob.LWS_KIND:
+            await custom.delete_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, m["namespace"], ob.LWS_PLURAL,
+                                                         m["name"])
     except ApiException as exc:
         if exc.status != 404:
             raise

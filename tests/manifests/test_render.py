@@ -167,8 +167,8 @@ def test_scaler_rbac_is_read_only() -> None:
     role = one(render("manifests"), "ClusterRole", "warmscale-scaler")
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {("", "pods"), ("apps", "deployments"), ("apps", "statefulsets"), ("keda.sh", "scaledobjects"),
-                       ("", "events")}
-    for rule in role["rules"]:  # read-only, but for the Event on a ScaledObject refused for size
+                       ("leaderworkerset.x-k8s.io", "leaderworkersets"), ("", "events")}
+    for rule in role["rules"]:  # read-only, but for the Events on a ScaledObject (refused, decisions)
         allowed = {"create"} if rule["resources"] == ["events"] else {"get", "list", "watch"}
         assert set(rule["verbs"]) <= allowed, rule
     # The one cluster-wide grant: get on nodes (their GPU product label), bound to the scaler only.
@@ -306,19 +306,64 @@ def test_example_works_as_shipped(directory: str) -> None:
                 assert any(k in meta for k in WAKE_SOURCES), f"{so['metadata']['name']}: zero with no wake source"
             else:
                 assert so["spec"]["minReplicaCount"] >= 1
-    for wl in find(objs, "Deployment") + find(objs, "StatefulSet"):
+    lws = [(o, [t for t in (o["spec"]["leaderWorkerTemplate"].get("leaderTemplate"),
+                            o["spec"]["leaderWorkerTemplate"]["workerTemplate"]) if t])
+           for o in find(objs, ob.LWS_KIND)]
+    for wl, templates in [(o, [o["spec"]["template"]]) for o in find(objs, "Deployment") + find(objs, "StatefulSet")] \
+            + lws:
         cfg = parse_annotations(wl["metadata"].get("annotations"))
         if not cfg.enabled or cfg.model_uri is None:
             continue
         name = wl["metadata"]["name"]
-        assert wl["spec"]["template"]["metadata"]["labels"].get("warmscale.io/enabled") == "true", name
-        c = _container(wl)
+        for tmpl in templates:  # a LeaderWorkerSet: its leader and its workers alike
+            assert tmpl["metadata"]["labels"].get("warmscale.io/enabled") == "true", name
+            (c,) = tmpl["spec"]["containers"]
+            assert "WARMSCALE_MODEL_PATH" in {e["name"] for e in c.get("env") or []}, name
+            assert all(m["mountPath"] != cfg.cache_root for m in c.get("volumeMounts") or []), name
+        c = templates[0]["spec"]["containers"][0]  # the pod that starts the engine (an LWS: the leader)
         assert any("$(WARMSCALE_MODEL_PATH)" in a for a in c.get("args") or []), f"{name} ignores the staged copy"
-        assert "WARMSCALE_MODEL_PATH" in {e["name"] for e in c.get("env") or []}, name
-        assert all(m["mountPath"] != cfg.cache_root for m in c.get("volumeMounts") or []), name
         if cfg.model_uri.scheme == "s3":
             deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
             assert any(d.startswith("boto3") for d in deps), f"{name}: s3:// needs boto3, which the image lacks"
+
+
+def test_lws_example_scales_groups_of_its_leaderworkerset() -> None:
+    """manifests/examples/vllm-lws: a 2-node pipeline-parallel vLLM replica as one LeaderWorkerSet group,
+    KEDA scaling the LeaderWorkerSet (its scale subresource counts groups), the scaler finding the groups
+    from the target (leaders scraped), and a warm pool holding one gang of 2 placeholders per rack."""
+    from datetime import UTC, datetime
+
+    from tests.warmpool.helpers import node
+    from warmscale.warmpool.controller import workload_from
+    from warmscale.warmpool.planning import plan
+
+    objs = render("manifests/examples/vllm-lws")
+    (lws,) = find(objs, ob.LWS_KIND)
+    (so,) = find(objs, "ScaledObject")
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": ob.LWS_KIND,
+                                            "name": lws["metadata"]["name"]}
+    (trigger,) = so["spec"]["triggers"]
+    meta = trigger["metadata"]
+    assert "podSelector" not in meta  # the target decides: its groups, their leaders scraped
+    scaler_cfg = parse_metadata(meta)
+    assert scaler_cfg.max_replicas == so["spec"]["maxReplicaCount"]
+    (leader,) = lwt["leaderTemplate"]["spec"]["containers"]
+    assert int(meta["metricsPort"]) in {p["containerPort"] for p in leader["ports"]}
+    assert lwt["leaderTemplate"]["metadata"]["labels"]["role"] == "leader"
+    assert lwt["workerTemplate"]["metadata"]["labels"]["role"] == "worker"
+    args = " ".join(leader["args"])
+    assert "--pipeline-parallel-size=$(LWS_GROUP_SIZE)" in args and "--tensor-parallel-size=8" in args
+    wl = workload_from(ob.LWS_KIND, lws)
+    cfg = parse_annotations(lws["metadata"]["annotations"])
+    assert wl.group_size == lwt["size"] == 2 and wl.topology_key == "nvidia.com/gpu.clique"
+    assert cfg.enabled and cfg.model_uri is not None and not cfg.autoscale
+    # what the planner makes of it on two 2-node cliques of H100 nodes: stage 2 x 2 nodes, one whole gang
+    clique = wl.topology_key
+    nodes = [node(f"{d}{i}", labels={clique: d}) for d in ("x", "y") for i in (1, 2)]
+    p = plan(wl, nodes, [], [], None, datetime.now(UTC))
+    assert p.error is None and sorted(p.stage_nodes) == ["x1", "x2", "y1", "y2"]
+    assert not p.events or all(e.reason != "GangDoesNotFit" for e in p.events)
 
 
 def test_examples_namespace_needs_no_secret() -> None:

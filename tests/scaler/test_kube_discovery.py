@@ -591,3 +591,41 @@ async def test_dcgm_gpus_attributed_to_the_discovered_pods(
         assert [r.index for r in by_pod[(ns, b)]] == ["2"]
     finally:
         await reader.aclose()
+
+
+async def test_leaderworkerset_target_counts_groups_and_scrapes_leaders(
+    k8s_admin: client.ApiClient, k8s_namespace: str, k8s_sa_client: SaClientFactory,
+    discoveries: Callable[..., KubeDiscovery],
+) -> None:
+    """A ScaledObject targeting a LeaderWorkerSet (the real CRD; group pods from the test-only LWS
+    stand-in), read as the scaler's ServiceAccount: a replica is a group, ready only when all its pods
+    are; only the leaders are scraped."""
+    from tests.cluster import crds, lws_standin
+
+    ns = k8s_namespace
+    core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    await crds.install(k8s_admin, crds.load_crds(crds.lws_crd_dir()))
+    tmpl = {"metadata": {"annotations": w.sim_annotations(ready_delay="1h")}, "spec": w.pod_spec()}
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "pp"},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3, "workerTemplate": tmpl}}}
+    await custom.create_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", ns, "leaderworkersets", lws)
+    so = scaled_object("pp-so", "pp", kind="LeaderWorkerSet")
+    so["spec"]["scaleTargetRef"]["apiVersion"] = "leaderworkerset.x-k8s.io/v1"
+    await custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, so)
+    api = await k8s_sa_client("scaler", scaler_rbac_rules())
+    urls = PodUrls()
+    d = discoveries(api, url_for=urls)
+    provider = d.provider(ns, "pp-so")
+    async with lws_standin.running(k8s_admin, ns):
+        await counts_become(provider, PodCounts(ready=0, starting=2, current=2))
+        sel = "leaderworkerset.sigs.k8s.io/name=pp"
+        names = await wait_for(lambda: running(core, ns, sel, 6), within=30, what="6 group pods Running")
+        assert names == ["pp-0", "pp-0-1", "pp-0-2", "pp-1", "pp-1-1", "pp-1-2"]
+        for n in ("pp-0", "pp-0-1", "pp-0-2", "pp-1", "pp-1-1"):  # group 1's last worker stays unready
+            await make_ready(core, ns, n)
+        counts = await counts_become(provider, PodCounts(ready=1, starting=1, current=2))
+        assert len(counts.pods) == 6
+        for n in names:
+            urls.urls[n] = f"http://127.0.0.1:1/{n}"
+        scraped = sorted(e.replica for e in await provider.endpoints())
+        assert scraped == ["pp-0", "pp-1"]  # the leaders (pp-1 was Ready: scraped; its group is not ready)

@@ -49,6 +49,16 @@ def test_which_pods_get_the_preference() -> None:
     assert staged_key_for(managed, [wl(ON)]) is None
 
 
+def test_leaderworkerset_group_pods_get_the_preference() -> None:
+    """Every pod of an enabled LeaderWorkerSet's groups (its name label; LWS has no spec.selector) prefers
+    the staged nodes and loads the staged copy, the leader and the workers alike."""
+    lws = {"kind": ob.LWS_KIND, "metadata": {"name": "pp", "annotations": ON}, "spec": {}}
+    for worker in ("0", "1"):
+        member = pod({ob.LWS_NAME_LABEL: "pp", ob.LWS_GROUP_INDEX: "0", ob.LWS_WORKER_INDEX: worker})
+        assert staged_key_for(member, [lws]) == KEY
+    assert staged_key_for(pod({ob.LWS_NAME_LABEL: "other"}), [lws]) is None
+
+
 def _apply(p: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
     import copy
 

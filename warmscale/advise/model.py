@@ -19,11 +19,14 @@ NEXT_LAYER = {
                 "land on ready or pre-staged capacity",
     PREFILL_INTERFERENCE: "a chunked-prefill budget first (vLLM --max-num-batched-tokens, SGLang "
                           "--chunked-prefill-size), then prefill/decode disaggregation (role: prefill|decode)",
-    QUOTA_CONTENTION: "quotas: a GPU ResourceQuota per namespace, or Kueue ClusterQueues with borrowing",
+    QUOTA_CONTENTION: "quotas: a GPU ResourceQuota per namespace, or Kueue ClusterQueues with borrowing "
+                      "(what warmscale does and does not do with them yet: docs/gangs-queues.md)",
     PARTIAL_GANG: "gang admission: all pods of a replica admitted together (Kueue, Volcano, scheduler-plugins "
-                  "coscheduling PodGroup)",
+                  "coscheduling PodGroup); a LeaderWorkerSet's warm capacity held as whole placeholder gangs "
+                  "(docs/gangs-queues.md)",
     ENGINE_OOM: "parallelism: tensor parallelism across a node's GPUs (--tensor-parallel-size), then pipeline "
-                "parallelism across nodes (--pipeline-parallel-size)",
+                "parallelism across nodes (--pipeline-parallel-size) as LeaderWorkerSet groups "
+                "(docs/gangs-queues.md)",
 }
 
 
