@@ -60,7 +60,7 @@ def hot(desired: int, active: bool, obs: Observation, state: ScalerState, fleet:
         because = (f"{want} wanted, {own} own ready, {soon} starting sooner than a {wake_s:g} s wake: "
                    f"{shortfall} short, {available} sleepers")
     inputs: Inputs = {"hot": what, "because": because, "own_ready": own, "starting": fleet.starting,
-                      "starting_soon": soon, "awake": awake, "asleep": obs.hot_asleep, "wake_s": wake_s, "shortfall": shortfall,
-                      "target": target}
+                      "starting_soon": soon, "awake": awake, "asleep": obs.hot_asleep, "wake_s": wake_s,
+                      "shortfall": shortfall, "target": target}
     # The step never moves the count, so its why is "ok" (the trace's chain); what it decided is "hot".
     return HotPlan(target, max(0, target - awake), max(0, awake - target), Step("hot", desired, desired, "ok", inputs))
