@@ -19,16 +19,21 @@ older record (or a newer writer's) is read, never rejected.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from warmscale.scaler.bursts import BurstStats
+from warmscale.scaler.hot_status import HotStatus, WakeIntent
 from warmscale.scaler.state import ScalerState
 from warmscale.scaler.warm_status import WarmStatus
+
+T = TypeVar("T")
 
 # State and decisions of a ScaledObject nobody asks about expire after this long (Redis only).
 RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -106,6 +111,21 @@ class Store(Protocol):
 
     async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]: ...
 
+    async def put_hot_status(self, status: HotStatus) -> None: ...
+
+    async def get_hot_status(self, namespace: str, name: str) -> HotStatus | None: ...
+
+    async def put_wake_intent(self, intent: WakeIntent) -> None:
+        """Store the workload's wake intent and announce it to the wakers at once."""
+        ...
+
+    async def get_wake_intent(self, namespace: str, name: str) -> WakeIntent | None: ...
+
+    def wake_intents(self) -> AsyncIterator[WakeIntent]:
+        """Every intent announced from now on, as it is announced (the waker's fast path; it reads the
+        stored intents too, so one missed while it was away is not lost)."""
+        ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -123,6 +143,9 @@ class MemoryStore:
         self._warm: dict[tuple[str, str], dict[str, Any]] = {}
         self._pd: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._bursts: dict[tuple[str, str], dict[str, Any]] = {}
+        self._hot: dict[tuple[str, str], dict[str, Any]] = {}
+        self._intents: dict[tuple[str, str], dict[str, Any]] = {}
+        self._listeners: list[asyncio.Queue[dict[str, Any]]] = []
 
     def _holder(self, key: str) -> str | None:
         lease = self._leases.get(key)
@@ -187,6 +210,32 @@ class MemoryStore:
 
     async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]:
         return {k: dict(v) for k, v in self._pd.get((namespace, group), {}).items()}
+
+    async def put_hot_status(self, status: HotStatus) -> None:
+        self._hot[(status.namespace, status.name)] = status.to_dict()
+
+    async def get_hot_status(self, namespace: str, name: str) -> HotStatus | None:
+        d = self._hot.get((namespace, name))
+        return HotStatus.from_dict(d) if d is not None else None
+
+    async def put_wake_intent(self, intent: WakeIntent) -> None:
+        d = intent.to_dict()
+        self._intents[(intent.namespace, intent.name)] = d
+        for q in self._listeners:
+            q.put_nowait(dict(d))
+
+    async def get_wake_intent(self, namespace: str, name: str) -> WakeIntent | None:
+        d = self._intents.get((namespace, name))
+        return WakeIntent.from_dict(d) if d is not None else None
+
+    async def wake_intents(self) -> AsyncIterator[WakeIntent]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._listeners.append(q)
+        try:
+            while True:
+                yield WakeIntent.from_dict(await q.get())
+        finally:
+            self._listeners.remove(q)
 
     async def ping(self) -> bool:
         return True
@@ -350,6 +399,57 @@ class RedisStore:
                 continue
         return out
 
+    def _hot_key(self, namespace: str, name: str) -> str:
+        return f"{self._p}:hot:{namespace}/{name}"
+
+    def _intent_key(self, namespace: str, name: str) -> str:
+        return f"{self._p}:wake:{namespace}/{name}"
+
+    @property
+    def wake_channel(self) -> str:
+        """The pub/sub channel every intent is announced on (its JSON, as stored)."""
+        return f"{self._p}:wake"
+
+    async def put_hot_status(self, status: HotStatus) -> None:
+        raw = orjson.dumps(status.to_dict())
+        await self._call("put_hot_status", self._redis.set(self._hot_key(status.namespace, status.name), raw,
+                                                           px=RETENTION_MS))
+
+    async def get_hot_status(self, namespace: str, name: str) -> HotStatus | None:
+        raw = await self._call("get_hot_status", self._redis.get(self._hot_key(namespace, name)))
+        return _record(raw, HotStatus.from_dict, "get_hot_status")
+
+    async def put_wake_intent(self, intent: WakeIntent) -> None:
+        raw = orjson.dumps(intent.to_dict())
+        # One round trip: the stored intent (for a waker that was away) and the announcement (for the
+        # ones listening now), in a transaction so a listener never reads an older stored intent.
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._intent_key(intent.namespace, intent.name), raw, px=RETENTION_MS)
+        pipe.publish(self.wake_channel, raw)
+        await self._call("put_wake_intent", pipe.execute())
+
+    async def get_wake_intent(self, namespace: str, name: str) -> WakeIntent | None:
+        raw = await self._call("get_wake_intent", self._redis.get(self._intent_key(namespace, name)))
+        return _record(raw, WakeIntent.from_dict, "get_wake_intent")
+
+    async def wake_intents(self) -> AsyncIterator[WakeIntent]:
+        """Subscribed to :attr:`wake_channel`; raises :class:`StoreError` when the connection is lost
+        (the caller resubscribes and rereads the stored intents). Unreadable messages are skipped."""
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await self._call("subscribe", pubsub.subscribe(self.wake_channel))
+            while True:
+                msg = await self._call("listen", pubsub.get_message(timeout=None))
+                if msg is None or msg.get("type") != "message":
+                    continue
+                try:
+                    yield WakeIntent.from_dict(orjson.loads(msg["data"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
     async def ping(self) -> bool:
         try:
             return bool(await self._redis.ping())
@@ -361,6 +461,20 @@ class RedisStore:
             await self._redis.aclose()
         except Exception:
             return None
+
+
+def _record(raw: Any, parse: Callable[[dict[str, Any]], T], what: str) -> T | None:
+    """A stored JSON record parsed; ``None`` where there is none; an unreadable one is a StoreError
+    (unknown, never an empty record)."""
+    if not raw:
+        return None
+    try:
+        d = orjson.loads(raw)
+        if not isinstance(d, dict):
+            raise TypeError(f"expected an object, got {type(d).__name__}")
+        return parse(d)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StoreError(f"redis {what}: unreadable record: {exc}") from exc
 
 
 def open_store(url: str | None) -> Store:
