@@ -33,6 +33,7 @@ class HotStatus:
     failed: int = 0  # sleepers that failed to wake twice (reported, never routed)
     # Measured median seconds from the wake request to a passing canary, per GPU product ("" unlabelled).
     wake_s: dict[str, float] = field(default_factory=dict)
+    awake_pods: list[str] = field(default_factory=list)  # the awake sleepers (namespace/pod), for routing
     version: int = 1
 
     def wake_seconds(self, gpu: str | None, fallback: float) -> float:
@@ -52,6 +53,7 @@ class HotStatus:
                    asleep=max(0, int(d.get("asleep", 0))), awake=max(0, int(d.get("awake", 0))),
                    waking=max(0, int(d.get("waking", 0))), failed=max(0, int(d.get("failed", 0))),
                    wake_s={str(k): float(v) for k, v in dict(d.get("wake_s") or {}).items()},
+                   awake_pods=[str(p) for p in d.get("awake_pods") or []],
                    version=int(d.get("version", 1)))
 
 
