@@ -253,6 +253,7 @@ class Snapshot:
     hot_asleep: int | None = None
     hot_awake: int = 0
     hot_wake_s: float | None = None
+    hot_load: float | None = None  # requests in the awake sleepers (None: unknown)
 
     @property
     def known(self) -> tuple[ReplicaReading, ...]:

@@ -98,3 +98,17 @@ def test_records_round_trip_and_default_missing_keys() -> None:
     assert HotStatus.from_dict({"namespace": "ns", "name": "m", "updated_at": 1, "future": 1}).asleep == 0
     wi = WakeIntent("ns", "m", 2, 7.0, "wake", "s1")
     assert WakeIntent.from_dict(wi.to_dict()) == wi
+
+
+@pytest.mark.parametrize(("awake", "hot_load", "zero"), [
+    (0, None, True),   # no sleeper awake: the usual idle rule
+    (1, None, False),  # an awake sleeper whose load is unknown: never idle evidence
+    (1, 2.0, False),   # ... that serves requests
+    (1, 0.0, True),    # ... read idle by the waker
+])
+def test_awake_sleepers_block_scale_to_zero_unless_read_idle(awake: int, hot_load: float | None,
+                                                             zero: bool) -> None:
+    from warmscale.scaler.decide.bounds import bounds
+    o = obs(idle_for=1e6, hot_asleep=1, hot_awake=awake, hot_load=hot_load)
+    d, active, _, _ = bounds(0, "demand", o, cfg(scaleToZero="true"), fleet(0, awake), False)
+    assert (d == 0 and not active) is zero

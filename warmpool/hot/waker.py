@@ -27,7 +27,7 @@ import logging
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -312,7 +312,10 @@ class Waker:
             failed=sum(1 for t in states if t.failed), wake_s=wake_s, awake_pods=sorted(t.sleeper.pod for t in awake))
 
     async def publish(self, key: str) -> None:
-        hs = self.status(key)
+        awake = [t for t in self._workloads[key].sleepers.values() if t.awake]
+        loads = await asyncio.gather(*(t.client.in_flight() for t in awake))
+        hs = replace(self.status(key), awake_load=None if any(x is None for x in loads) else
+                     float(sum(x for x in loads if x is not None)))
         self.metrics.awake.labels(key).set(hs.awake)
         try:
             await self.store.put_hot_status(hs)
