@@ -42,6 +42,7 @@ class Sleeper:
     level: int = LEVEL_OFFLOAD
     gpu_product: str = ""
     canary_reference: str | None = None
+    uid: str = ""  # the pod's (an Event's involvedObject)
 
 
 def sleeper_from_pod(pod: Mapping[str, Any]) -> Sleeper | None:
@@ -69,4 +70,9 @@ def sleeper_from_pod(pod: Mapping[str, Any]) -> Sleeper | None:
     return Sleeper(pod=f"{meta.get('namespace')}/{meta.get('name')}", workload=str(workload), index=index,
                    base_url=f"http://{ip}:{port}", engine=engine, model=str(model), node=str(node),
                    device=str(device), level=level, gpu_product=str(ann.get(HOT_GPU_PRODUCT, "")),
-                   canary_reference=ann.get(HOT_CANARY))
+                   canary_reference=ann.get(HOT_CANARY), uid=str(meta.get("uid", "")))
+
+
+SLEEPER_SELECTOR = f"{MANAGED_BY}={MANAGED_BY_VALUE},{ROLE}={SLEEPER_ROLE}"
+"""The label selector the waker lists sleeper pods by (the API filters; :func:`sleeper_from_pod` checks
+again)."""
