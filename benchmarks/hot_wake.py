@@ -80,8 +80,8 @@ async def measure(interval: float, trials: int, time_factor: float) -> dict[str,
     store = RedisStore(redis_srv.url)
     r = aioredis.from_url(redis_srv.url)
     requested: list[float] = []
-    out: dict[str, list[float]] = {"onset_to_wake_request_s": [], "onset_to_push_s": [], "onset_to_first_token_s": [],
-                                   "release_to_asleep_s": []}
+    out: dict[str, list[float]] = {"onset_to_wake_request_s": [], "onset_to_push_s": [], "onset_to_awake_seen_s": [],
+                                   "onset_to_first_token_s": [], "release_to_asleep_s": []}
     task: asyncio.Task[None] | None = None
     try:
         await runner.setup()
@@ -122,6 +122,7 @@ async def measure(interval: float, trials: int, time_factor: float) -> dict[str,
                     if hs is not None and hs.awake_pods:
                         break
                     await asyncio.sleep(GATEWAY_POLL_S)
+                t_seen = time.monotonic()
                 async with session.post(sleeper.base_url + "/v1/completions",
                                         json={"model": "m", "prompt": "hi", "max_tokens": 4}) as resp:
                     await resp.read()
@@ -131,6 +132,7 @@ async def measure(interval: float, trials: int, time_factor: float) -> dict[str,
                 if not (ok and msg.result and requested):
                     raise RuntimeError(f"trial failed: completion ok={ok} push={msg.result} requests={requested}")
                 out["onset_to_wake_request_s"].append(requested[0] - t0)
+                out["onset_to_awake_seen_s"].append(t_seen - t0)
                 out["onset_to_first_token_s"].append(t_first - t0)
                 out["onset_to_push_s"].append(t_push - t0)
                 # Release: the queue empties, the scaler goes idle, the sleeper drains and sleeps.
