@@ -101,6 +101,9 @@ class _Tracked:
 class _Workload:
     sleepers: dict[str, _Tracked] = field(default_factory=dict)  # pod -> state
     intent: WakeIntent | None = None
+    # Publishes one at a time, each computed just before it is written: a slower one computed earlier
+    # never overwrites a newer status (a wake's "awake" would otherwise wait for the next pass).
+    publishing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Waker:
@@ -172,14 +175,19 @@ class Waker:
             log.warning("cannot list the sleepers; keeping the known ones", extra={"error": repr(exc)})
             return
         seen: dict[str, set[str]] = {}
+        new: list[tuple[_Workload, Sleeper, EngineSleeper]] = []
         for s in found:
             seen.setdefault(s.workload, set()).add(s.pod)
             wl = self._workloads.setdefault(s.workload, _Workload())
             if s.pod not in wl.sleepers:
                 client = EngineSleeper(self.session, s.base_url, s.engine, s.model)
                 client.reference = s.canary_reference
-                sleeping = await client.sleeping()
-                wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping, awake=sleeping is False)
+                new.append((wl, s, client))
+        # A new sleeper's state, asked of all at once (one hung engine delays none of the others); an
+        # unknown state (no answer, SGLang: no state call) is neither counted nor woken.
+        states = await asyncio.gather(*(client.sleeping() for _, _, client in new))
+        for (wl, s, client), sleeping in zip(new, states, strict=True):
+            wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping, awake=sleeping is False)
         for key, wl in self._workloads.items():
             for pod in [p for p in wl.sleepers if p not in seen.get(key, set())]:
                 del wl.sleepers[pod]  # the pod is gone (deleted or replaced)
@@ -312,12 +320,18 @@ class Waker:
             failed=sum(1 for t in states if t.failed), wake_s=wake_s, awake_pods=sorted(t.sleeper.pod for t in awake))
 
     async def publish(self, key: str) -> None:
-        awake = [t for t in self._workloads[key].sleepers.values() if t.awake]
-        loads = await asyncio.gather(*(t.client.in_flight() for t in awake))
-        hs = replace(self.status(key), awake_load=None if any(x is None for x in loads) else
-                     float(sum(x for x in loads if x is not None)))
-        self.metrics.awake.labels(key).set(hs.awake)
-        try:
-            await self.store.put_hot_status(hs)
-        except StoreError as exc:
-            log.warning("cannot publish the hot status", extra={"workload": key, "error": str(exc)})
+        wl = self._workloads[key]
+        async with wl.publishing:
+            awake = [t for t in wl.sleepers.values() if t.awake]
+            loads = await asyncio.gather(*(t.client.in_flight() for t in awake))
+            # The load read, but the counts as they are now (a wake may have finished meanwhile).
+            load = None if any(x is None for x in loads) else float(sum(x for x in loads if x is not None))
+            hs = self.status(key)
+            if hs.awake != len(awake):
+                load = None  # read for other sleepers than are awake now: unknown
+            hs = replace(hs, awake_load=load)
+            self.metrics.awake.labels(key).set(hs.awake)
+            try:
+                await self.store.put_hot_status(hs)
+            except StoreError as exc:
+                log.warning("cannot publish the hot status", extra={"workload": key, "error": str(exc)})
