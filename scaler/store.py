@@ -10,11 +10,13 @@ and failovers. Writes are fenced: a decision is stored only while the writer sti
 The store also keeps a registry of tracked ScaledObjects (metadata + last time KEDA asked) so that a
 restarted scaler resumes its trackers before KEDA's next poll, and the warm-pool controller's
 :class:`~scaler.warm_status.WarmStatus` per workload, and the scaler's
-:class:`~scaler.bursts.BurstStats` per workload (what ``warmscale.io/standby: auto`` is sized from).
+:class:`~scaler.bursts.BurstStats` per workload (what ``warmscale.io/standby: auto`` is sized from), and
+the hot tier's two records (:mod:`scaler.hot_status`): the waker's ``HotStatus`` and the scaler's
+``WakeIntent``, which is also announced on a pub/sub channel (docs/hot-tier.md, "The wake path").
 
 Schema: every record is JSON with a ``version`` where its shape grew (``WarmStatus`` 3,
-``BurstStats`` 1); readers take what they know, ignore unknown keys and default missing ones, so an
-older record (or a newer writer's) is read, never rejected.
+``BurstStats`` 1, ``HotStatus`` 1, ``WakeIntent`` 1); readers take what they know, ignore unknown
+keys and default missing ones, so an older record (or a newer writer's) is read, never rejected.
 """
 
 from __future__ import annotations
