@@ -7,6 +7,7 @@ import pytest
 
 from tests.scaler.test_decide_steps import obs
 from tests.scaler.test_policy import Run, cfg, replica
+from warmscale.scaler.decide.bounds import bounds
 from warmscale.scaler.decide.fleet import Fleet, fleet_of
 from warmscale.scaler.decide.hot import hot
 from warmscale.scaler.hot_status import HotStatus, WakeIntent
@@ -108,7 +109,6 @@ def test_records_round_trip_and_default_missing_keys() -> None:
 ])
 def test_awake_sleepers_block_scale_to_zero_unless_read_idle(awake: int, hot_load: float | None,
                                                              zero: bool) -> None:
-    from warmscale.scaler.decide.bounds import bounds
     o = obs(idle_for=1e6, hot_asleep=1, hot_awake=awake, hot_load=hot_load)
     d, active, _, _ = bounds(0, "demand", o, cfg(scaleToZero="true"), fleet(0, awake), False)
     assert (d == 0 and not active) is zero
