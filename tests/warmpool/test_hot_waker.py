@@ -221,3 +221,18 @@ def test_only_the_controllers_sleeper_pods_are_sleepers(labels: dict[str, str], 
     assert (s is not None) is ok
     if s is not None:
         assert (s.pod, s.workload, s.base_url, s.device) == ("ns/p", WL, "http://10.0.0.7:8000", "gpu-0")
+
+
+async def test_a_sleeper_found_awake_is_routed_only_after_its_canary(rig: Rig) -> None:
+    good = await rig.engine(0, "gpu-0")
+    bad = await rig.engine(1, "gpu-1", reference="something else")
+    good.sleep_level = bad.sleep_level = 0  # awake when found (new, or woken before a restart)
+    w = rig.waker()
+    await w.resync()
+    await until(lambda: w.status(WL).awake == 1 and bad.sleep_level == 1)
+    assert w.status(WL).awake_pods == ["ns/llama-sleeper-0"]  # the failing one is asleep, never routed
+    assert good.awake  # no intent: unknown, so the awake one is not put to sleep
+    await rig.intent(0)
+    await w.resync()
+    await until(lambda: good.sleep_level == 1)
+    await w.close()

@@ -187,7 +187,10 @@ class Waker:
         # unknown state (no answer, SGLang: no state call) is neither counted nor woken.
         states = await asyncio.gather(*(client.sleeping() for _, _, client in new))
         for (wl, s, client), sleeping in zip(new, states, strict=True):
-            wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping, awake=sleeping is False)
+            t = wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping)
+            if sleeping is False:
+                # Found awake (a new sleeper, or one woken before a restart): routed only after its canary.
+                self._start(s.workload, t, "wake", self._settle(s.workload, t))
         for key, wl in self._workloads.items():
             for pod in [p for p in wl.sleepers if p not in seen.get(key, set())]:
                 del wl.sleepers[pod]  # the pod is gone (deleted or replaced)
@@ -288,6 +291,20 @@ class Waker:
             if self.events is not None:
                 with contextlib.suppress(Exception):
                     await self.events(t.sleeper, "HotSleeperWakeFailed", msg)
+
+    async def _settle(self, key: str, t: _Tracked) -> None:
+        """A sleeper found awake counts as awake once its canary passes (recorded as the reference when
+        none is known); the intent then keeps it or puts it to sleep. A failing canary puts it to sleep
+        and counts as a failed wake."""
+        verdict = await (t.client.canary() if t.client.reference is not None else t.client.record_reference())
+        if verdict.ok:
+            t.awake = True
+            return
+        t.failures += 1
+        log.warning("a sleeper found awake fails its canary; putting it to sleep",
+                    extra={"workload": key, "pod": t.sleeper.pod, "why": verdict.why})
+        with contextlib.suppress(Exception):
+            t.asleep = (await t.client.sleep(t.sleeper.level)).slept
 
     async def _sleep(self, key: str, t: _Tracked) -> None:
         if t.client.reference is None:
