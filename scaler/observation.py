@@ -60,6 +60,7 @@ class Observation:
     hot_awake: int = 0
     hot_wake_s: float | None = None
     hot_load: float | None = None  # requests in the awake sleepers (None: unknown, never idle)
+    hot_waking: int = 0  # wakes in progress
     # Token view (None: no replica exposes prompt tokens). Rates are over burstWindowSeconds, all replicas.
     prompt_rate: float | None = None  # prompt tokens prefilled per second
     waiting_prompt_tokens: float | None = None  # waiting requests x mean prompt tokens per request
@@ -502,6 +503,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         hot_awake=snapshot.hot_awake,
         hot_wake_s=snapshot.hot_wake_s,
         hot_load=snapshot.hot_load,
+        hot_waking=snapshot.hot_waking,
         prompt_rate=prompt_rate,
         waiting_prompt_tokens=(waiting * scale + queue) * per_request if per_request is not None else None,
         prompt_per_request=per_request,

@@ -527,7 +527,8 @@ class Tracker:
         if hs is None or snapshot.taken_at - hs.updated_at > HOT_STATUS_MAX_AGE:
             return snapshot
         wake_s = hs.wake_seconds(self.cfg.gpu_product or snapshot.gpu_product, HOT_WAKE_PRIOR_SECONDS)
-        return replace(snapshot, hot_asleep=hs.asleep, hot_awake=hs.awake, hot_wake_s=wake_s, hot_load=hs.awake_load)
+        return replace(snapshot, hot_asleep=hs.asleep, hot_awake=hs.awake, hot_wake_s=wake_s, hot_load=hs.awake_load,
+                       hot_waking=hs.waking)
 
     async def _publish_intent(self, decision: Decision, now: float) -> None:
         """The hot step's target as the workload's wake intent, at once when it changes (the waker

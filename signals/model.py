@@ -254,6 +254,7 @@ class Snapshot:
     hot_awake: int = 0
     hot_wake_s: float | None = None
     hot_load: float | None = None  # requests in the awake sleepers (None: unknown)
+    hot_waking: int = 0  # wakes in progress (not capacity yet, but no longer asleep)
 
     @property
     def known(self) -> tuple[ReplicaReading, ...]:

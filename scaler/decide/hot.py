@@ -44,23 +44,27 @@ def hot(desired: int, active: bool, obs: Observation, state: ScalerState, fleet:
     if obs.hot_asleep is None:
         return HotPlan(None, 0, 0, Step("hot", desired, desired, "ok", {"hot": "off"}))
     awake = fleet.hot_awake
+    # Wakes in progress are neither capacity yet nor asleep: the target keeps them (a target that
+    # dropped below them would have them put back to sleep the moment they are awake).
+    on = awake + obs.hot_waking
     own = fleet.own_ready
     wake_s = obs.hot_wake_s if obs.hot_wake_s is not None else 0.0
     soon = _starting_soon(fleet, state, now, wake_s)
     want = desired if active else 0
     shortfall = max(0, want - own - soon)
-    available = awake + obs.hot_asleep
+    available = on + obs.hot_asleep
     if own >= want:
         target = 0
-        what = "release" if awake else "none"
+        what = "release" if on else "none"
         because = f"the scale target's own {own} ready replicas cover {want}"
     else:
-        target = min(available, max(shortfall, awake))
-        what = "wake" if target > awake else ("bridge" if target > 0 else "none")
+        target = min(available, max(shortfall, on))
+        what = "wake" if target > on else ("bridge" if target > 0 else "none")
         because = (f"{want} wanted, {own} own ready, {soon} starting sooner than a {wake_s:g} s wake: "
                    f"{shortfall} short, {available} sleepers")
     inputs: Inputs = {"hot": what, "because": because, "own_ready": own, "starting": fleet.starting,
-                      "starting_soon": soon, "awake": awake, "asleep": obs.hot_asleep, "wake_s": wake_s,
+                      "starting_soon": soon, "awake": awake, "waking": obs.hot_waking,
+                      "asleep": obs.hot_asleep, "wake_s": wake_s,
                       "shortfall": shortfall, "target": target}
     # The step never moves the count, so its why is "ok" (the trace's chain); what it decided is "hot".
-    return HotPlan(target, max(0, target - awake), max(0, awake - target), Step("hot", desired, desired, "ok", inputs))
+    return HotPlan(target, max(0, target - on), max(0, on - target), Step("hot", desired, desired, "ok", inputs))

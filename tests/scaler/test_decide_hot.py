@@ -112,3 +112,15 @@ def test_awake_sleepers_block_scale_to_zero_unless_read_idle(awake: int, hot_loa
     o = obs(idle_for=1e6, hot_asleep=1, hot_awake=awake, hot_load=hot_load)
     d, active, _, _ = bounds(0, "demand", o, cfg(scaleToZero="true"), fleet(0, awake), False)
     assert (d == 0 and not active) is zero
+
+
+@pytest.mark.parametrize(("desired", "own", "waking", "asleep", "target", "wake", "release", "what"), [
+    (1, 0, 1, 0, 1, 0, 0, "bridge"),  # the wake in flight is kept: no intent of 0 while it wakes
+    (3, 0, 1, 2, 3, 2, 0, "wake"),  # the rest of the shortfall from the ones asleep
+    (1, 1, 1, 0, 0, 0, 1, "release"),  # covered: released, even mid-wake (slept once awake)
+])
+def test_a_wake_in_progress_counts_as_on_its_way(desired: int, own: int, waking: int, asleep: int, target: int,
+                                                 wake: int, release: int, what: str) -> None:
+    plan = hot(desired, True, obs(hot_asleep=asleep, hot_waking=waking, hot_wake_s=WAKE_S), ScalerState(),
+               fleet(own), NOW)
+    assert (plan.target, plan.wake, plan.release, plan.step.inputs["hot"]) == (target, wake, release, what)
