@@ -125,13 +125,13 @@ class Waker:
 
     # -- the loops ------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Listen and resync until cancelled."""
-        await self.resync()
+        """Listen and resync until cancelled (subscribed first, so that no intent falls between the
+        first read of the stored ones and the subscription)."""
         listen = asyncio.create_task(self._listen(), name="waker listen")
         try:
             while True:
-                await asyncio.sleep(RESYNC_SECONDS)
                 await self.resync()
+                await asyncio.sleep(RESYNC_SECONDS)
         finally:
             listen.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -273,24 +273,29 @@ class Waker:
                                              "wake_s": round(result.wake_seconds, 3),
                                              "canary_s": round(result.canary_seconds, 3)})
             return
+        log.warning("wake failed", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why,
+                                          "failures": t.failures + 1})
+        await self._wake_failed(key, t, result.why)
+
+    async def _wake_failed(self, key: str, t: _Tracked, why: str) -> None:
+        """Count a failed wake (or canary), put the engine back to sleep, and after WAKE_FAILURES_MAX
+        mark the sleeper failed and report it."""
         t.failures += 1
         self.metrics.wakes.labels(key, "failed").inc()
         # A wake that failed may have left the engine half awake: it is not routed either way; try to
         # put it back to sleep so its GPU is free for the next sleeper.
         with contextlib.suppress(Exception):
-            slept = await t.client.sleep(t.sleeper.level)
-            t.asleep = slept.slept
-        log.warning("wake failed", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why,
-                                          "failures": t.failures})
-        if t.failures >= WAKE_FAILURES_MAX:
-            t.failed = True
-            self.metrics.failed.labels(key).set(sum(1 for x in self._workloads[key].sleepers.values() if x.failed))
-            msg = (f"sleeper {t.sleeper.pod} failed to wake {t.failures} times ({result.why}); it is not routed "
-                   "and not woken again until it is replaced")
-            log.error("sleeper failed to wake twice", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why})
-            if self.events is not None:
-                with contextlib.suppress(Exception):
-                    await self.events(t.sleeper, "HotSleeperWakeFailed", msg)
+            t.asleep = (await t.client.sleep(t.sleeper.level)).slept
+        if t.failures < WAKE_FAILURES_MAX:
+            return
+        t.failed = True
+        self.metrics.failed.labels(key).set(sum(1 for x in self._workloads[key].sleepers.values() if x.failed))
+        msg = (f"sleeper {t.sleeper.pod} failed to wake {t.failures} times ({why}); it is not routed and not woken "
+               "again until it is replaced")
+        log.error("sleeper failed to wake twice", extra={"workload": key, "pod": t.sleeper.pod, "why": why})
+        if self.events is not None:
+            with contextlib.suppress(Exception):
+                await self.events(t.sleeper, "HotSleeperWakeFailed", msg)
 
     async def _settle(self, key: str, t: _Tracked) -> None:
         """A sleeper found awake counts as awake once its canary passes (recorded as the reference when
@@ -300,11 +305,9 @@ class Waker:
         if verdict.ok:
             t.awake = True
             return
-        t.failures += 1
         log.warning("a sleeper found awake fails its canary; putting it to sleep",
                     extra={"workload": key, "pod": t.sleeper.pod, "why": verdict.why})
-        with contextlib.suppress(Exception):
-            t.asleep = (await t.client.sleep(t.sleeper.level)).slept
+        await self._wake_failed(key, t, verdict.why)
 
     async def _sleep(self, key: str, t: _Tracked) -> None:
         if t.client.reference is None:
