@@ -517,7 +517,9 @@ class Tracker:
         """The hot tier's sleepers from the waker's status (scaler.hot_status) under the workload's name;
         the last one read while the store is away, and none once it is older than HOT_STATUS_MAX_AGE
         (unknown: neither counted nor woken)."""
-        if not self.local:
+        # (Not read when the warm status read of this tick failed: the store is away, and a second
+        # timeout would delay the decision once more.)
+        if not self.local and self._warm_fresh:
             name = snapshot.target_name or self.name
             try:
                 self._hot = await self._store_op(self.manager.store.get_hot_status(self.namespace, name))
