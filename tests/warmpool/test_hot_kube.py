@@ -1,8 +1,6 @@
 """The waker's Kubernetes side against the real local API server (KWOK nodes): only pods with the
 controller's sleeper labels are sleepers, and a failed sleeper's Event lands on its pod."""
 
-# ruff: noqa: F811  (fixtures imported from tests.cluster.fixtures are used by name)
-
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,14 +9,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
-    NodePoolFactory,
-    k8s_admin,
-    k8s_cluster,
-    k8s_namespace,
-    k8s_node_pool,
-    wait_for,
-)
+from tests.cluster.fixtures import NodePoolFactory, wait_for  # (the fixtures come from tests/conftest.py)
 from tests.cluster.fleet import H100
 from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers
 from warmscale.warmpool.hot.sleepers import SLEEPER_ROLE
