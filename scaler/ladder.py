@@ -16,6 +16,12 @@ PLACEHOLDER = "placeholder+staged"
 # and released, like the next colder step until a measurement exists.
 PLACEHOLDER_UNMEASURED = "placeholder+staged (unmeasured)"
 COLD = "cold"
+# Sleepers of the hot tier (docs/hot-tier.md): asleep on a pool GPU, they serve after a wake of
+# seconds. Like a placeholder, the capacity they return by costs no idle node (the pool's GPUs are
+# charged whether their engines sleep or not).
+HOT = "hot"
+# Rungs whose return costs no idle node after a release.
+_NO_IDLE_NODE = (PLACEHOLDER, HOT)
 
 
 def single(seconds: float) -> Ladder:
@@ -57,7 +63,7 @@ def break_even(ladder: Ladder, j: int, node_idle_s: float, min_hold_s: float) ->
     return through a placeholder costs no idle node (the warm pool holds that capacity anyway).
     ``min_hold_s`` (scaleDownStabilizationSeconds) is the floor."""
     state, seconds = step_of(ladder, j)
-    idle = 0.0 if state == PLACEHOLDER else node_idle_s
+    idle = 0.0 if state in _NO_IDLE_NODE else node_idle_s
     return max(min_hold_s, seconds + idle)
 
 
@@ -78,5 +84,14 @@ def held_count(base: int, peak: int, age: float, ladder: Ladder, node_idle_s: fl
 
 def longest_hold(ladder: Ladder, node_idle_s: float, min_hold_s: float) -> float:
     """The longest break-even time on the ladder (how far back the peak memory must reach)."""
-    holds = [max(min_hold_s, seconds + (0.0 if state == PLACEHOLDER else node_idle_s)) for state, _, seconds in ladder]
+    holds = [max(min_hold_s, seconds + (0.0 if state in _NO_IDLE_NODE else node_idle_s))
+             for state, _, seconds in ladder]
     return max(holds, default=min_hold_s)
+
+
+def with_hot(ladder: Ladder, asleep: int, wake_s: float) -> Ladder:
+    """``ladder`` with the hot tier's rung first: the next ``asleep`` replicas are sleepers woken in
+    ``wake_s`` (measured per model and GPU product); unchanged without sleepers."""
+    if asleep <= 0:
+        return ladder
+    return ((HOT, asleep, wake_s), *ladder)

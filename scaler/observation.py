@@ -54,6 +54,13 @@ class Observation:
     saturation: float | None = None  # the picker's saturation of this role's stage
     pd_floor: int | None = None  # the pdGroup's ratio bound for this role (scaler.pdgroup)
     ttr_ladder: tuple[tuple[str, int, float], ...] = ()  # the warm ladder (scaler.ladder); () = time_to_ready_s
+    # The hot tier (Snapshot.hot_*): sleepers asleep (None: no hot tier known), awake (ready capacity),
+    # and the measured wake time (the ladder's hot rung).
+    hot_asleep: int | None = None
+    hot_awake: int = 0
+    hot_wake_s: float | None = None
+    hot_load: float | None = None  # requests in the awake sleepers (None: unknown, never idle)
+    hot_waking: int = 0  # wakes in progress
     # Token view (None: no replica exposes prompt tokens). Rates are over burstWindowSeconds, all replicas.
     prompt_rate: float | None = None  # prompt tokens prefilled per second
     waiting_prompt_tokens: float | None = None  # waiting requests x mean prompt tokens per request
@@ -492,6 +499,11 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         current_replicas=snapshot.current_replicas,
         time_to_ready_s=snapshot.time_to_ready_s,
         ttr_ladder=snapshot.ttr_ladder,
+        hot_asleep=snapshot.hot_asleep,
+        hot_awake=snapshot.hot_awake,
+        hot_wake_s=snapshot.hot_wake_s,
+        hot_load=snapshot.hot_load,
+        hot_waking=snapshot.hot_waking,
         prompt_rate=prompt_rate,
         waiting_prompt_tokens=(waiting * scale + queue) * per_request if per_request is not None else None,
         prompt_per_request=per_request,

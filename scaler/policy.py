@@ -9,14 +9,15 @@ appends what it did to :attr:`Decision.trace`:
    scale-down, and so do busy GPUs (DCGM); the prefill/decode ratio raises a lagging role.
 4. ``bounds`` (decide/bounds.py): scale to zero where allowed, min/max replicas, the warm floor.
 5. ``hold``, ``state-lost`` (decide/hold.py): the burst hold and the lost-state hold.
-6. ``landing`` (decide/landing.py): the metric value that lands the HPA on the count.
+6. ``hot`` (decide/hot.py): how many hot-tier sleepers should be awake now (never changes the count).
+7. ``landing`` (decide/landing.py): the metric value that lands the HPA on the count.
 
 ``Decision.reason`` names the last step that set the count; the trace says how each step moved it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.decide.bounds import bounds
@@ -24,6 +25,7 @@ from warmscale.scaler.decide.confirm import confirm
 from warmscale.scaler.decide.fleet import Fleet, fleet_of
 from warmscale.scaler.decide.guards import gpu_busy, partial_data, pd_ratio
 from warmscale.scaler.decide.hold import burst_hold, hold_in_force, lost_state_hold, window_max_push
+from warmscale.scaler.decide.hot import hot
 from warmscale.scaler.decide.landing import METRIC_TARGET, landing
 from warmscale.scaler.decide.need import MIN_TTFT_SAMPLES, SCALE_DOWN_HEADROOM, need
 from warmscale.scaler.decide.trace import Step
@@ -57,6 +59,11 @@ class Decision:
     # decision log; busy GPUs hold a scale-down ("gpu-busy-hold").
     gpu_utilization: float | None = None
     gpu_memory_used: float | None = None
+    # The hot tier (decide/hot.py): sleepers that should be awake now (None: no hot tier known, no
+    # intent), how many of them to wake now and how many awake ones to release.
+    hot_target: int | None = None
+    hot_wake: int = 0
+    hot_release: int = 0
     # Every step's (step, before, after, why, inputs), in order (scaler/decide/trace.py).
     trace: tuple[Step, ...] = ()
 
@@ -88,7 +95,10 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     desired, active, reason, state, step = lost_state_hold(desired, active, reason, obs, state, cfg, now, fleet,
                                                            last)
     trace.append(step)
-    return _land(desired, active, reason, n.rules, obs, state, cfg, now, fleet, trace, horizon=n.horizon)
+    plan = hot(desired, active, obs, state, fleet, now)
+    trace.append(plan.step)
+    decision, state = _land(desired, active, reason, n.rules, obs, state, cfg, now, fleet, trace, horizon=n.horizon)
+    return replace(decision, hot_target=plan.target, hot_wake=plan.wake, hot_release=plan.release), state
 
 
 def _unknown(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float,

@@ -10,11 +10,13 @@ and failovers. Writes are fenced: a decision is stored only while the writer sti
 The store also keeps a registry of tracked ScaledObjects (metadata + last time KEDA asked) so that a
 restarted scaler resumes its trackers before KEDA's next poll, and the warm-pool controller's
 :class:`~scaler.warm_status.WarmStatus` per workload, and the scaler's
-:class:`~scaler.bursts.BurstStats` per workload (what ``warmscale.io/standby: auto`` is sized from).
+:class:`~scaler.bursts.BurstStats` per workload (what ``warmscale.io/standby: auto`` is sized from), and
+the hot tier's two records (:mod:`scaler.hot_status`): the waker's ``HotStatus`` and the scaler's
+``WakeIntent``, which is also announced on a pub/sub channel (docs/hot-tier.md, "The wake path").
 
 Schema: every record is JSON with a ``version`` where its shape grew (``WarmStatus`` 3,
-``BurstStats`` 1); readers take what they know, ignore unknown keys and default missing ones, so an
-older record (or a newer writer's) is read, never rejected.
+``BurstStats`` 1, ``HotStatus`` 1, ``WakeIntent`` 1); readers take what they know, ignore unknown keys
+and default missing ones, so an older record (or a newer writer's) is read, never rejected.
 
 Every record read is checked first (:func:`decode_record`): a record that is not JSON, not an object, or
 holds a number that is not finite or beyond :data:`RECORD_MAX` (anyone with write access to Redis
@@ -27,17 +29,20 @@ registry entry as missing.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from warmscale.scaler.bursts import BurstStats
+from warmscale.scaler.hot_status import HotStatus, WakeIntent
 from warmscale.scaler.state import ScalerState
 from warmscale.scaler.warm_status import WarmStatus
 
@@ -203,6 +208,21 @@ class Store(Protocol):
 
     async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]: ...
 
+    async def put_hot_status(self, status: HotStatus) -> None: ...
+
+    async def get_hot_status(self, namespace: str, name: str) -> HotStatus | None: ...
+
+    async def put_wake_intent(self, intent: WakeIntent) -> None:
+        """Store the workload's wake intent and announce it to the wakers at once."""
+        ...
+
+    async def get_wake_intent(self, namespace: str, name: str) -> WakeIntent | None: ...
+
+    def wake_intents(self) -> AsyncIterator[WakeIntent]:
+        """Every intent announced from now on, as it is announced (the waker's fast path; it reads the
+        stored intents too, so one missed while it was away is not lost)."""
+        ...
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -221,6 +241,9 @@ class MemoryStore:
         self._pd: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._bursts: dict[tuple[str, str], dict[str, Any]] = {}
         self._bad = _BadRecordLog()
+        self._hot: dict[tuple[str, str], dict[str, Any]] = {}
+        self._intents: dict[tuple[str, str], dict[str, Any]] = {}
+        self._listeners: list[asyncio.Queue[dict[str, Any]]] = []
 
     def _holder(self, key: str) -> str | None:
         lease = self._leases.get(key)
@@ -285,6 +308,32 @@ class MemoryStore:
 
     async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]:
         return _members(self._pd.get((namespace, group), {}).items(), f"{namespace}/{group}", self._bad)
+
+    async def put_hot_status(self, status: HotStatus) -> None:
+        self._hot[(status.namespace, status.name)] = status.to_dict()
+
+    async def get_hot_status(self, namespace: str, name: str) -> HotStatus | None:
+        d = self._hot.get((namespace, name))
+        return HotStatus.from_dict(d) if d is not None else None
+
+    async def put_wake_intent(self, intent: WakeIntent) -> None:
+        d = intent.to_dict()
+        self._intents[(intent.namespace, intent.name)] = d
+        for q in self._listeners:
+            q.put_nowait(dict(d))
+
+    async def get_wake_intent(self, namespace: str, name: str) -> WakeIntent | None:
+        d = self._intents.get((namespace, name))
+        return WakeIntent.from_dict(d) if d is not None else None
+
+    async def wake_intents(self) -> AsyncIterator[WakeIntent]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._listeners.append(q)
+        try:
+            while True:
+                yield WakeIntent.from_dict(await q.get())
+        finally:
+            self._listeners.remove(q)
 
     async def ping(self) -> bool:
         return True
@@ -466,6 +515,57 @@ class RedisStore:
     async def pd_members(self, namespace: str, group: str) -> dict[str, dict[str, Any]]:
         raw = await self._call("pd_members", self._redis.hgetall(self._pd_key(namespace, group)))
         return _members(raw.items(), f"{namespace}/{group}", self._bad)
+
+    def _hot_key(self, namespace: str, name: str) -> str:
+        return f"{self._p}:hot:{namespace}/{name}"
+
+    def _intent_key(self, namespace: str, name: str) -> str:
+        return f"{self._p}:wake:{namespace}/{name}"
+
+    @property
+    def wake_channel(self) -> str:
+        """The pub/sub channel every intent is announced on (its JSON, as stored)."""
+        return f"{self._p}:wake"
+
+    async def put_hot_status(self, status: HotStatus) -> None:
+        raw = orjson.dumps(status.to_dict())
+        await self._call("put_hot_status", self._redis.set(self._hot_key(status.namespace, status.name), raw,
+                                                           px=RETENTION_MS))
+
+    async def get_hot_status(self, namespace: str, name: str) -> HotStatus | None:
+        raw = await self._call("get_hot_status", self._redis.get(self._hot_key(namespace, name)))
+        return _unreadable_is_error(raw, "hot status", f"{namespace}/{name}", HotStatus.from_dict, self._bad)
+
+    async def put_wake_intent(self, intent: WakeIntent) -> None:
+        raw = orjson.dumps(intent.to_dict())
+        # One round trip: the stored intent (for a waker that was away) and the announcement (for the
+        # ones listening now), in a transaction so a listener never reads an older stored intent.
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._intent_key(intent.namespace, intent.name), raw, px=RETENTION_MS)
+        pipe.publish(self.wake_channel, raw)
+        await self._call("put_wake_intent", pipe.execute())
+
+    async def get_wake_intent(self, namespace: str, name: str) -> WakeIntent | None:
+        raw = await self._call("get_wake_intent", self._redis.get(self._intent_key(namespace, name)))
+        return _unreadable_is_error(raw, "wake intent", f"{namespace}/{name}", WakeIntent.from_dict, self._bad)
+
+    async def wake_intents(self) -> AsyncIterator[WakeIntent]:
+        """Subscribed to :attr:`wake_channel`; raises :class:`StoreError` when the connection is lost
+        (the caller resubscribes and rereads the stored intents). Unreadable messages are skipped."""
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await self._call("subscribe", pubsub.subscribe(self.wake_channel))
+            while True:
+                msg = await self._call("listen", pubsub.get_message(timeout=None))
+                if msg is None or msg.get("type") != "message":
+                    continue
+                try:
+                    yield WakeIntent.from_dict(orjson.loads(msg["data"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
 
     async def ping(self) -> bool:
         try:

@@ -31,6 +31,7 @@ from warmscale.scaler.bursts import burst_stats, warm_and_cold
 from warmscale.scaler.bursts import record as record_burst
 from warmscale.scaler.config import ScalerConfig, parse_metadata
 from warmscale.scaler.decision_log import DecisionLog
+from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus, WakeIntent
 from warmscale.scaler.metric_target import PublishedTarget, retarget, value_for, wanted_target
 from warmscale.scaler.metrics import ScalerMetrics
 from warmscale.scaler.observation import Observation, observe
@@ -76,6 +77,12 @@ STORE_CALL_SECONDS = 1.0
 STALE_DECISION_INTERVALS = 2.0
 # How often the decider publishes the workload's burst statistics (standby: auto) to the store.
 BURST_PUBLISH_SECONDS = 15.0
+# The hot tier: a wake intent unchanged is republished this often (the waker reads the stored intents
+# too; a fresh ``at`` says the scaler still stands by it).
+INTENT_REFRESH_SECONDS = 10.0
+# The wake time assumed before the waker measured one: a level-2 wake of an 8B (6.5 s, vllm PR
+# #48337), the slowest of the measured wakes in docs/hot-tier.md.
+HOT_WAKE_PRIOR_SECONDS = 6.5
 T = TypeVar("T")
 
 
@@ -193,6 +200,8 @@ class Tracker:
         self._slo: dict[str, SloLedger] = {}  # per SLO (ttft, itl), since this tracker started
         self._bursts_published = -math.inf
         self._bad_decision_logged = False
+        self._hot: HotStatus | None = None  # the waker's last status read (kept while fresh)
+        self._intent_sent: tuple[int, float] | None = None  # (target, when) last published
 
     # -- RPC side -------------------------------------------------------------------------------
     def touch(self) -> None:
@@ -447,6 +456,7 @@ class Tracker:
             return
         self._last_ok_snapshot = now
         snapshot = await self._with_warm_status(snapshot)
+        snapshot = await self._with_hot_status(snapshot)
         snapshot = await self._with_pd_group(snapshot)
 
         obs, state = observe(snapshot, self._state, self.cfg)
@@ -472,6 +482,7 @@ class Tracker:
         self._last_computed = now
         self._observe_metrics(obs, snapshot, now)
         self._adopt(decision, now, computed=True)
+        await self._publish_intent(decision, now)
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
         m.advice.record(self.namespace, self.name, now, desired=decision.desired, ready=decision.ready, ttft_s=q,
                         slo_s=self.cfg.ttft_slo_seconds, time_to_ready_s=decision.time_to_ready_s)
@@ -530,6 +541,48 @@ class Tracker:
             self._bursts_published = now
         except StoreError as exc:
             self._store_error("put_burst_stats", exc)
+
+    async def _with_hot_status(self, snapshot: Snapshot) -> Snapshot:
+        """The hot tier's sleepers from the waker's status (scaler.hot_status) under the workload's name;
+        the last one read while the store is away, and none once it is older than HOT_STATUS_MAX_AGE
+        (unknown: neither counted nor woken)."""
+        # (Not read when the warm status read of this tick failed: the store is away, and a second
+        # timeout would delay the decision once more.)
+        if not self.local and self._warm_fresh:
+            name = snapshot.target_name or self.name
+            try:
+                self._hot = await self._store_op(self.manager.store.get_hot_status(self.namespace, name))
+            except StoreError as exc:
+                self._store_error("get_hot_status", exc)
+        hs = self._hot
+        if hs is None or snapshot.taken_at - hs.updated_at > HOT_STATUS_MAX_AGE:
+            return snapshot
+        wake_s = hs.wake_seconds(self.cfg.gpu_product or snapshot.gpu_product, HOT_WAKE_PRIOR_SECONDS)
+        return replace(snapshot, hot_asleep=hs.asleep, hot_awake=hs.awake, hot_wake_s=wake_s, hot_load=hs.awake_load,
+                       hot_waking=hs.waking)
+
+    async def _publish_intent(self, decision: Decision, now: float) -> None:
+        """The hot step's target as the workload's wake intent, at once when it changes (the waker
+        listens), else every INTENT_REFRESH_SECONDS; nothing without a hot tier known."""
+        target = decision.hot_target
+        if target is None or self.local:
+            return
+        sent = self._intent_sent
+        if sent is not None and sent[0] == target and now - sent[1] < INTENT_REFRESH_SECONDS:
+            return
+        hot_step = next((st for st in decision.trace if st.step == "hot"), None)
+        why = str(hot_step.inputs.get("hot", "")) if hot_step is not None else ""
+        name = self._hot.name if self._hot is not None else self.name
+        intent = WakeIntent(self.namespace, name, target, now, why, self.manager.instance_id)
+        try:
+            await self._store_op(self.manager.store.put_wake_intent(intent))
+            self._intent_sent = (target, now)
+        except StoreError as exc:
+            self._store_error("put_wake_intent", exc)
+            return
+        if sent is None or sent[0] != target:
+            log.info("wake intent", extra={"tracker": self.id, "awake": target, "hot": why,
+                                           "wake": decision.hot_wake, "release": decision.hot_release})
 
     async def _with_pd_group(self, snapshot: Snapshot) -> Snapshot:
         """The pdGroup's ratio floor for this role, from the other role's record in the store (the last

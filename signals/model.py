@@ -247,6 +247,14 @@ class Snapshot:
     read_until: float | None = None
     gpus: tuple[GpuReading, ...] | None = None
     pods: tuple[str, ...] | None = None
+    # The hot tier (scaler.hot_status), from the waker's status in the store: sleepers asleep and
+    # available (None: no hot tier, or its status unknown), sleepers awake and routed, and the measured
+    # wake time on this GPU product.
+    hot_asleep: int | None = None
+    hot_awake: int = 0
+    hot_wake_s: float | None = None
+    hot_load: float | None = None  # requests in the awake sleepers (None: unknown)
+    hot_waking: int = 0  # wakes in progress (not capacity yet, but no longer asleep)
 
     @property
     def known(self) -> tuple[ReplicaReading, ...]:

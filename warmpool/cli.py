@@ -121,6 +121,32 @@ def make_sink(redis_address: str | None) -> Any:
     return RedisStore(redis_address)
 
 
+async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metrics: Any) -> None:
+    """Run the controller (``run``) and, with a store to read wake intents from, the hot tier's waker
+    next to it (docs/hot-tier.md, "The wake path"; ``metrics``: its WakerMetrics, made once per process
+    in the controller's registry); both end together."""
+    if sink is None:
+        await run
+        return
+    import aiohttp
+    from kubernetes_asyncio import client
+
+    from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers
+    from warmscale.warmpool.hot.waker import Waker
+    from warmscale.warmpool.kube import EventRecorder
+
+    core = client.CoreV1Api(api)
+    async with aiohttp.ClientSession() as session:
+        waker = Waker(sink, kube_sleepers(core, namespace), session, events=kube_events(EventRecorder(core)),
+                      metrics=metrics)
+        task = asyncio.create_task(waker.run(), name="hot waker")
+        try:
+            await run
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     from kubernetes_asyncio import client
 
@@ -142,6 +168,11 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                                                 metrics=metrics.http)
     api = await make_api_client(args.kubeconfig)
     sink = make_sink(args.redis_address)
+    waker_metrics = None
+    if sink is not None:  # the hot tier's waker runs next to the leading controller (docs/hot-tier.md)
+        from warmscale.warmpool.hot.waker import WakerMetrics
+
+        waker_metrics = WakerMetrics(metrics.registry)
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     opts = Options(namespace=args.namespace, scaler_address=args.scaler_address, stager_image=args.stager_image,
                    resync_s=args.resync, cache_root_allow=allow, file_source_allow=file_allow,
@@ -157,7 +188,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         if getattr(args, "manage_certs", False):
             cert_task = asyncio.create_task(cert_manager(args, api, metrics.certs).run(), name="certs")
         try:
-            await Controller(api, opts, sink=sink, metrics=metrics).run()
+            await _with_waker(Controller(api, opts, sink=sink, metrics=metrics).run(), api, sink, args.namespace,
+                              waker_metrics)
         finally:
             metrics.leader.set(0)
             if cert_task is not None:

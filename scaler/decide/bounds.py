@@ -15,7 +15,10 @@ def bounds(desired: int, reason: str, obs: Observation, cfg: ScalerConfig, fleet
     ``maxReplicas``. The idle window wins over a burst hold (``holding``: one is in force) unless
     ``holdThroughIdle`` is set. Returns (count, active, reason, step)."""
     before = desired
-    idle = desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
+    # Awake hot-tier sleepers serve load the scale target's signals do not show: idle only where the
+    # waker read them idle (an unknown load is never idle evidence).
+    idle = (desired == 0 and obs.load == 0 and obs.idle_for >= cfg.idle_window_seconds
+            and (fleet.hot_awake == 0 or obs.hot_load == 0))
     active = True
     held_through = idle and cfg.hold_through_idle and holding
     if fleet.may_zero and idle and not obs.uncertain and not held_through:

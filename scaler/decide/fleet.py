@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warmscale.scaler.config import ScalerConfig
-from warmscale.scaler.ladder import Ladder, single, time_to_ready
+from warmscale.scaler.ladder import Ladder, single, time_to_ready, with_hot
 from warmscale.scaler.observation import Observation
 from warmscale.scaler.state import ScalerState
 
@@ -20,6 +20,14 @@ class Fleet:
     starting: int
     min_replicas: int  # the ScaledObject's minReplicas raised by the warm pool's floor
     may_zero: bool  # scaleToZero, and the warm pool permits zero now
+    # Hot-tier sleepers awake and routed: counted in ``ready`` (they serve), not the Deployment's own.
+    hot_awake: int = 0
+    own_ttr: float = 0.0  # time-to-ready of the scale target's own next replica (the ladder without hot)
+
+    @property
+    def own_ready(self) -> int:
+        """The scale target's own ready replicas (``ready`` without the awake sleepers)."""
+        return self.ready - self.hot_awake
 
     @property
     def provisioned(self) -> int:
@@ -43,6 +51,11 @@ def _starting_estimate(obs: Observation, state: ScalerState, ready: int, ttr: fl
 def fleet_of(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) -> Fleet:
     ladder: Ladder = obs.ttr_ladder or single(
         obs.time_to_ready_s if obs.time_to_ready_s is not None else cfg.time_to_ready_seconds)
+    own_ttr = time_to_ready(ladder, 1)  # the scale target's own next replica (what starting ones take)
+    # The hot tier: asleep sleepers are the ladder's first rung, awake ones ready capacity.
+    hot_awake = obs.hot_awake if obs.hot_asleep is not None else 0
+    if obs.hot_asleep is not None and obs.hot_wake_s is not None:
+        ladder = with_hot(ladder, obs.hot_asleep, obs.hot_wake_s)
     ttr = time_to_ready(ladder, 1)
     if obs.ready_replicas is not None:
         ready = obs.ready_replicas
@@ -50,9 +63,12 @@ def fleet_of(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float
         ready = obs.known_replicas + obs.unknown_replicas
     else:
         ready = 0
+    starting = _starting_estimate(obs, state, ready, own_ttr, now)
+    ready += hot_awake
     # The warm pool's schedule binds on top of the ScaledObject's own bounds: its floor raises
     # minReplicas, and zero needs both scaleToZero and the warm pool's permission at this instant.
     min_replicas = max(cfg.min_replicas, obs.warm_floor or 0)
     may_zero = cfg.scale_to_zero and obs.zero_allowed is not False and not obs.warm_floor
-    return Fleet(ladder=ladder, ttr=ttr, ready=ready, starting=_starting_estimate(obs, state, ready, ttr, now),
-                 min_replicas=min_replicas, may_zero=bool(may_zero))
+    return Fleet(ladder=ladder, ttr=ttr, ready=ready, starting=starting,
+                 min_replicas=min_replicas, may_zero=bool(may_zero), hot_awake=hot_awake,
+                 own_ttr=own_ttr)

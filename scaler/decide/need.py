@@ -44,9 +44,13 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     last = state.last_desired
     ladder, ttr, ready, provisioned = fleet.ladder, fleet.ttr, fleet.ready, fleet.provisioned
     rules: dict[str, int] = {}
-    # Known replicas stand for all ready ones (unknown replicas count as loaded as known ones).
-    per_known = ready / obs.known_replicas if obs.known_replicas and ready > 0 else 1.0
-    running_total = obs.running * per_known
+    # Known replicas stand for all ready ones (unknown replicas count as loaded as known ones). Awake
+    # hot-tier sleepers are ready too; where the waker read their load it is added as it is, else they
+    # count as loaded as the known replicas.
+    hot_load = obs.hot_load if fleet.hot_awake > 0 else None
+    stand_for = fleet.own_ready if hot_load is not None else ready
+    per_known = stand_for / obs.known_replicas if obs.known_replicas and stand_for > 0 else 1.0
+    running_total = obs.running * per_known + (hot_load or 0.0)
     waiting_total = obs.waiting * per_known + obs.queue
     # Up to targetWaitingPerReplica per ready replica is ordinary queueing; beyond it is a backlog.
     tolerated = cfg.target_waiting_per_replica * ready

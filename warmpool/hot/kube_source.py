@@ -1,0 +1,36 @@
+"""The waker's Kubernetes side: the sleeper pods listed by the controller's labels, and Events on them
+(I/O shell; the RBAC the controller already has: list pods, create events)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from warmscale.warmpool.hot.sleepers import SLEEPER_SELECTOR, Sleeper, sleeper_from_pod
+from warmscale.warmpool.hot.waker import EventHook, SleeperSource
+from warmscale.warmpool.kube import EventRecorder, read_raw
+
+
+def kube_sleepers(core: Any, namespace: str | None = None) -> SleeperSource:
+    """Lists the sleeper pods (``core``: a kubernetes_asyncio CoreV1Api), in ``namespace`` or all."""
+
+    async def source() -> list[Sleeper]:
+        if namespace:
+            call = functools.partial(core.list_namespaced_pod, namespace, label_selector=SLEEPER_SELECTOR)
+        else:
+            call = functools.partial(core.list_pod_for_all_namespaces, label_selector=SLEEPER_SELECTOR)
+        body = await read_raw(call)
+        return [s for s in (sleeper_from_pod(p) for p in body.get("items") or []) if s is not None]
+
+    return source
+
+
+def kube_events(recorder: EventRecorder) -> EventHook:
+    """A Warning Event on the sleeper's pod (de-duplicated by the recorder)."""
+
+    async def emit(s: Sleeper, reason: str, message: str) -> None:
+        ns, name = s.pod.split("/", 1)
+        await recorder.emit({"kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": name, "uid": s.uid},
+                            "Warning", reason, message)
+
+    return emit

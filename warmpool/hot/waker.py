@@ -1,0 +1,357 @@
+"""The waker: reads the scaler's wake intents and wakes or sleeps the workloads' sleepers (I/O shell;
+docs/hot-tier.md, "The wake path").
+
+- **Fast path**: subscribed to the store's wake channel (Redis pub/sub), an intent is acted on as it
+  arrives: onset -> wake request is the scaler's decision plus one publish, not an HPA sync.
+- **Level, not edge**: an intent says how many sleepers should be awake. Every ``RESYNC_SECONDS`` the
+  waker rereads the stored intents of the workloads it has sleepers for (one missed while it was
+  disconnected is not lost) and republishes the hot status. An absent or stale intent is unknown:
+  nothing is woken or slept for it; an unreachable store changes nothing either.
+- **Wake**: :func:`~warmscale.warmpool.hot.pool.choose_wakes` picks sleepers on GPUs with room for one
+  more awake engine; each is woken with :class:`~warmscale.warmpool.hot.client.EngineSleeper` and counts
+  as awake (published, so the scaler counts it and a gateway may route to it) only once its canary
+  passed. A sleeper that fails to wake twice is marked failed: reported (metric, log, Event hook) and
+  never woken or routed again; the next sleeper covers the shortfall at once.
+- **Release**: awake sleepers beyond the intent drain and sleep (vLLM ``mode=wait``; SGLang is released
+  only with nothing in flight), the highest index first; a sleep that cannot drain keeps it awake
+  and is retried at the next pass.
+- Only :class:`~warmscale.warmpool.hot.sleepers.Sleeper` s read from pods with the controller's sleeper
+  labels are ever called (:func:`~warmscale.warmpool.hot.sleepers.sleeper_from_pod`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from warmscale.scaler.hot_status import HotStatus, WakeIntent
+from warmscale.scaler.store import Store, StoreError
+from warmscale.warmpool.hot.client import EngineSleeper, WakeResult
+from warmscale.warmpool.hot.pool import Placement, PoolPlan, choose_wakes
+from warmscale.warmpool.hot.sleepers import Sleeper
+
+log = logging.getLogger("warmscale.warmpool.hot.waker")
+
+# How often stored intents are reread and the hot status republished (the scaler treats a status
+# older than scaler.hot_status.HOT_STATUS_MAX_AGE, 30 s, as unknown: several passes fit in it).
+RESYNC_SECONDS = 5.0
+# An intent the scaler has not refreshed for this long is unknown (the scaler refreshes an unchanged
+# intent every 10 s, scaler.tracker.INTENT_REFRESH_SECONDS): it wakes and sleeps nothing.
+INTENT_MAX_AGE = 30.0
+# Failed wakes after which a sleeper is reported and never woken or routed again (issue 23).
+WAKE_FAILURES_MAX = 2
+# Awake engines one pool GPU holds, where the pool declares nothing else (docs/hot-tier.md).
+AWAKE_PER_GPU = 1
+# Wake times kept per GPU product for the published median.
+WAKE_SAMPLES = 32
+# After a lost subscription, wait this long before subscribing again (the resync pass keeps working).
+RESUBSCRIBE_SECONDS = 1.0
+# Wake durations (request -> canary passed): level-1 wakes take 0.3-4 s, level 2 about 6.5 s.
+WAKE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 60.0)
+# Intent (scaler decision) -> wake request, seconds: the goal is <= 0.3 s from the onset.
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0)
+
+SleeperSource = Callable[[], Awaitable[Sequence[Sleeper]]]
+"""Lists the sleepers there are now (from the pods with the controller's sleeper labels)."""
+EventHook = Callable[[Sleeper, str, str], Awaitable[None]]
+"""(sleeper, reason, message): an Event on the sleeper's workload (the controller's EventRecorder)."""
+RequestHook = Callable[[Sleeper, WakeIntent, float], None]
+"""Called as a wake request goes out (sleeper, the intent, time.monotonic()); benchmarks time it."""
+
+
+class WakerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.registry = r
+        self.wakes = Counter("warmscale_hot_wakes", "Wake requests sent to sleepers, by workload and result "
+                             "(ready: the canary passed)", ["workload", "result"], registry=r)
+        self.sleeps = Counter("warmscale_hot_sleeps", "Sleeps (drain first) sent to awake sleepers, by result",
+                              ["workload", "result"], registry=r)
+        self.failed = Gauge("warmscale_hot_sleepers_failed", "Sleepers that failed to wake twice (never routed)",
+                            ["workload"], registry=r)
+        self.awake = Gauge("warmscale_hot_sleepers_awake", "Sleepers awake with a passing canary", ["workload"],
+                           registry=r)
+        self.wake_seconds = Histogram("warmscale_hot_wake_seconds", "Wake request -> canary passed, seconds",
+                                      buckets=WAKE_BUCKETS, registry=r)
+        self.intent_lag = Histogram("warmscale_hot_intent_to_wake_seconds",
+                                    "The scaler's wake intent -> the wake request sent, seconds",
+                                    buckets=LAG_BUCKETS, registry=r)
+
+
+@dataclass
+class _Tracked:
+    sleeper: Sleeper
+    client: EngineSleeper
+    asleep: bool | None  # None: unknown (neither counted nor woken)
+    awake: bool = False  # awake and the canary passed
+    op: str = ""  # "wake" or "sleep" while one is in flight
+    failures: int = 0
+    failed: bool = False
+
+
+@dataclass
+class _Workload:
+    sleepers: dict[str, _Tracked] = field(default_factory=dict)  # pod -> state
+    intent: WakeIntent | None = None
+    # Publishes one at a time, each computed just before it is written: a slower one computed earlier
+    # never overwrites a newer status (a wake's "awake" would otherwise wait for the next pass).
+    publishing: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Waker:
+    def __init__(self, store: Store, source: SleeperSource, session: aiohttp.ClientSession, *,
+                 metrics: WakerMetrics | None = None, events: EventHook | None = None,
+                 on_request: RequestHook | None = None, clock: Callable[[], float] = time.time,
+                 awake_per_gpu: int = AWAKE_PER_GPU) -> None:
+        self.store = store
+        self.source = source
+        self.session = session
+        self.metrics = metrics or WakerMetrics()
+        self.events = events
+        self.on_request = on_request
+        self.clock = clock
+        self.awake_per_gpu = awake_per_gpu
+        self._workloads: dict[str, _Workload] = {}
+        self._wake_s: dict[str, list[float]] = {}  # gpu product -> recent wake durations
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- the loops ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Listen and resync until cancelled (subscribed first, so that no intent falls between the
+        first read of the stored ones and the subscription)."""
+        listen = asyncio.create_task(self._listen(), name="waker listen")
+        try:
+            while True:
+                await self.resync()
+                await asyncio.sleep(RESYNC_SECONDS)
+        finally:
+            listen.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listen
+            await self.close()
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async for intent in self.store.wake_intents():
+                    self.receive(intent)
+            except StoreError as exc:
+                log.warning("wake channel lost; resubscribing", extra={"error": str(exc)})
+            await asyncio.sleep(RESUBSCRIBE_SECONDS)
+
+    async def resync(self) -> None:
+        """Reread the sleepers and the stored intents, act on them, republish the hot status."""
+        await self._refresh_sleepers()
+        for key in list(self._workloads):
+            ns, name = key.split("/", 1)
+            try:
+                intent = await self.store.get_wake_intent(ns, name)
+            except StoreError as exc:
+                log.warning("cannot read the wake intent; changing nothing", extra={"workload": key,
+                                                                                     "error": str(exc)})
+                intent = None
+            if intent is not None:
+                self.receive(intent)
+            await self.publish(key)
+
+    async def _refresh_sleepers(self) -> None:
+        try:
+            found = list(await self.source())
+        except Exception as exc:  # an API outage: keep the sleepers known, change nothing
+            log.warning("cannot list the sleepers; keeping the known ones", extra={"error": repr(exc)})
+            return
+        seen: dict[str, set[str]] = {}
+        new: list[tuple[_Workload, Sleeper, EngineSleeper]] = []
+        for s in found:
+            seen.setdefault(s.workload, set()).add(s.pod)
+            wl = self._workloads.setdefault(s.workload, _Workload())
+            if s.pod not in wl.sleepers:
+                client = EngineSleeper(self.session, s.base_url, s.engine, s.model)
+                client.reference = s.canary_reference
+                new.append((wl, s, client))
+        # A new sleeper's state, asked of all at once (one hung engine delays none of the others); an
+        # unknown state (no answer, SGLang: no state call) is neither counted nor woken.
+        states = await asyncio.gather(*(client.sleeping() for _, _, client in new))
+        for (wl, s, client), sleeping in zip(new, states, strict=True):
+            t = wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping)
+            if sleeping is False:
+                # Found awake (a new sleeper, or one woken before a restart): routed only after its canary.
+                self._start(s.workload, t, "wake", self._settle(s.workload, t))
+        for key, wl in self._workloads.items():
+            for pod in [p for p in wl.sleepers if p not in seen.get(key, set())]:
+                del wl.sleepers[pod]  # the pod is gone (deleted or replaced)
+
+    # -- intents --------------------------------------------------------------------------------
+    def receive(self, intent: WakeIntent) -> None:
+        """Act on an intent (a newer one replaces the one kept; an older one is ignored)."""
+        key = f"{intent.namespace}/{intent.name}"
+        wl = self._workloads.get(key)
+        if wl is None:
+            return  # no sleepers of that workload here
+        if wl.intent is not None and intent.at < wl.intent.at:
+            return
+        wl.intent = intent
+        self._apply(key)
+
+    def _apply(self, key: str) -> None:
+        """Start the wakes or sleeps the workload's intent calls for (no awaiting: tasks)."""
+        wl = self._workloads[key]
+        intent = wl.intent
+        if intent is None or self.clock() - intent.at > INTENT_MAX_AGE:
+            return  # unknown: wake and sleep nothing
+        states = list(wl.sleepers.values())
+        awake = [t for t in states if t.awake and not t.op]
+        waking = [t for t in states if t.op == "wake"]
+        have = len(awake) + len(waking)
+        if intent.awake > have:
+            for t in self._choose(key, intent.awake - have):
+                self._start(key, t, "wake", self._wake(key, t, intent))
+        elif intent.awake < len(awake):
+            for t in sorted(awake, key=lambda t: -t.sleeper.index)[:len(awake) - intent.awake]:
+                self._start(key, t, "sleep", self._sleep(key, t))
+
+    def _choose(self, key: str, count: int) -> list[_Tracked]:
+        wl = self._workloads[key]
+        eligible = {t.sleeper.index: t for t in wl.sleepers.values()
+                    if t.asleep is True and not t.op and not t.failed}
+        plan = PoolPlan(tuple(Placement(key, t.sleeper.index, t.sleeper.node, t.sleeper.device)
+                              for t in eligible.values()))
+        on_gpu: dict[str, int] = {}
+        for other in self._workloads.values():
+            for t in other.sleepers.values():
+                if t.awake or t.op:  # awake, waking, or still draining: its engine holds the GPU
+                    on_gpu[t.sleeper.device] = on_gpu.get(t.sleeper.device, 0) + 1
+        return [eligible[p.index] for p in choose_wakes(plan, key, count, on_gpu, self.awake_per_gpu)]
+
+    def _start(self, key: str, t: _Tracked, op: str, work: Awaitable[None]) -> None:
+        t.op = op
+
+        async def run() -> None:
+            try:
+                await work
+            finally:
+                t.op = ""
+                self._apply(key)  # the intent may want more (a failed wake) or less by now
+                await self.publish(key)
+
+        task = asyncio.create_task(run(), name=f"hot {t.sleeper.pod}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _wake(self, key: str, t: _Tracked, intent: WakeIntent) -> None:
+        t.asleep = False
+        now = time.monotonic()
+        self.metrics.intent_lag.observe(max(0.0, self.clock() - intent.at))
+        if self.on_request is not None:
+            self.on_request(t.sleeper, intent, now)
+        log.info("waking a sleeper", extra={"workload": key, "pod": t.sleeper.pod, "intent_awake": intent.awake,
+                                            "hot": intent.reason})
+        result: WakeResult = await t.client.wake(t.sleeper.level)
+        seconds = time.monotonic() - now
+        if result.ready:
+            t.awake, t.failures = True, 0
+            self.metrics.wakes.labels(key, "ready").inc()
+            self.metrics.wake_seconds.observe(seconds)
+            samples = self._wake_s.setdefault(t.sleeper.gpu_product, [])
+            samples.append(seconds)
+            del samples[:-WAKE_SAMPLES]
+            log.info("sleeper awake", extra={"workload": key, "pod": t.sleeper.pod, "seconds": round(seconds, 3),
+                                             "wake_s": round(result.wake_seconds, 3),
+                                             "canary_s": round(result.canary_seconds, 3)})
+            return
+        log.warning("wake failed", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why,
+                                          "failures": t.failures + 1})
+        await self._wake_failed(key, t, result.why)
+
+    async def _wake_failed(self, key: str, t: _Tracked, why: str) -> None:
+        """Count a failed wake (or canary), put the engine back to sleep, and after WAKE_FAILURES_MAX
+        mark the sleeper failed and report it."""
+        t.failures += 1
+        self.metrics.wakes.labels(key, "failed").inc()
+        # A wake that failed may have left the engine half awake: it is not routed either way; try to
+        # put it back to sleep so its GPU is free for the next sleeper.
+        with contextlib.suppress(Exception):
+            t.asleep = (await t.client.sleep(t.sleeper.level)).slept
+        if t.failures < WAKE_FAILURES_MAX:
+            return
+        t.failed = True
+        self.metrics.failed.labels(key).set(sum(1 for x in self._workloads[key].sleepers.values() if x.failed))
+        msg = (f"sleeper {t.sleeper.pod} failed to wake {t.failures} times ({why}); it is not routed and not woken "
+               "again until it is replaced")
+        log.error("sleeper failed to wake twice", extra={"workload": key, "pod": t.sleeper.pod, "why": why})
+        if self.events is not None:
+            with contextlib.suppress(Exception):
+                await self.events(t.sleeper, "HotSleeperWakeFailed", msg)
+
+    async def _settle(self, key: str, t: _Tracked) -> None:
+        """A sleeper found awake counts as awake once its canary passes (recorded as the reference when
+        none is known); the intent then keeps it or puts it to sleep. A failing canary puts it to sleep
+        and counts as a failed wake."""
+        verdict = await (t.client.canary() if t.client.reference is not None else t.client.record_reference())
+        if verdict.ok:
+            t.awake = True
+            return
+        log.warning("a sleeper found awake fails its canary; putting it to sleep",
+                    extra={"workload": key, "pod": t.sleeper.pod, "why": verdict.why})
+        await self._wake_failed(key, t, verdict.why)
+
+    async def _sleep(self, key: str, t: _Tracked) -> None:
+        if t.client.reference is None:
+            await t.client.record_reference()  # awake: the answer later wakes must repeat
+        t.awake = False  # no longer routed from the moment it drains
+        await self.publish(key)
+        result = await t.client.sleep(t.sleeper.level)
+        if result.slept:
+            t.asleep = True
+            self.metrics.sleeps.labels(key, "slept").inc()
+            log.info("sleeper asleep again", extra={"workload": key, "pod": t.sleeper.pod,
+                                                    "seconds": round(result.seconds, 3)})
+            return
+        # Could not drain (SGLang with work in flight) or failed: it is still awake and serving.
+        t.awake = (await t.client.sleeping()) is not True
+        t.asleep = not t.awake
+        self.metrics.sleeps.labels(key, "kept").inc()
+        log.warning("sleeper not put to sleep", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why})
+
+    # -- status ---------------------------------------------------------------------------------
+    def status(self, key: str) -> HotStatus:
+        ns, name = key.split("/", 1)
+        states = list(self._workloads[key].sleepers.values())
+        awake = [t for t in states if t.awake]
+        wake_s = {gpu: statistics.median(xs) for gpu, xs in self._wake_s.items() if xs}
+        return HotStatus(
+            namespace=ns, name=name, updated_at=self.clock(),
+            asleep=sum(1 for t in states if t.asleep is True and not t.op and not t.failed),
+            awake=len(awake), waking=sum(1 for t in states if t.op == "wake"),
+            failed=sum(1 for t in states if t.failed), wake_s=wake_s, awake_pods=sorted(t.sleeper.pod for t in awake))
+
+    async def publish(self, key: str) -> None:
+        wl = self._workloads[key]
+        async with wl.publishing:
+            awake = [t for t in wl.sleepers.values() if t.awake]
+            loads = await asyncio.gather(*(t.client.in_flight() for t in awake))
+            # The load read, but the counts as they are now (a wake may have finished meanwhile).
+            load = None if any(x is None for x in loads) else float(sum(x for x in loads if x is not None))
+            hs = self.status(key)
+            if hs.awake != len(awake):
+                load = None  # read for other sleepers than are awake now: unknown
+            hs = replace(hs, awake_load=load)
+            self.metrics.awake.labels(key).set(hs.awake)
+            try:
+                await self.store.put_hot_status(hs)
+            except StoreError as exc:
+                log.warning("cannot publish the hot status", extra={"workload": key, "error": str(exc)})
