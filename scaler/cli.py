@@ -85,7 +85,7 @@ class SourcesReader:
         """One snapshot for ``cfg``; ``scope`` (namespace, ScaledObject) enables pod discovery."""
         import aiohttp
 
-        from warmscale.signals.sources import build_collector
+        from warmscale.scaler.sources import build_collector
 
         who = f"ScaledObject {scope[0]}/{scope[1]}" if scope is not None else "the ScaledObject"  # (its budget)
         if self._session is None:

@@ -11,10 +11,10 @@ import pytest
 from tests.servers import FakeEngine, sample
 from warmscale.scaler.cli import with_attributed_gpus
 from warmscale.scaler.config import parse_metadata
+from warmscale.scaler.sources import build_collector
 from warmscale.signals.engines import dcgm
 from warmscale.signals.model import ReplicaReading, Snapshot
 from warmscale.signals.parsing import parse_text
-from warmscale.signals.sources import build_collector
 from warmscale.signals.sources.dcgm import DcgmSource
 
 VLLM_POD, SGLANG_POD = "vllm-llama-8b-7c9f6d5b8-kq2xz", "sglang-qwen-32b-5d8b9c7f6-p7wlm"

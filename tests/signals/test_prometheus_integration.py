@@ -13,7 +13,7 @@ import pytest
 from tests.servers import FakeEngine, PrometheusServer, free_port, sample
 from tests.signals.samples import DCGM_SAMPLE, ENGINE_SAMPLES, Expected
 from warmscale.scaler.config import parse_metadata
-from warmscale.signals.sources import build_collector
+from warmscale.scaler.sources import build_collector
 from warmscale.signals.sources.prometheus import PrometheusSource
 
 pytestmark = pytest.mark.servers

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from tests.servers import RedisServer, free_port
 from warmscale.scaler.config import parse_metadata
-from warmscale.signals.sources import build_collector
+from warmscale.scaler.sources import build_collector
 from warmscale.signals.sources.redis_queue import RedisQueueSource
 
 pytestmark = pytest.mark.servers

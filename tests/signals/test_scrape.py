@@ -12,14 +12,13 @@ import pytest
 from tests.servers import FakeEngine, free_port
 from tests.signals.samples import ENGINE_SAMPLES
 from warmscale.scaler.config import parse_metadata
+from warmscale.scaler.sources import build_collector, build_sources
 from warmscale.signals.model import ReplicaReading, ReplicaSignal
 from warmscale.signals.sources import (
     Endpoint,
     SnapshotCollector,
     SourceResult,
     StaticEndpoints,
-    build_collector,
-    build_sources,
 )
 from warmscale.signals.sources.scrape import ScrapeSource, scrape_endpoint
 

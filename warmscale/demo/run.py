@@ -37,9 +37,10 @@ from warmscale.demo.fleet import Fleet
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.scaler.config import ScalerConfig, parse_metadata
 from warmscale.scaler.server import ScalerServer, ServerOptions
+from warmscale.scaler.sources import build_collector
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import Snapshot
-from warmscale.signals.sources import Endpoint, build_collector
+from warmscale.signals.sources import Endpoint
 from warmscale.traces import resolve
 from warmscale.warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
 
