@@ -2,7 +2,7 @@
 
 Each tracker records what it decided and what served (desired, ready, windowed TTFT against the SLO,
 time-to-ready) into a bounded history; every ``evaluate_every_s`` the cold-start detector of
-:mod:`warmscale.advise.detect` runs over it (the same pure function ``warmscale advise`` uses) and the
+:mod:`warmscale.common.diagnostics.detect` runs over it (the same pure function ``warmscale advise`` uses) and the
 gauge holds the number of episodes within the window of every finding that repeated (no series while
 silent). One book per scaler instance (no global state).
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Gauge
 
-from warmscale.advise.detect import cold_start_episodes, gate
-from warmscale.advise.model import COLD_START, Policy, ScaleSample
+from warmscale.common.diagnostics.detect import cold_start_episodes, gate
+from warmscale.common.diagnostics.model import COLD_START, Policy, ScaleSample
 
 # A sample is kept when desired, ready or "TTFT over the SLO" changes, else one per this many seconds;
 # at most MAX_SAMPLES per ScaledObject (the oldest go first), so 1,000 ScaledObjects stay a few MB.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from warmscale.common.quantity import parse_quantity
 from warmscale.scaler.config import ConfigError, parse_bool
 from warmscale.scaler.schedule import (  # noqa: F401  (the schedule syntax lives with the scaler, which evaluates it too)
     DAYS,
@@ -35,7 +36,6 @@ from warmscale.scaler.schedule import (  # noqa: F401  (the schedule syntax live
     parse_scale_to_zero,
 )
 from warmscale.warmpool.model_uri import CacheKey, ModelURI, ModelURIError, parse_model_uri
-from warmscale.warmpool.quantity import parse_quantity
 
 PREFIX = "warmscale.io/"
 STATUS_KEY = PREFIX + "status"  # written by the controller

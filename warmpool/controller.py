@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from warmscale import buildinfo
-from warmscale.advise.events import workload_events
+from warmscale.common.diagnostics.events import workload_events
 from warmscale.scaler.metrics import SO_LABEL
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.warmpool import objects as ob

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from warmscale.warmpool.quantity import parse_quantity
+from warmscale.common.quantity import parse_quantity
 
 GPU = "nvidia.com/gpu"
 Obj = Mapping[str, Any]

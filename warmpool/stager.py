@@ -62,9 +62,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from warmscale.common.quantity import parse_quantity
 from warmscale.warmpool.cache_roots import system_path_conflict
 from warmscale.warmpool.model_uri import CacheKey, ModelURI, ModelURIError, cache_dir, parse_model_uri
-from warmscale.warmpool.quantity import parse_quantity
 
 log = logging.getLogger("warmscale.stager")
 T = TypeVar("T")

@@ -8,8 +8,8 @@ import pytest
 
 from tests.advise.test_detect import NOW, gangs, three_within_a_day
 from warmscale.advise.cli import duration, policy_from, render_json, render_text
-from warmscale.advise.detect import advise
 from warmscale.cli import build_parser
+from warmscale.common.diagnostics.detect import advise
 
 
 @pytest.mark.parametrize(("raw", "seconds"), [("90", 90), ("90s", 90), ("10m", 600), ("6h", 21600), ("1d", 86400),

@@ -13,8 +13,8 @@ import pytest
 
 from tests.servers import FakeEngine, PrometheusServer
 from warmscale.advise.collect import read_prometheus
-from warmscale.advise.detect import advise
-from warmscale.advise.model import COLD_START, Policy, Signals
+from warmscale.common.diagnostics.detect import advise
+from warmscale.common.diagnostics.model import COLD_START, Policy, Signals
 
 pytestmark = pytest.mark.servers
 

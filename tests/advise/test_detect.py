@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from warmscale.advise.detect import advise, pearson
-from warmscale.advise.model import (
+from warmscale.common.diagnostics.detect import advise, pearson
+from warmscale.common.diagnostics.model import (
     COLD_START,
     ENGINE_OOM,
     NEXT_LAYER,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from warmscale.advise.events import workload_events
-from warmscale.advise.pods import gpu_quota_namespaces, pod_record, workload_of
+from warmscale.common.diagnostics.events import workload_events
+from warmscale.common.diagnostics.pods import gpu_quota_namespaces, pod_record, workload_of
 
 NOW = 1_800_000_000.0
 

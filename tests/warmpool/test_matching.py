@@ -1,8 +1,8 @@
 import pytest
 
 from tests.warmpool.helpers import GPU_TOL, node, pod_spec
+from warmscale.common.quantity import parse_quantity
 from warmscale.warmpool.matching import fits, free_fit, matching_nodes, replica_requests
-from warmscale.warmpool.quantity import parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from warmscale.common.quantity import parse_quantity
 from warmscale.warmpool.annotations import PREFIX, AnnotationError
 from warmscale.warmpool.hot.surface import LEVEL_OFFLOAD, LEVELS, support
-from warmscale.warmpool.quantity import parse_quantity
 
 HOT_STANDBY = PREFIX + "hot-standby"
 HOT_POOL = PREFIX + "hot-pool"

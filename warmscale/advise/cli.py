@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from warmscale.advise.detect import advise
-from warmscale.advise.model import Finding, Policy
+from warmscale.common.diagnostics.detect import advise
+from warmscale.common.diagnostics.model import Finding, Policy
 from warmscale.signals.redact import redact, redact_value
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -21,8 +21,8 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from warmscale.advise.model import LatencySample, LoadSample, PodRecord, ScaleSample, Signals
-from warmscale.advise.pods import gpu_quota_namespaces, pod_record
+from warmscale.common.diagnostics.model import LatencySample, LoadSample, PodRecord, ScaleSample, Signals
+from warmscale.common.diagnostics.pods import gpu_quota_namespaces, pod_record
 from warmscale.scaler.metrics import SO_LABEL
 
 STEP_S = 30.0

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from warmscale.advise.model import PodRecord, Termination
-from warmscale.warmpool.quantity import parse_quantity
+from warmscale.common.diagnostics.model import PodRecord, Termination
+from warmscale.common.quantity import parse_quantity
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from warmscale.advise.model import (
+from warmscale.common.diagnostics.model import (
     COLD_START,
     ENGINE_OOM,
     NEXT_LAYER,

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from warmscale.advise.detect import advise
-from warmscale.advise.model import ENGINE_OOM, PARTIAL_GANG, Finding, Policy, Signals
-from warmscale.advise.pods import pod_record
+from warmscale.common.diagnostics.detect import advise
+from warmscale.common.diagnostics.model import ENGINE_OOM, PARTIAL_GANG, Finding, Policy, Signals
+from warmscale.common.diagnostics.pods import pod_record
 
 REASONS = {ENGINE_OOM: "NextLayerParallelism", PARTIAL_GANG: "NextLayerGangAdmission"}
 
