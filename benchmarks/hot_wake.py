@@ -7,7 +7,7 @@ Measured, per scrape interval: a real ``warmscale scaler`` (``--redis-url``) tra
 ``scaleToZero`` whose only signal is a Redis list (the gateway's queue: it holds the requests while a
 sleeper wakes, no 503); a KEDA-like client holds ``StreamIsActive`` open; the waker
 (``warmpool/hot/waker.py``) runs in this process with one sleeper, a simulated vLLM engine
-(``warmscale/demo/engine_http.py``) on 127.0.0.1 whose measured 8B times (level-1 wake 2.2 s, sleep
+(``warmscale/simulation/engine_http.py``) on 127.0.0.1 whose measured 8B times (level-1 wake 2.2 s, sleep
 10 s; vllm PR #48337) are divided by ``--time-factor``. Each trial pushes one request onto the queue
 at a random moment (the onset) and times:
 
@@ -56,11 +56,11 @@ async def measure(interval: float, trials: int, time_factor: float) -> dict[str,
 
     sys.path.insert(0, str(ROOT))
     from tests.servers import RedisServer
-    from warmscale.demo.engine import EngineProfile, SimulatedEngine
-    from warmscale.demo.engine_http import engine_app
     from warmscale.proto import externalscaler_pb2 as pb
     from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
     from warmscale.scaler.store import RedisStore
+    from warmscale.simulation.engine import EngineProfile, SimulatedEngine
+    from warmscale.simulation.engine_http import engine_app
     from warmscale.warmpool.hot.sleepers import Sleeper
     from warmscale.warmpool.hot.waker import Waker
 

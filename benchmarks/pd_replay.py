@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
 from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.pd import (
@@ -45,6 +44,7 @@ from warmscale.cliargs import (
     positive_int,
     writable_path,
 )
+from warmscale.simulation.actuation import HpaBehavior, KedaConfig
 from warmscale.validate.overrides import metadata_overrides
 from warmscale.warmpool.startup_model import COLD, PROFILES, time_to_ready
 

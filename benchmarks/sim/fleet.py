@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
 from warmscale.benchmarks.sim.arrivals import Workload, rotated, weighted_quantile
 from warmscale.benchmarks.sim.cluster import Cluster
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Request
@@ -45,6 +44,7 @@ from warmscale.benchmarks.sim.policies import (
     warmscale_metadata,
 )
 from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
+from warmscale.simulation.actuation import HpaBehavior, KedaConfig
 from warmscale.warmpool.startup_model import PROFILES
 
 CONFIGS = ("keda-min1", "keda-zero", "warmscale-warm", "warmscale-hot")

@@ -9,7 +9,7 @@ What runs here is the product's pure code; only the engines' sleep and wake take
   engines per pool GPU);
 - a wake is the calls of :func:`warmpool.hot.surface.wake_calls`; the woken engine serves only after its
   canary passed (:func:`warmpool.hot.canary.judge` on the simulated completion, docs/hot-tier.md);
-- the sleep and wake times are the simulated engine's measured ones (:class:`warmscale.demo.engine.EngineProfile`,
+- the sleep and wake times are the simulated engine's measured ones (:class:`warmscale.simulation.engine.EngineProfile`,
   vllm PR #48337) for an 8B, and for a 70B on 4 GPUs derived from them by the bytes each GPU copies
   (:data:`SLEEP_TIMES`).
 
@@ -34,8 +34,8 @@ from typing import Any
 
 from warmscale.benchmarks.sim.cluster import Cluster
 from warmscale.benchmarks.sim.engine import Engine, EngineProfile, Request
-from warmscale.demo.engine import CANARY_TEXT
-from warmscale.demo.engine import EngineProfile as DemoEngineProfile
+from warmscale.simulation.engine import CANARY_TEXT
+from warmscale.simulation.engine import EngineProfile as DemoEngineProfile
 from warmscale.warmpool.hot.canary import judge
 from warmscale.warmpool.hot.config import (
     ENGINE,
@@ -88,7 +88,7 @@ SLEEP_TIMES: dict[str, SleepTimes] = {
         # Level 1 keeps the weights in host RAM: about 22 GiB for an 8B (vllm PR #48337); level 2 drops them.
         host_ram_gib={LEVEL_OFFLOAD: 22.0, LEVEL_DISCARD: 0.0},
         source="vllm PR #48337 (Qwen3-8B, A100): sleep L1 10.57 s, wake L1 2.19 s, sleep L2 0.31 s, wake L2 "
-               "6.53 s; as the simulated engine has them (warmscale/demo/engine.py EngineProfile)"),
+               "6.53 s; as the simulated engine has them (warmscale/simulation/engine.py EngineProfile)"),
     "70b-h100-tp4": SleepTimes(
         # The sleep copies the weights to host RAM (each GPU its share, in parallel): the 8B's time
         # by the bytes per GPU; level 2 discards them (the 8B's 0.3 s) and reloads them on the wake.

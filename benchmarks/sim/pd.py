@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
 from warmscale.benchmarks.sim.arrivals import Workload, weighted_quantile
 from warmscale.benchmarks.sim.cluster import Cluster
 from warmscale.benchmarks.sim.engine import VLLM_ITL_BUCKETS, Engine, EngineProfile, Hist, Request
@@ -40,6 +39,7 @@ from warmscale.benchmarks.sim.policies import Policy, WarmscalePolicy, warmscale
 from warmscale.benchmarks.sim.runner import PolicyResult, SimSettings, _unserved_arrivals
 from warmscale.scaler.store import MemoryStore
 from warmscale.signals.histogram import Histogram
+from warmscale.simulation.actuation import HpaBehavior, KedaConfig
 from warmscale.warmpool.startup_model import StartupProfile
 
 # vllm:nixl_xfer_time_seconds buckets (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py).

@@ -24,7 +24,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from warmscale.benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
 from warmscale.benchmarks.sim.cluster import Cluster
 from warmscale.benchmarks.sim.exposition import PromScrape, SimScrapeSource
 from warmscale.scaler.capacity import MODEL_PROFILES
@@ -37,6 +36,7 @@ from warmscale.scaler.tracker import ScaledObjectKey, Tracker, TrackerManager
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import Snapshot
 from warmscale.signals.sources.collector import SnapshotCollector
+from warmscale.simulation.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.planning import Plan, StandbyEvidence, plan, standby_time_to_ready
 from warmscale.warmpool.startup_model import COLD, PROFILES, StartupProfile, time_to_ready

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig, KpaConfig
 from warmscale.benchmarks.sim.arrivals import Workload, weighted_quantile
 from warmscale.benchmarks.sim.cluster import Cluster
 from warmscale.benchmarks.sim.engine import EngineProfile, Request
@@ -47,6 +46,7 @@ from warmscale.benchmarks.sim.references import (
     lower_bound,
     static_best,
 )
+from warmscale.simulation.actuation import HpaBehavior, KedaConfig, KpaConfig
 from warmscale.warmpool.startup_model import COLD, StartupProfile, time_to_ready
 
 POLICY_NAMES = ("warmscale", "keda-prometheus-queue", "keda-prometheus-kv", "hpa-gpu-util", "kpa-concurrency",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from warmscale.benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
 from warmscale.scaler.hpa import hpa_replicas, metric_value_for
+from warmscale.simulation.actuation import Hpa, HpaBehavior, Keda, KedaConfig, Kpa, KpaConfig
 
 
 def test_hpa_tolerance_band() -> None:

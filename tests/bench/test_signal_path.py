@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
 from warmscale.benchmarks.sim.arrivals import load_trace
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Engine, Request
 from warmscale.benchmarks.sim.exposition import PromScrape, engine_signal, render_vllm
@@ -17,6 +16,7 @@ from warmscale.benchmarks.sim.policies import PromHpaPolicy, WarmscalePolicy, wa
 from warmscale.benchmarks.sim.runner import SimSettings, simulate
 from warmscale.signals.engines import parse_payload
 from warmscale.signals.parsing import parse_text
+from warmscale.simulation.actuation import HpaBehavior, KedaConfig
 from warmscale.traces import resolve
 from warmscale.warmpool.startup_model import PROFILES
 

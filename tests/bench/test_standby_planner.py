@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from warmscale.benchmarks.sim.actuation import HpaBehavior, KedaConfig
 from warmscale.benchmarks.sim.arrivals import load_trace
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.policies import WarmscalePolicy, warmscale_metadata
@@ -14,6 +13,7 @@ from warmscale.benchmarks.sim.runner import SimSettings, simulate
 from warmscale.benchmarks.trace_replay import _truncate
 from warmscale.scaler.bursts import BurstMemory, record
 from warmscale.scaler.state import ScalerState
+from warmscale.simulation.actuation import HpaBehavior, KedaConfig
 from warmscale.traces import resolve
 from warmscale.warmpool.planning import plan
 from warmscale.warmpool.startup_model import PROFILES

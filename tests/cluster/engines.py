@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from warmscale.demo.engine import EngineProfile, Request, SimulatedEngine
+from warmscale.simulation.engine import EngineProfile, Request, SimulatedEngine
 from warmscale.warmpool.kube import cancel_and_wait
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from warmscale.demo.engine import CANARY_TEXT, EngineProfile, Request, SimulatedEngine
-from warmscale.demo.engine_http import engine_app
+from warmscale.simulation.engine import CANARY_TEXT, EngineProfile, Request, SimulatedEngine
+from warmscale.simulation.engine_http import engine_app
 from warmscale.warmpool.hot import surface
 from warmscale.warmpool.hot.canary import judge
 from warmscale.warmpool.hot.client import EngineSleeper

@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 
 from tests.servers import RedisServer
-from warmscale.demo.engine import CANARY_TEXT, EngineProfile, Request, SimulatedEngine
-from warmscale.demo.engine_http import engine_app
 from warmscale.scaler.hot_status import WakeIntent
 from warmscale.scaler.store import RedisStore
+from warmscale.simulation.engine import CANARY_TEXT, EngineProfile, Request, SimulatedEngine
+from warmscale.simulation.engine_http import engine_app
 from warmscale.warmpool.hot.sleepers import SLEEPER_ROLE, Sleeper, sleeper_from_pod
 from warmscale.warmpool.hot.waker import Waker, WakerMetrics
 from warmscale.warmpool.objects import MANAGED_BY, MANAGED_BY_VALUE, ROLE

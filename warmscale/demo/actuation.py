@@ -25,10 +25,10 @@ from typing import Any
 
 import grpc
 
-from warmscale.benchmarks.sim.actuation import Hpa, HpaBehavior, Keda, KedaConfig
 from warmscale.demo.fleet import Fleet
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
+from warmscale.simulation.actuation import Hpa, HpaBehavior, Keda, KedaConfig
 
 log = logging.getLogger("warmscale.demo")
 

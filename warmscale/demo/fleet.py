@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from warmscale.demo.engine import EngineProfile, Request, SimulatedEngine
+from warmscale.simulation.engine import EngineProfile, Request, SimulatedEngine
 from warmscale.warmpool.startup_model import COLD, PLACEHOLDER_STAGED, StartupProfile, staging_time, time_to_ready
 
 

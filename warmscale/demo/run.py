@@ -32,7 +32,6 @@ from warmscale.demo.actuation import (
     WarmscaleActuation,
 )
 from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, window_start
-from warmscale.demo.engine import Request
 from warmscale.demo.fleet import Fleet
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.scaler.config import ScalerConfig, parse_metadata
@@ -41,6 +40,7 @@ from warmscale.scaler.sources import build_collector
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import Snapshot
 from warmscale.signals.sources import Endpoint
+from warmscale.simulation.engine import Request
 from warmscale.traces import resolve
 from warmscale.warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from warmscale.demo.engine import MODEL, SimulatedEngine
+from warmscale.simulation.engine import MODEL, SimulatedEngine
 
 # How often a draining vLLM sleep checks that the engine has finished what it holds.
 DRAIN_POLL_SECONDS = 0.02
