@@ -627,5 +627,11 @@ async def test_leaderworkerset_target_counts_groups_and_scrapes_leaders(
         assert len(counts.pods) == 6
         for n in names:
             urls.urls[n] = f"http://127.0.0.1:1/{n}"
-        scraped = sorted(e.replica for e in await provider.endpoints())
-        assert scraped == ["pp-0", "pp-1"]  # the leaders (pp-1 was Ready: scraped; its group is not ready)
+        async def leaders() -> list[str] | None:
+            # the watch cache may see pp-1's Ready a moment after the counts were reached
+            found = sorted(e.replica for e in await provider.endpoints())
+            return found if found == ["pp-0", "pp-1"] else None
+
+        # the leaders only (pp-1 is Ready: scraped, though its group is not ready)
+        scraped = await wait_for(leaders, within=15, what="both leaders scraped")
+        assert scraped == ["pp-0", "pp-1"]
