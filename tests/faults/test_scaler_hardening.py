@@ -137,13 +137,18 @@ async def test_slow_clients_on_the_metrics_port_are_capped_and_timed_out(tmp_pat
     conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
     try:
         t0 = time.monotonic()
+        reset_at_connect = 0
         for i in range(300):  # bounded: 300 loopback connections
-            r, w = await asyncio.open_connection("127.0.0.1", p.metrics_port)
+            try:
+                r, w = await asyncio.open_connection("127.0.0.1", p.metrics_port)
+            except ConnectionResetError:  # one past the cap can be reset before the connect returns
+                reset_at_connect += 1
+                continue
             if i % 2:
                 w.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers never completed
             conns.append((r, w))
         closed_at_once = await asyncio.gather(*(_closed(r, 3.0) for r, _ in conns))
-        assert sum(closed_at_once) >= 300 - HTTP_MAX_CONNECTIONS, sum(closed_at_once)
+        assert sum(closed_at_once) + reset_at_connect >= 300 - HTTP_MAX_CONNECTIONS, sum(closed_at_once)
         held = [(r, w) for (r, w), c in zip(conns, closed_at_once, strict=True) if not c]
         for _, w in held[1::2]:
             w.write(b"X-Trickle: 1\r\n")  # a byte now and then does not keep a connection
