@@ -251,7 +251,7 @@ class DelayInjector:
 
 
 def node_pool(ns: str, count: int) -> Any:
-    from tests.cluster.fleet import NodePool
+    from warmscale.localcluster.fleet import NodePool
 
     return NodePool(name=ns, count=count, instance_type="a3-highgpu-1g", cpu="26", memory="234Gi",
                     gpu_product="NVIDIA-H100-80GB-HBM3", gpu_count=1, gpu_memory_mib=81559, gpu_family="hopper",
@@ -260,7 +260,7 @@ def node_pool(ns: str, count: int) -> Any:
 
 def deployment(ns: str, name: str, replicas: int, warm: bool, standby: int,
                metrics_port: int | None = None) -> dict[str, Any]:
-    from tests.cluster import workloads as w
+    from warmscale.localcluster import workloads as w
 
     d = w.deployment(name, replicas, gpus=1, cpu="8", memory="64Gi", node_selector={BENCH_LABEL: ns},
                      annotations={START_DELAY: "1h", READY_DELAY: "0s"})
@@ -294,8 +294,8 @@ class KedaActuation:
     """The scale-up through the real KEDA: engines on the pods, a scaler, a ScaledObject, load."""
 
     def __init__(self, api: client.ApiClient, run: Any, ns: str, name: str, args: argparse.Namespace) -> None:
-        from tests.cluster.engines import PodEngines
-        from tests.cluster.scaling import ReplicaTimeline
+        from warmscale.localcluster.engines import PodEngines
+        from warmscale.localcluster.scaling import ReplicaTimeline
 
         self.api, self.run, self.ns, self.name, self.args = api, run, ns, name, args
         self.queue = f"gateway:{ns}:{name}"
@@ -303,7 +303,7 @@ class KedaActuation:
         self.timeline = ReplicaTimeline(api, ns, name)
 
     async def start(self, scaler_address: str) -> None:
-        from tests.cluster.scaling import create_scaled_object, scaled_object, scaler_metadata
+        from warmscale.localcluster.scaling import create_scaled_object, scaled_object, scaler_metadata
 
         await self.engines.start()
         self.timeline.start()
@@ -316,7 +316,7 @@ class KedaActuation:
         self.engines.set_concurrency(PER_REPLICA * a.from_replicas - PER_REPLICA // 2)
 
     async def wait_steady(self) -> None:
-        from tests.cluster.scaling import read_hpa
+        from warmscale.localcluster.scaling import read_hpa
 
         async def steady() -> bool:
             hpa = await read_hpa(self.api, self.ns, self.name)
@@ -363,7 +363,7 @@ class CaseHooks:
 async def run_case(api: client.ApiClient, prof: StartupProfile, warm: bool, args: argparse.Namespace,
                    keda_run: Any = None, scaler_address: str | None = None,
                    hooks: CaseHooks | None = None) -> dict[str, Any]:
-    from tests.cluster import fleet
+    from warmscale.localcluster import fleet
 
     core: Any = client.CoreV1Api(api)
     apps: Any = client.AppsV1Api(api)
@@ -460,7 +460,7 @@ async def _sa(core: Any, ns: str) -> bool:
 
 
 async def _all_ready_nodes(core: Any, names: list[str]) -> bool:
-    from tests.cluster.fleet import node_ready
+    from warmscale.localcluster.fleet import node_ready
 
     for n in names:
         try:
@@ -598,15 +598,15 @@ async def _bench(args: argparse.Namespace, kubeconfig: Path, keda_run: Any = Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from tests.cluster import Cluster, ClusterConfig
-    from tests.cluster.fleet import CPU
+    from warmscale.localcluster import Cluster, ClusterConfig
+    from warmscale.localcluster.fleet import CPU
 
     if args.time_factor is None:
         args.time_factor = 0.35 if args.actuation == "keda" else 1 / 60
     cluster = None
     if args.actuation == "keda":
-        from tests.cluster.binaries import BinariesMissing
-        from tests.cluster.kedarun import KedaRun
+        from warmscale.localcluster.binaries import BinariesMissing
+        from warmscale.localcluster.kedarun import KedaRun
 
         print("starting a local cluster with the real KEDA (tests/cluster harness)...", file=sys.stderr)
         try:

@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                            "PromQL query latency (Monte Carlo, 200k samples)")
     if not args.no_keda:
         sys.path.insert(0, str(ROOT))
-        from tests.cluster.binaries import BinariesMissing
+        from warmscale.localcluster.binaries import BinariesMissing
 
         try:
             from warmscale.benchmarks.reaction_keda import measure

@@ -30,8 +30,8 @@ from kubernetes_asyncio import client
 
 
 async def _trials(run: Any, trials: int) -> dict[str, list[float]]:
-    from tests.cluster.engines import PodEngines
-    from tests.cluster.scaling import (
+    from warmscale.localcluster.engines import PodEngines
+    from warmscale.localcluster.scaling import (
         ReplicaTimeline,
         create_scaled_object,
         engine_deployment,
@@ -112,7 +112,7 @@ async def _stable(timeline: Any, quiet: float, within: float) -> None:
 
 
 def measure(trials: int, hpa_sync_period: str = "1s") -> dict[str, Any]:
-    from tests.cluster.kedarun import KedaRun
+    from warmscale.localcluster.kedarun import KedaRun
 
     with KedaRun.start(hpa_sync_period=hpa_sync_period) as run:
         result = asyncio.run(_trials(run, trials))

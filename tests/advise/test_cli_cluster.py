@@ -18,8 +18,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.fixtures import ignore_not_found, wait_for
-from tests.cluster.harness import Cluster
-from tests.cluster.workloads import pod
+from warmscale.localcluster.harness import Cluster
+from warmscale.localcluster.workloads import pod
 
 pytestmark = pytest.mark.cluster
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster import workloads as w
 from tests.cluster.fixtures import wait_for
+from warmscale.localcluster import workloads as w
 from warmscale.warmpool.controller import Controller, Options, install_priority_class
 
 pytestmark = pytest.mark.cluster

@@ -60,7 +60,7 @@ def test_bench_trace_in_a_pipe_prints_no_bar(tmp_path: Path, monkeypatch: pytest
 
 
 def test_the_cluster_build_plans_only_what_is_missing(tmp_path: Path) -> None:
-    from tests.cluster.binaries import BUILD_SECONDS, pinned_versions, planned
+    from warmscale.localcluster.binaries import BUILD_SECONDS, pinned_versions, planned
 
     everything = planned([], tmp_path)
     assert set(everything) == set(BUILD_SECONDS)

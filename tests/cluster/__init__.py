@@ -1,20 +1,3 @@
-"""Local Kubernetes test cluster: real etcd/apiserver/controller-manager/scheduler built from
-Go modules, with a KWOK-simulated GPU fleet. See docs/cluster.md."""
-
-from .binaries import Binaries, BinariesMissing, locate
-from .fleet import DEFAULT_POOLS, NodePool, default_fleet, gpu_fleet
-from .harness import Cluster, ClusterConfig, ClusterStartError, default_state_dir
-
-__all__ = [
-    "DEFAULT_POOLS",
-    "Binaries",
-    "BinariesMissing",
-    "Cluster",
-    "ClusterConfig",
-    "ClusterStartError",
-    "NodePool",
-    "default_fleet",
-    "default_state_dir",
-    "gpu_fleet",
-    "locate",
-]
+"""Tests of the local Kubernetes cluster harness (warmscale/localcluster) and the pytest fixtures
+over it (fixtures.py), with the test-only LeaderWorkerSet controller stand-in (lws_standin.py).
+``python -m tests.cluster`` is ``python -m warmscale.localcluster``. See docs/cluster.md."""

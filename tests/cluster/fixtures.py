@@ -33,10 +33,10 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import fleet, keda
-from .binaries import BinariesMissing
-from .fleet import NodePool
-from .harness import (
+from warmscale.localcluster import fleet, keda
+from warmscale.localcluster.binaries import BinariesMissing
+from warmscale.localcluster.fleet import NodePool
+from warmscale.localcluster.harness import (
     STATE_FILE,
     TEMP_PREFIX,
     Cluster,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client
 
-from .fleet import GPU_RESOURCE, KWOK_LABEL, KWOK_LABEL_VALUE, POOL_LABEL, node_ready
+from warmscale.localcluster.fleet import GPU_RESOURCE, KWOK_LABEL, KWOK_LABEL_VALUE, POOL_LABEL, node_ready
 
 pytestmark = pytest.mark.cluster
 

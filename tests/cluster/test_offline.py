@@ -9,9 +9,9 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from . import pki
-from .fleet import GPU_RESOURCE, default_fleet, gpu_fleet
-from .harness import KWOK_CONFIG, STAGES_DIR
+from warmscale.localcluster import pki
+from warmscale.localcluster.fleet import GPU_RESOURCE, default_fleet, gpu_fleet
+from warmscale.localcluster.harness import KWOK_CONFIG, STAGES_DIR
 
 
 def test_default_fleet_manifests() -> None:
@@ -77,7 +77,7 @@ async def test_stop_task_gives_up_on_a_task_that_never_stops() -> None:
     import asyncio
     import time
 
-    from .engines import stop_task
+    from warmscale.localcluster.engines import stop_task
 
     async def stubborn() -> None:
         while True:
@@ -105,7 +105,7 @@ async def test_stop_task_ends_a_redis_loop_whose_cancellation_is_lost(redis_serv
 
     import redis.asyncio as aioredis
 
-    from .engines import stop_task
+    from warmscale.localcluster.engines import stop_task
 
     r = aioredis.from_url(redis_server.url)  # type: ignore[attr-defined]
     lost = 0

@@ -8,9 +8,10 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import workloads as w
+from warmscale.localcluster import workloads as w
+from warmscale.localcluster.fleet import H100
+
 from .fixtures import NodePoolFactory, wait_for
-from .fleet import H100
 
 pytestmark = pytest.mark.cluster
 

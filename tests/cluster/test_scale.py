@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from . import workloads as w
+from warmscale.localcluster import workloads as w
+from warmscale.localcluster.fleet import gpu_fleet
+from warmscale.localcluster.harness import Cluster, ClusterConfig
+
 from .fixtures import wait_for
-from .fleet import gpu_fleet
-from .harness import Cluster, ClusterConfig
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,10 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import workloads as w
+from warmscale.localcluster import workloads as w
+from warmscale.localcluster.fleet import A100, CPU, H100, L4
+
 from .fixtures import NodePoolFactory, wait_for
-from .fleet import A100, CPU, H100, L4
 
 pytestmark = pytest.mark.cluster
 

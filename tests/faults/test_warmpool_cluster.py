@@ -29,8 +29,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster.harness import Cluster
 from tests.faults import warmpool_support as s
+from warmscale.localcluster.harness import Cluster
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool import rbac
 from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key

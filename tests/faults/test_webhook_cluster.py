@@ -31,8 +31,8 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     k8s_node_pool,
     wait_for,
 )
-from tests.cluster.fleet import H100
 from tests.warmpool.test_cluster import controller, events, gpu_deployment, strip_finalizers  # noqa: F401
+from warmscale.localcluster.fleet import H100
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.certs import CertManager, CertSpec
 

@@ -20,12 +20,12 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster import workloads as w
-from tests.cluster.binaries import BinariesMissing
 from tests.cluster.fixtures import _skip_allowed
-from tests.cluster.fleet import H100
-from tests.cluster.harness import Cluster, ClusterConfig
 from tests.servers import stop_process
+from warmscale.localcluster import workloads as w
+from warmscale.localcluster.binaries import BinariesMissing
+from warmscale.localcluster.fleet import H100
+from warmscale.localcluster.harness import Cluster, ClusterConfig
 from warmscale.warmpool import rbac
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster.engines import PodEngines
-from tests.cluster.harness import Cluster
-from tests.cluster.processes import free_port
-from tests.cluster.scaling import (
+from warmscale.localcluster.engines import PodEngines
+from warmscale.localcluster.harness import Cluster
+from warmscale.localcluster.processes import free_port
+from warmscale.localcluster.scaling import (
     ReplicaTimeline,
     ScalerProcess,
     create_scaled_object,

@@ -13,8 +13,8 @@ import asyncio
 import time
 from typing import Any
 
-from tests.cluster.scaling import read_hpa, read_scaled_object, so_condition
 from tests.keda.conftest import E2E, report
+from warmscale.localcluster.scaling import read_hpa, read_scaled_object, so_condition
 
 FALLBACK = {"failureThreshold": 3, "replicas": 6}
 

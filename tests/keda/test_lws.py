@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 from kubernetes_asyncio import client
 
-from tests.cluster import crds, lws_standin
-from tests.cluster import workloads as w
+from tests.cluster import lws_standin
 from tests.cluster.fixtures import wait_for
 from tests.keda.conftest import E2E
+from warmscale.localcluster import crds
+from warmscale.localcluster import workloads as w
 from warmscale.warmpool import objects as ob
 
 G, V, PL = ob.LWS_GROUP, ob.LWS_VERSION, ob.LWS_PLURAL

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from tests.cluster import pki
-from tests.cluster.scaling import patch_scaled_object, read_hpa
 from tests.keda.conftest import E2E, report
 from tests.scaler.conftest import MaxRunningReader
+from warmscale.localcluster import pki
+from warmscale.localcluster.scaling import patch_scaled_object, read_hpa
 
 
 async def _hpa_metric(e2e: E2E, name: str) -> str | None:

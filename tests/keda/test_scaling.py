@@ -10,8 +10,8 @@ import asyncio
 import time
 from collections.abc import Collection
 
-from tests.cluster.scaling import ScalerProcess, read_hpa
 from tests.keda.conftest import E2E, Workload, report
+from warmscale.localcluster.scaling import ScalerProcess, read_hpa
 
 
 async def settle(e2e: E2E, w: Workload, scaler: ScalerProcess, *, within: float, stable_for: float = 3.0,

@@ -48,7 +48,7 @@ def require_tool(path: str | None, what: str) -> str:
 
 
 def kubectl() -> str:
-    from tests.cluster.binaries import Binaries
+    from warmscale.localcluster.binaries import Binaries
 
     pinned = Binaries.expected().kube_apiserver.parent / "kubectl"  # built by .ci/build-cluster.sh
     found = os.environ.get("WARMSCALE_KUBECTL") or (str(pinned) if os.access(pinned, os.X_OK) else None)

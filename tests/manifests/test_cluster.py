@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.cluster.fixtures import wait_for
-from tests.cluster.harness import Cluster
+from warmscale.localcluster.harness import Cluster
 
 from .helpers import INSTALLS, kubectl, render
 

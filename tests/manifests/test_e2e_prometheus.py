@@ -26,11 +26,11 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.cluster import workloads as w
 from tests.cluster.fixtures import NodePoolFactory, wait_for
-from tests.cluster.fleet import H100
-from tests.cluster.harness import Cluster
 from tests.servers import FakeEngine, PrometheusServer, RedisServer, free_port
+from warmscale.localcluster import workloads as w
+from warmscale.localcluster.fleet import H100
+from warmscale.localcluster.harness import Cluster
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
 

@@ -31,9 +31,9 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster import crds, keda, pki
-from tests.cluster.harness import Cluster
-from tests.cluster.scaling import ScalerProcess, read_hpa, so_condition
+from warmscale.localcluster import crds, keda, pki
+from warmscale.localcluster.harness import Cluster
+from warmscale.localcluster.scaling import ScalerProcess, read_hpa, so_condition
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import parse_annotations
 from warmscale.warmpool.controller import workload_from

@@ -34,7 +34,7 @@ Key = tuple[str, str, str]
 
 
 def helm() -> str:
-    from tests.cluster.binaries import Binaries
+    from warmscale.localcluster.binaries import Binaries
 
     version = next(line.split("=", 1)[1].strip() for line in (ROOT / "testbed/versions.env").read_text().splitlines()
                    if line.startswith("HELM_VERSION="))

@@ -32,9 +32,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.cluster.fixtures import NodePoolFactory, wait_for
-from tests.cluster.fleet import H100
-from tests.cluster.harness import Cluster
 from tests.servers import RedisServer, free_port, running_redis
+from warmscale.localcluster.fleet import H100
+from warmscale.localcluster.harness import Cluster
 from warmscale.warmpool.annotations import parse_annotations
 from warmscale.warmpool.model_uri import staged_label_key
 

@@ -23,7 +23,6 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from tests.cluster import workloads as w
 from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     SaClientFactory,
     k8s_admin,
@@ -34,6 +33,7 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
 )
 from tests.scaler.conftest import ServerFactory
 from tests.servers import FakeEngine
+from warmscale.localcluster import workloads as w
 from warmscale.scaler.cli import SourcesReader
 from warmscale.scaler.config import parse_metadata
 from warmscale.signals.sources.pods import DiscoveryError, KubeDiscovery, PodCounts, PodEndpoints, selector_string
@@ -482,7 +482,7 @@ async def test_gpu_product_from_the_pods_nodes_as_the_scaler(
     SourcesReader puts it in the snapshot. A template that pins the product needs no node read."""
     from dataclasses import replace as dc_replace
 
-    from tests.cluster.fleet import A100, H100, POOL_LABEL
+    from warmscale.localcluster.fleet import A100, H100, POOL_LABEL
 
     ns = k8s_namespace
     apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
@@ -532,7 +532,7 @@ async def test_gpu_product_unknown_without_the_nodes_grant(
     NODE_FORBIDDEN_RETRY_S (one 403, not one per node per minute)."""
     from dataclasses import replace as dc_replace
 
-    from tests.cluster.fleet import H100, POOL_LABEL
+    from warmscale.localcluster.fleet import H100, POOL_LABEL
 
     ns = k8s_namespace
     apps, custom = client.AppsV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
@@ -600,7 +600,8 @@ async def test_leaderworkerset_target_counts_groups_and_scrapes_leaders(
     """A ScaledObject targeting a LeaderWorkerSet (the real CRD; group pods from the test-only LWS
     stand-in), read as the scaler's ServiceAccount: a replica is a group, ready only when all its pods
     are; only the leaders are scraped."""
-    from tests.cluster import crds, lws_standin
+    from tests.cluster import lws_standin
+    from warmscale.localcluster import crds
 
     ns = k8s_namespace
     core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)

@@ -17,7 +17,6 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster import workloads as w
 from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     NodePoolFactory,
     k8s_admin,
@@ -26,7 +25,8 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     k8s_node_pool,
     wait_for,
 )
-from tests.cluster.fleet import H100
+from warmscale.localcluster import workloads as w
+from warmscale.localcluster.fleet import H100
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.controller import Controller, Options, install_priority_class
 from warmscale.warmpool.kube import LeaderElector

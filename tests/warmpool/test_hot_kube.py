@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.fixtures import NodePoolFactory, wait_for  # (the fixtures come from tests/conftest.py)
-from tests.cluster.fleet import H100
+from warmscale.localcluster.fleet import H100
 from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers
 from warmscale.warmpool.hot.sleepers import SLEEPER_ROLE
 from warmscale.warmpool.kube import EventRecorder

@@ -23,8 +23,8 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     k8s_node_pool,
     wait_for,
 )
-from tests.cluster.fleet import H100
 from tests.warmpool.test_cluster import gpu_deployment, managed_pods, strip_finalizers
+from warmscale.localcluster.fleet import H100
 from warmscale.scaler.bursts import BurstStats
 from warmscale.scaler.store import RedisStore
 from warmscale.scaler.warm_status import WarmStatus

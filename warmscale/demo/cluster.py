@@ -36,8 +36,8 @@ def _checkout() -> None:
 
 def ensure_binaries() -> None:
     """Build the cluster and KEDA binaries if any is missing, printing progress."""
-    from tests.cluster import keda
-    from tests.cluster.binaries import BUILD_SCRIPT, Binaries
+    from warmscale.localcluster import keda
+    from warmscale.localcluster.binaries import BUILD_SCRIPT, Binaries
 
     if not Binaries.expected().missing() and not keda.KedaBinaries.expected().missing():
         return
@@ -72,8 +72,8 @@ def run_cluster(args: argparse.Namespace) -> int:
     ensure_binaries()
     from dataclasses import replace
 
-    from tests.cluster.fleet import CPU
-    from tests.cluster.kedarun import KedaRun
+    from warmscale.localcluster.fleet import CPU
+    from warmscale.localcluster.kedarun import KedaRun
 
     t0 = time.monotonic()
     print("starting the local cluster and the real KEDA ...", flush=True)
