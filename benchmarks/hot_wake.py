@@ -55,7 +55,7 @@ async def measure(interval: float, trials: int, time_factor: float) -> dict[str,
     from aiohttp import web
 
     sys.path.insert(0, str(ROOT))
-    from tests.servers import RedisServer
+    from warmscale.localcluster.servers import RedisServer
     from warmscale.proto import externalscaler_pb2 as pb
     from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
     from warmscale.scaler.store import RedisStore

@@ -46,7 +46,7 @@ async def measure_push(trials: int) -> dict[str, Any]:
     import grpc
 
     sys.path.insert(0, str(ROOT))
-    from tests.servers import FakeEngine
+    from warmscale.localcluster.servers import FakeEngine
     from warmscale.proto import externalscaler_pb2 as pb
     from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
 
@@ -104,7 +104,7 @@ def measure_prometheus_query(n: int = 200) -> list[float]:
     import urllib.request
 
     sys.path.insert(0, str(ROOT))
-    from tests.servers import FakeEngine, PrometheusServer
+    from warmscale.localcluster.servers import FakeEngine, PrometheusServer
 
     engine = FakeEngine((SAMPLES / "vllm-v1-load.prom").read_text())
     prom = PrometheusServer([engine.target], scrape_interval="1s")

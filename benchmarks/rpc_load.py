@@ -457,7 +457,7 @@ async def promql_load(url: str, n: int, warmup: float, duration: float, pid: int
 def start_prometheus() -> tuple[Any, Any]:
     """A fake vLLM engine (load sample) and a real Prometheus scraping it every second."""
     sys.path.insert(0, str(ROOT))
-    from tests.servers import FakeEngine, PrometheusServer
+    from warmscale.localcluster.servers import FakeEngine, PrometheusServer
 
     engine = FakeEngine((SAMPLES / "vllm-v1-load.prom").read_text())
     prom = PrometheusServer([engine.target], scrape_interval="1s")

@@ -70,3 +70,33 @@ def test_python_m_runs_from_a_checkout_without_an_install(tmp_path: Path) -> Non
                           cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("| key | default |")
+
+
+def test_the_wheel_ships_the_local_cluster_harness_without_test_dependencies(wheel: Path, tmp_path: Path) -> None:
+    """The demo's cluster mode and the benchmarks import the harness and the loopback servers from the
+    package, so the wheel carries them, with the KWOK stages they load; they import with the runtime
+    dependencies alone (no pytest, none of the dev or demo extras)."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "warmscale/localcluster/harness.py" in names
+    assert "warmscale/localcluster/servers.py" in names
+    assert "warmscale/localcluster/kwok-config.yaml" in names
+    assert "warmscale/localcluster/stages/pod-ready.yaml" in names
+    assert not any(n.startswith("tests/") for n in names)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    blocked = ("pytest", "_pytest", "hypothesis", "matplotlib", "numpy", "tqdm", "tests")
+    probe = (f"for m in {blocked!r}: sys.modules[m] = None\n"
+             "import pkgutil, importlib, warmscale.localcluster as lc\n"
+             "for m in pkgutil.iter_modules(lc.__path__):\n"
+             "    if m.name != '__main__': importlib.import_module('warmscale.localcluster.' + m.name)\n"
+             "from warmscale.localcluster.harness import STAGES_DIR, KWOK_CONFIG\n"
+             "assert KWOK_CONFIG.is_file() and (STAGES_DIR / 'pod-ready.yaml').is_file()\n"
+             "import warmscale.demo.cluster, warmscale.benchmarks.cold_vs_warm\n"
+             "print(lc.__file__)\n")
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    code = f"import sys; sys.path[:0] = {[str(target), *deps]!r}\n" + probe
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().startswith(str(target / "warmscale" / "localcluster"))

@@ -36,7 +36,7 @@ class KedaRun:
     @contextmanager
     def start(cls, *, hpa_sync_period: str = "1s", pools: list[NodePool] | None = None,
               build: bool = False) -> Iterator[KedaRun]:
-        from tests.servers import RedisServer
+        from .servers import RedisServer
 
         cluster = Cluster.start(ClusterConfig(
             pools=pools if pools is not None else [replace(CPU, count=2)], die_with_parent=True,
