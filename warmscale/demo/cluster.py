@@ -1,7 +1,8 @@
 """``warmscale demo --cluster``: a cold and a warm scale-up side by side through the real KEDA.
 
-Runs from a checkout (it uses ``tests/cluster`` and ``testbed/``): the local control plane (etcd,
-kube-apiserver, controller-manager with the HPA, scheduler, KWOK) and the real KEDA v2.21.0
+Runs from a checkout (the cluster harness, ``warmscale/localcluster``, builds from ``.ci/`` and
+installs CRDs from ``testbed/``): the local control plane (etcd, kube-apiserver, controller-manager
+with the HPA, scheduler, KWOK) and the real KEDA v2.21.0
 operator + metrics adapter, built from Go modules on first use (``.ci/build-cluster.sh``, cached in
 ``~/.cache/warmscale``; progress is printed while it builds) and started here; two ``warmscale
 scaler`` processes; simulated vLLM engines listening on the KWOK pods' IPs; the warm-pool
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -27,11 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _checkout() -> None:
-    if not (REPO / "tests" / "cluster" / "harness.py").exists() or not (REPO / "testbed").exists():
+    if not (REPO / ".ci" / "build-cluster.sh").exists() or not (REPO / "testbed").exists():
         raise SystemExit("warmscale demo --cluster runs from a checkout of the repository "
-                         "(it needs tests/cluster and testbed/)")
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
+                         "(it needs .ci/build-cluster.sh and testbed/)")
 
 
 def ensure_binaries() -> None:
@@ -86,7 +84,7 @@ def run_cluster(args: argparse.Namespace) -> int:
 
 
 async def _demo(run: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from warmscale.benchmarks.cold_vs_warm import CaseHooks, run_case
+    from warmscale.localcluster.coldwarm import CaseHooks, run_case
     from warmscale.warmpool.cli import make_api_client
     from warmscale.warmpool.startup_model import profile
 
