@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from warmscale.scaler import capacity as cap
 from warmscale.scaler.config import ScalerConfig
+from warmscale.scaler.context import ScalerContext
 from warmscale.scaler.gateway import gateway_view
 from warmscale.scaler.state import ReplicaMemory, ScalerState
 from warmscale.signals.histogram import Histogram, merge
@@ -266,8 +267,10 @@ def _without_sleeping(snapshot: Snapshot) -> tuple[Snapshot, int]:
                    ready_replicas=max(0, ready - len(asleep)) if ready is not None else None), len(asleep)
 
 
-def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[Observation, ScalerState]:
-    """Turn a snapshot into an observation and the state to keep.
+def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
+            ctx: ScalerContext = ScalerContext()) -> tuple[Observation, ScalerState]:
+    """Turn a snapshot, with the scaler's own inputs for it (``ctx``: warm pool, pdGroup), into an
+    observation and the state to keep.
 
     Idleness (``idle_for``, for scale to zero) is measured from the engines' own data only: a
     decision with any unknown replica, unknown gateway queue or absent replica source, or one that
@@ -498,7 +501,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         starting_replicas=snapshot.starting_replicas,
         current_replicas=snapshot.current_replicas,
         time_to_ready_s=snapshot.time_to_ready_s,
-        ttr_ladder=snapshot.ttr_ladder,
+        ttr_ladder=ctx.ttr_ladder,
         hot_asleep=snapshot.hot_asleep,
         hot_awake=snapshot.hot_awake,
         hot_wake_s=snapshot.hot_wake_s,
@@ -518,16 +521,16 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig) -> tuple[
         itl_samples=itl_est.samples,
         itl_unknown=itl_unknown,
         kv_transfer_s=kv_transfer_s,
-        pd_transfer_s=snapshot.pd_transfer_s,
+        pd_transfer_s=ctx.pd_transfer_s,
         ttft_recent=recent,
         running_before=sum(held_before) / len(held_before) if held_before else None,
         running_unknown=running_unknown,
         sleeping_replicas=sleeping,
-        warm_floor=snapshot.warm_floor,
-        pd_floor=snapshot.pd_floor,
+        warm_floor=ctx.warm_floor,
+        pd_floor=ctx.pd_floor,
         gpu_utilization=_mean(g.utilization for g in snapshot.gpus or ()),
         gpu_memory_used=_mean(g.memory_used for g in snapshot.gpus or ()),
-        zero_allowed=snapshot.zero_allowed,
+        zero_allowed=ctx.zero_allowed,
         absent=absent,
         queues_known=len(queue_lengths) + sum(1 for g in snapshot.gateways if g.signal is not None),
         stale_endpoints=gw.stale_endpoints,

@@ -30,6 +30,7 @@ from warmscale.scaler.advice import AdviceBook
 from warmscale.scaler.bursts import burst_stats, warm_and_cold
 from warmscale.scaler.bursts import record as record_burst
 from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.context import ScalerContext
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus, WakeIntent
 from warmscale.scaler.metric_target import PublishedTarget, retarget, value_for, wanted_target
@@ -455,11 +456,11 @@ class Tracker:
             self._log_scrape_error("; ".join(snapshot.source_errors))
             return
         self._last_ok_snapshot = now
-        snapshot = await self._with_warm_status(snapshot)
+        snapshot, ctx = await self._with_warm_status(snapshot)
         snapshot = await self._with_hot_status(snapshot)
-        snapshot = await self._with_pd_group(snapshot)
+        ctx = await self._with_pd_group(snapshot, ctx)
 
-        obs, state = observe(snapshot, self._state, self.cfg)
+        obs, state = observe(snapshot, self._state, self.cfg, ctx)
         self._account_slo(state, snapshot.taken_at)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
         decision, state = self._in_units(decision, obs, state, snapshot.taken_at)
@@ -584,12 +585,12 @@ class Tracker:
             log.info("wake intent", extra={"tracker": self.id, "awake": target, "hot": why,
                                            "wake": decision.hot_wake, "release": decision.hot_release})
 
-    async def _with_pd_group(self, snapshot: Snapshot) -> Snapshot:
-        """The pdGroup's ratio floor for this role, from the other role's record in the store (the last
-        record read while the store is unreachable)."""
+    async def _with_pd_group(self, snapshot: Snapshot, ctx: ScalerContext) -> ScalerContext:
+        """The pdGroup's ratio floor for this role and the other role's transfer time, from its record
+        in the store (the last record read while the store is unreachable)."""
         group = self.cfg.pd_group
         if group is None:
-            return snapshot
+            return ctx
         try:
             raw = await self._store_op(self.manager.store.pd_members(self.namespace, group))
             self._pd_members = {r: Member.from_dict(d) for r, d in raw.items() if isinstance(d, dict) and "role" in d}
@@ -603,8 +604,8 @@ class Tracker:
         other = peer(self.cfg, self._pd_members, at)
         xfer = other.kv_transfer_s if other is not None else None
         if floor is None and xfer is None:
-            return snapshot
-        return replace(snapshot, pd_floor=floor, pd_transfer_s=xfer)
+            return ctx
+        return replace(ctx, pd_floor=floor, pd_transfer_s=xfer)
 
     async def _publish_pd(self, decision: Decision, now: float, kv_transfer_s: float | None) -> None:
         group = self.cfg.pd_group
@@ -634,10 +635,11 @@ class Tracker:
         except StoreError as exc:
             self._store_error("touch_tracker", exc)
 
-    async def _with_warm_status(self, snapshot: Snapshot) -> Snapshot:
+    async def _with_warm_status(self, snapshot: Snapshot) -> tuple[Snapshot, ScalerContext]:
         """Fill the look-ahead (and pod counts the sources could not see) from the warm-pool status
         published under the workload's namespace/name: the ScaledObject's name (the controller names
-        the ScaledObjects it creates after the workload), else the scale target's when it is known.
+        the ScaledObjects it creates after the workload), else the scale target's when it is known;
+        and the warm pool's ladder and bounds, the scaler's own inputs, in a :class:`ScalerContext`.
         While the store is away (degraded mode, or a failed read) the last known status is used."""
         if not self.local:
             names = [self.name]
@@ -660,21 +662,20 @@ class Tracker:
             if not self._warm_known:
                 # The store never answered: the warm pool's floor and scale-to-zero windows are
                 # unknown, and unknown never permits zero.
-                return replace(snapshot, zero_allowed=False)
-            return snapshot
+                return snapshot, ScalerContext(zero_allowed=False)
+            return snapshot, ScalerContext()
         age = snapshot.taken_at - ws.updated_at
         fresh = age <= max(3 * self.cfg.staleness_seconds, 60.0)
         ws_gpu = ws.for_gpu(self.cfg.gpu_product or snapshot.gpu_product)
-        changes: dict[str, Any] = {"time_to_ready_s": ws_gpu.expected_time_to_ready(self.cfg.time_to_ready_seconds),
-                                   "ttr_ladder": ws_gpu.ladder(self.cfg.time_to_ready_seconds)}
+        changes: dict[str, Any] = {"time_to_ready_s": ws_gpu.expected_time_to_ready(self.cfg.time_to_ready_seconds)}
+        ctx = ScalerContext(ttr_ladder=ws_gpu.ladder(self.cfg.time_to_ready_seconds))
         # The warm pool's floor and scale-to-zero windows, evaluated at this snapshot's time. They are
         # configuration, so they bind as long as the controller keeps publishing (a status older than
         # WARM_BOUNDS_MAX_AGE belongs to a workload no longer managed: the ScaledObject's bounds apply).
         # While the store is away the last known status binds whatever its age (it cannot be renewed).
         bounds = ws.bounds(snapshot.taken_at) if age <= WARM_BOUNDS_MAX_AGE or not self._warm_fresh else None
         if bounds is not None:
-            changes["warm_floor"] = bounds.floor
-            changes["zero_allowed"] = bounds.zero_allowed
+            ctx = replace(ctx, warm_floor=bounds.floor, zero_allowed=bounds.zero_allowed)
         if fresh:
             if snapshot.ready_replicas is None:
                 changes["ready_replicas"] = ws.ready_replicas
@@ -684,7 +685,7 @@ class Tracker:
                 changes["current_replicas"] = ws.spec_replicas
             if snapshot.warm_capacity is None:
                 changes["warm_capacity"] = ws.placeholders_ready
-        return replace(snapshot, **changes)
+        return replace(snapshot, **changes), ctx
 
     def _account_slo(self, state: ScalerState, now: float) -> None:
         """Add this decision's new first tokens and inter-token latencies to the SLO ledgers and export

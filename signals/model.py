@@ -205,9 +205,8 @@ class Snapshot:
     target's pods (``None`` otherwise; the policy then estimates them from its own history).
     ``current_replicas`` is the scale target's spec.replicas (what the HPA sees as current), and
     ``target_name`` the target's name when the scaler resolved it (the warm status is kept under it).
-    ``time_to_ready_s`` is the measured look-ahead published by the warm-pool controller;
-    ``warm_floor``/``zero_allowed`` its ``min-ready`` floor and scale-to-zero permission at ``taken_at``
-    (``None``: no warm pool for the target, the ScaledObject's own bounds apply).
+    ``time_to_ready_s`` is the measured look-ahead published by the warm-pool controller (its bounds
+    and ladder, and the pdGroup's inputs, are the scaler's: ``scaler.context.ScalerContext``).
     ``ttft_window`` is a TTFT distribution a source already windowed (Prometheus ``increase``);
     without it the scaler differences each replica's cumulative histogram between scrapes.
     ``absent`` names the replica sources that saw no replica at all this time (no endpoint or pod
@@ -232,15 +231,8 @@ class Snapshot:
     current_replicas: int | None = None
     ttft_window: Histogram | None = None
     itl_window: Histogram | None = None  # a pre-windowed inter-token latency distribution (as ttft_window)
-    # The warm ladder: (warm state, replicas it can start, seconds) warmest first; the last step's
-    # count is 0 (unlimited). Empty: only ``time_to_ready_s`` is known (see scaler.ladder).
-    ttr_ladder: tuple[tuple[str, int, float], ...] = ()
     gpu_product: str | None = None  # GPU product of the target's nodes (GFD label), when discovered
     target_name: str | None = None
-    warm_floor: int | None = None
-    pd_floor: int | None = None  # the prefill/decode ratio bound of the ScaledObject's pdGroup
-    pd_transfer_s: float | None = None  # the KV-transfer time the pdGroup's other role published
-    zero_allowed: bool | None = None
     gateways: tuple[GatewayReading, ...] = ()
     source_errors: tuple[str, ...] = field(default_factory=tuple)
     absent: tuple[str, ...] = ()

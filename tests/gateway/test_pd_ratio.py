@@ -161,16 +161,16 @@ async def test_ratio_holds_through_real_redis_and_its_outage() -> None:
 
 
 async def test_prefill_tracker_reads_the_decode_members_transfer_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The decode member's published KV-transfer time reaches the prefill tracker's snapshot (the TTFT
+    """The decode member's published KV-transfer time reaches the prefill tracker's ScalerContext (the TTFT
     budget's input), and it stays while the store is down."""
     import warmscale.scaler.tracker as tracker_mod
     seen: list[float | None] = []
     real = tracker_mod.observe
 
-    def spy(snapshot: Any, state: Any, cfg: Any) -> Any:
+    def spy(snapshot: Any, state: Any, cfg: Any, ctx: Any) -> Any:
         if cfg.role == "prefill":
-            seen.append(snapshot.pd_transfer_s)
-        return real(snapshot, state, cfg)
+            seen.append(ctx.pd_transfer_s)
+        return real(snapshot, state, cfg, ctx)
 
     monkeypatch.setattr(tracker_mod, "observe", spy)
     store = FlakyStore()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import pytest
 
 from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.context import ScalerContext
 from warmscale.scaler.observation import observe
 from warmscale.scaler.policy import Decision, decide
 from warmscale.scaler.state import ScalerState
@@ -47,6 +48,9 @@ class Clock:
         return self.now
 
 
+CONTEXT_FIELDS = {f.name for f in fields(ScalerContext)}
+
+
 @dataclass
 class Run:
     cfg: ScalerConfig
@@ -54,10 +58,12 @@ class Run:
     state: ScalerState = field(default_factory=ScalerState)
 
     def step(self, replicas: list[ReplicaReading], dt: float = 1.0, **snap: object) -> Decision:
+        """One decision; ``snap`` are Snapshot fields, or ScalerContext ones (ttr_ladder, warm_floor...)."""
         now = self.clock.tick(dt)
+        ctx = {k: snap.pop(k) for k in CONTEXT_FIELDS & snap.keys()}
         snapshot = Snapshot(taken_at=now, replicas=tuple(r.__class__(r.replica, now, r.signal, r.error)
                                                          for r in replicas), **snap)  # type: ignore[arg-type]
-        obs, self.state = observe(snapshot, self.state, self.cfg)
+        obs, self.state = observe(snapshot, self.state, self.cfg, ScalerContext(**ctx))  # type: ignore[arg-type]
         decision, self.state = decide(obs, self.state, self.cfg, now)
         check_trace(decision)
         return decision

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.context import ScalerContext
 from warmscale.scaler.observation import observe
 from warmscale.scaler.policy import Decision, decide
 from warmscale.scaler.roles import ROLE_RULES, select_rules, transfer_seconds, ttft_budget
@@ -86,8 +87,8 @@ class Fleet:
                 sig = e.read(xfer=xfer_s is not None, **read)  # type: ignore[arg-type]
                 readings.append(ReplicaReading(e.name, self.now, sig))
         snap = Snapshot(taken_at=self.now, replicas=tuple(readings), ready_replicas=self.n, current_replicas=self.n,
-                        starting_replicas=0, pd_transfer_s=pd_transfer_s)
-        obs, self.state = observe(snap, self.state, self.cfg)
+                        starting_replicas=0)
+        obs, self.state = observe(snap, self.state, self.cfg, ScalerContext(pd_transfer_s=pd_transfer_s))
         d, self.state = decide(obs, self.state, self.cfg, self.now)
         return d
 
