@@ -264,7 +264,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 async def serve(args: argparse.Namespace) -> int:
-    from warmscale.scaler.server import ScalerServer, ServerOptions
+    from warmscale.scaler.server import ScalerServer
+    from warmscale.scaler.server_options import ServerOptions
 
     options = ServerOptions(
         host=args.host,

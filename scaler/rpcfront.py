@@ -40,7 +40,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import grpc
 import orjson
@@ -51,8 +51,9 @@ from warmscale.scaler.inflight import UnaryInflight
 from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT, StreamCap
 
 if TYPE_CHECKING:
-    from warmscale.scaler.server import ScalerServer
-    from warmscale.scaler.tracker import Tracker
+    from warmscale.scaler.metrics import ScalerMetrics
+    from warmscale.scaler.server_options import ServerOptions
+    from warmscale.scaler.tracker import Tracker, TrackerManager
 
 log = logging.getLogger("warmscale.scaler.rpcfront")
 
@@ -96,10 +97,31 @@ def lower_priority(by: int) -> None:
             log.debug("cannot lower the priority of a thread", extra={"tid": tid, "error": str(exc)})
 
 
+class _Draining(Protocol):
+    @property
+    def shutting_down(self) -> bool: ...
+
+
+class FrontHost(Protocol):
+    """What the link uses of the scaler server (:class:`scaler.server.ScalerServer`, which starts it)."""
+
+    @property
+    def options(self) -> ServerOptions: ...
+
+    @property
+    def manager(self) -> TrackerManager: ...
+
+    @property
+    def metrics(self) -> ScalerMetrics: ...
+
+    @property
+    def service(self) -> _Draining: ...
+
+
 class FrontLink:
     """The scaler process's side: spawns the front, serves its requests, pushes decision changes."""
 
-    def __init__(self, server: ScalerServer) -> None:
+    def __init__(self, server: FrontHost) -> None:
         self.server = server
         self.proc: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -486,7 +508,7 @@ async def front_main(fd: int, options: dict[str, Any]) -> int:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
-    from warmscale.scaler.server import SERVICE_NAME, SHUTDOWN_STEP_SECONDS
+    from warmscale.scaler.server_options import SERVICE_NAME, SHUTDOWN_STEP_SECONDS
     from warmscale.scaler.shutdown import Health, stop_grpc_server
 
     sock = socket.socket(fileno=fd)

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
@@ -40,9 +39,10 @@ from warmscale.scaler.hpa import unsized_message
 from warmscale.scaler.inflight import UnaryInflight
 from warmscale.scaler.metrics import BearerToken, ScalerMetrics, start_http
 from warmscale.scaler.policy import Decision
+from warmscale.scaler.server_options import SERVICE_NAME, SHUTDOWN_STEP_SECONDS, ServerOptions
 from warmscale.scaler.shutdown import Health, stop_grpc_server
 from warmscale.scaler.store import MemoryStore, Store, open_store
-from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT, StreamCap
+from warmscale.scaler.streamcap import StreamCap
 from warmscale.scaler.target_guard import TargetGuard
 from warmscale.scaler.targets import invalid_ref
 from warmscale.scaler.tls import server_credentials
@@ -57,7 +57,6 @@ from warmscale.scaler.tracker import (
 
 log = logging.getLogger("warmscale.scaler.server")
 
-SERVICE_NAME = "externalscaler.ExternalScaler"
 # Streams re-check shutdown and refresh their tracker's "asked" time at least this often.
 STREAM_IDLE_WAKE_SECONDS = 5.0
 
@@ -185,40 +184,6 @@ class ExternalScalerService:
             # As a scaler without the RPC answers: KEDA then polls GetMetricSpec (--no-stream-metric-spec).
             await self._abort(context, grpc.StatusCode.UNIMPLEMENTED, "StreamMetricSpec is switched off")
         await self._stream("StreamMetricSpec", request, context, _spec)
-
-
-# The longest one shutdown step (gRPC core stop, trackers, HTTP, store) may take after the grace period.
-SHUTDOWN_STEP_SECONDS = 5.0
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    host: str = "0.0.0.0"
-    grpc_port: int = 9090
-    metrics_port: int | None = 8080  # None: no HTTP endpoint
-    metrics_host: str | None = None  # default: host
-    # /metrics and /decisions require "Authorization: Bearer <the file's content>" (scaler/metrics.py).
-    metrics_token_file: str | None = None
-    redis_url: str | None = None
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None
-    tracker_idle_seconds: float = 600.0
-    grace_seconds: float = 10.0
-    decision_log_size: int = 1000
-    instance_id: str | None = None
-    max_trackers: int = TrackerOptions.max_trackers
-    max_trackers_per_namespace: int = TrackerOptions.max_trackers_per_namespace
-    # Answer KEDA's RPCs from a process of their own (scaler/rpcfront.py): at 1,000+ ScaledObjects the
-    # RPCs then never wait behind the trackers' ticks and scrapes.
-    rpc_process: bool = False
-    # With rpc_process: how much this process (ticks, scrapes, store) lowers its CPU priority (nice)
-    # once the front runs, so that when the container is short of CPU KEDA's RPCs are answered first.
-    tick_nice: int = 0
-    stream_metric_spec: bool = True
-    # Open StreamIsActive/StreamMetricSpec streams: in all, and per ScaledObject (scaler/streamcap.py).
-    max_streams: int = DEFAULT_MAX_STREAMS
-    max_streams_per_scaledobject: int = DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 
 
 class ScalerServer:

@@ -147,7 +147,8 @@ async def test_stream_metric_spec_target_changes_reach_the_hpa_without_moving_it
     (KEDA applies StreamMetricSpec; GetMetricSpec only while it builds the HPA), and the Deployment stays at 2 replicas
     throughout: 120 / (0.8 x 100) and 120 / (0.8 x 130) both round up to 2."""
     from warmscale.scaler import metric_target
-    from warmscale.scaler.server import ScalerServer, ServerOptions
+    from warmscale.scaler.server import ScalerServer
+    from warmscale.scaler.server_options import ServerOptions
 
     monkeypatch.setattr(metric_target, "RETARGET_MIN_INTERVAL_S", 3.0)
     w = await e2e.workload("inflight", 2)

@@ -23,7 +23,8 @@ from tests.scaler.keda_v2_20_2 import externalscaler_pb2_grpc as grpc_v2
 from warmscale.proto import externalscaler_pb2 as pb_main
 from warmscale.proto import externalscaler_pb2_grpc as grpc_main
 from warmscale.scaler.config import ScalerConfig
-from warmscale.scaler.server import ScalerServer, ServerOptions
+from warmscale.scaler.server import ScalerServer
+from warmscale.scaler.server_options import ServerOptions
 from warmscale.scaler.store import MemoryStore, RedisStore, Store
 from warmscale.signals.model import ReplicaReading, ReplicaSignal, Snapshot
 

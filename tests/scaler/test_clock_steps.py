@@ -14,7 +14,8 @@ import pytest
 
 from tests.scaler.conftest import ScriptedReader, eventually
 from warmscale.scaler.clock import SLEW_RATE, SteadyClock
-from warmscale.scaler.server import ScalerServer, ServerOptions
+from warmscale.scaler.server import ScalerServer
+from warmscale.scaler.server_options import ServerOptions
 
 
 class Fake:

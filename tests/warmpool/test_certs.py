@@ -102,7 +102,8 @@ async def test_scaler_serves_a_rotated_certificate_without_restart(tmp_path: Pat
     """The scaler's mTLS files are rewritten (as the kubelet does for a mounted Secret); new
     connections get the new certificate, KEDA's client certificate from the same CA is accepted."""
     from tests.scaler.conftest import ScriptedReader
-    from warmscale.scaler.server import ScalerServer, ServerOptions
+    from warmscale.scaler.server import ScalerServer
+    from warmscale.scaler.server_options import ServerOptions
     from warmscale.scaler.store import MemoryStore
 
     now = dt.datetime.now(dt.UTC)

@@ -35,7 +35,8 @@ from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, wind
 from warmscale.demo.fleet import Fleet
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.scaler.config import ScalerConfig, parse_metadata
-from warmscale.scaler.server import ScalerServer, ServerOptions
+from warmscale.scaler.server import ScalerServer
+from warmscale.scaler.server_options import ServerOptions
 from warmscale.scaler.sources import build_collector
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import Snapshot
