@@ -1,6 +1,6 @@
 // Wrapper module: pins the Gateway API Inference Extension, whose CustomResourceDefinitions
 // (config/crd/bases in the module) the local test cluster installs. Nothing is built from it:
-// `go mod download -json sigs.k8s.io/gateway-api-inference-extension` (tests/cluster/crds.py) puts the
+// `go mod download -json sigs.k8s.io/gateway-api-inference-extension` (warmscale/localcluster/crds.py) puts the
 // module in the Go module cache and prints its directory.
 module warmscale.invalid/testbed/gaie
 
