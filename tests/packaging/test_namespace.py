@@ -40,20 +40,26 @@ def test_the_wheel_installs_one_top_level_name(wheel: Path) -> None:
     assert any(n.startswith("warmscale/traces/") and n.endswith(".csv") for n in names)
 
 
-def test_the_wheel_imports_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+def _run_installed(wheel: Path, tmp_path: Path, probe: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Install the wheel into a private target and run ``probe`` there, isolated from the checkout."""
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=300)
+    # -I: isolated (no cwd, no user site); the wheel's target first, then the dependencies we run with.
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    code = f"import sys; sys.path[:0] = {[str(target), *deps]!r}\n" + probe
+    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    return target, proc
+
+
+def test_the_wheel_imports_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
     probe = ("import warmscale.signals.model, warmscale.scaler.policy, warmscale.warmpool.planning, "
              "warmscale.proto.externalscaler_pb2_grpc, warmscale.benchmarks.cli, sys; "
              "import importlib.util as u; "
              "assert all(u.find_spec(n) is None for n in ('signals', 'scaler', 'warmpool', 'benchmarks')); "
              "print(warmscale.signals.model.__file__)")
-    # -I: isolated (no cwd, no user site); the wheel's target first, then the dependencies we run with.
-    deps = [p for p in sys.path if p.endswith("site-packages")]
-    code = f"import sys; sys.path[:0] = {[str(target), *deps]!r}; " + probe
-    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=120)
+    target, proc = _run_installed(wheel, tmp_path, probe)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith(str(target / "warmscale" / "signals"))
 
@@ -82,9 +88,6 @@ def test_the_wheel_ships_the_local_cluster_harness_without_test_dependencies(whe
     assert "warmscale/localcluster/kwok-config.yaml" in names
     assert "warmscale/localcluster/stages/pod-ready.yaml" in names
     assert not any(n.startswith("tests/") for n in names)
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
     blocked = ("pytest", "_pytest", "hypothesis", "matplotlib", "numpy", "tqdm", "tests")
     probe = (f"for m in {blocked!r}: sys.modules[m] = None\n"
              "import pkgutil, importlib, warmscale.localcluster as lc\n"
@@ -94,9 +97,6 @@ def test_the_wheel_ships_the_local_cluster_harness_without_test_dependencies(whe
              "assert KWOK_CONFIG.is_file() and (STAGES_DIR / 'pod-ready.yaml').is_file()\n"
              "import warmscale.demo.cluster, warmscale.benchmarks.cold_vs_warm\n"
              "print(lc.__file__)\n")
-    deps = [p for p in sys.path if p.endswith("site-packages")]
-    code = f"import sys; sys.path[:0] = {[str(target), *deps]!r}\n" + probe
-    proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=tmp_path,
-                          timeout=120)
+    target, proc = _run_installed(wheel, tmp_path, probe)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith(str(target / "warmscale" / "localcluster"))
