@@ -54,7 +54,6 @@ async def measure(interval: float, trials: int, time_factor: float) -> dict[str,
     import redis.asyncio as aioredis
     from aiohttp import web
 
-    sys.path.insert(0, str(ROOT))
     from warmscale.localcluster.servers import RedisServer
     from warmscale.proto import externalscaler_pb2 as pb
     from warmscale.proto import externalscaler_pb2_grpc as pb_grpc

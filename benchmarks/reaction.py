@@ -45,7 +45,6 @@ POLL_S = 30.0
 async def measure_push(trials: int) -> dict[str, Any]:
     import grpc
 
-    sys.path.insert(0, str(ROOT))
     from warmscale.localcluster.servers import FakeEngine
     from warmscale.proto import externalscaler_pb2 as pb
     from warmscale.proto import externalscaler_pb2_grpc as pb_grpc
@@ -103,7 +102,6 @@ def measure_prometheus_query(n: int = 200) -> list[float]:
     import urllib.parse
     import urllib.request
 
-    sys.path.insert(0, str(ROOT))
     from warmscale.localcluster.servers import FakeEngine, PrometheusServer
 
     engine = FakeEngine((SAMPLES / "vllm-v1-load.prom").read_text())
@@ -164,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         result["model"] = (f"U(0,{SCRAPE_S:g}) scrape delay + U(0,{POLL_S:g}) KEDA polling delay + measured "
                            "PromQL query latency (Monte Carlo, 200k samples)")
     if not args.no_keda:
-        sys.path.insert(0, str(ROOT))
         from warmscale.localcluster.binaries import BinariesMissing
 
         try:

@@ -456,7 +456,6 @@ async def promql_load(url: str, n: int, warmup: float, duration: float, pid: int
 
 def start_prometheus() -> tuple[Any, Any]:
     """A fake vLLM engine (load sample) and a real Prometheus scraping it every second."""
-    sys.path.insert(0, str(ROOT))
     from warmscale.localcluster.servers import FakeEngine, PrometheusServer
 
     engine = FakeEngine((SAMPLES / "vllm-v1-load.prom").read_text())
