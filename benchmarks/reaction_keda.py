@@ -1,9 +1,9 @@
 """Reaction through the real KEDA and HPA: load onset -> the Deployment's replicas changed.
 
 Part of ``python -m warmscale.benchmarks.reaction`` (``--no-keda`` leaves it out). On a throw-away local
-cluster with the real KEDA v2.21.0 (``tests/cluster``, binaries cached by ``.ci/build-cluster.sh``)
+cluster with the real KEDA v2.21.0 (``warmscale/localcluster``, binaries cached by ``.ci/build-cluster.sh``)
 and a ``warmscale scaler`` process, simulated engines listen on the KWOK pods' IPs and a Redis list
-is the gateway queue (``tests/cluster/engines.py``). Two paths, each ``trials`` times:
+is the gateway queue (``warmscale/localcluster/engines.py``). Two paths, each ``trials`` times:
 
 - **0 -> 1** (``external-push``, scale to zero allowed): requests enter the empty gateway queue
   (queue onset) -> the scaler pushes ``IsActive=true`` on KEDA's ``StreamIsActive`` -> KEDA's

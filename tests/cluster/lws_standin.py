@@ -1,7 +1,7 @@
 """A TEST-ONLY STAND-IN for the LeaderWorkerSet controller (sigs.k8s.io/lws v0.10.0). Not the product.
 
 Why: the Go module proxy here does not serve ``sigs.k8s.io/lws``, so the real controller cannot be
-built. The real CRD is installed (``testbed/lws``, :func:`tests.cluster.crds.lws_crd_dir`), so the API
+built. The real CRD is installed (``testbed/lws``, :func:`warmscale.localcluster.crds.lws_crd_dir`), so the API
 server itself serves LeaderWorkerSets and their scale subresource (KEDA and the HPA scale them through
 it); only the pods of the groups and the status need a controller, and this stand-in does the little
 of that the tests rely on, the way LWS documents it:
@@ -26,7 +26,7 @@ group when one pod fails, subgroups, Services, gang scheduling with Volcano.
 
 Swapping in the real controller is one line: the ``lws_controller`` fixture in
 ``tests/warmpool/test_lws_cluster.py`` starts ``LwsStandIn``; start the real controller there instead
-(e.g. a ``tests/cluster`` process like ``keda.start``) and the tests are unchanged.
+(e.g. a ``warmscale/localcluster`` process like ``keda.start``) and the tests are unchanged.
 """
 
 from __future__ import annotations

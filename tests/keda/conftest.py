@@ -2,7 +2,7 @@
 
 The control path is real throughout: KEDA operator + metrics adapter (v2.21.0, out of cluster), the
 HPA in the controller-manager, ``warmscale scaler`` as a process, KWOK pods whose IPs are loopback
-addresses with a simulated engine listening on each (``tests/cluster/engines.py``), a Redis list as
+addresses with a simulated engine listening on each (``warmscale/localcluster/engines.py``), a Redis list as
 the gateway queue. Only the load is synthetic.
 """
 
