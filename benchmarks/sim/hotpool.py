@@ -36,14 +36,15 @@ from warmscale.benchmarks.sim.cluster import Cluster
 from warmscale.benchmarks.sim.engine import Engine, EngineProfile, Request
 from warmscale.simulation.engine import CANARY_TEXT
 from warmscale.simulation.engine import EngineProfile as DemoEngineProfile
+from warmscale.simulation.hotpool import (
+    AWAKE_HBM_GIB,
+    GPU_HBM_GIB,
+    SLEEPERS_PER_GPU,
+    hot_annotations,
+    pool_node_annotations,
+)
 from warmscale.warmpool.hot.canary import judge
 from warmscale.warmpool.hot.config import (
-    ENGINE,
-    HOT_POOL,
-    HOT_STANDBY,
-    NODE_AWAKE_PER_GPU,
-    NODE_HOST_RAM,
-    SLEEP_LEVEL,
     HotConfig,
     parse_hot,
     parse_pool_node,
@@ -98,29 +99,10 @@ SLEEP_TIMES: dict[str, SleepTimes] = {
         source="the 8B's figures (vllm PR #48337) scaled by the bytes each GPU copies (2.2x); wake L1 3 s: "
                "64 GiB of tensors wake in about 3 s (llm-d fast model actuation)"),
 }
-# HBM of one GPU (H100 SXM 80 GB) and what an awake engine takes of it (vLLM's default 0.9 of it:
-# 73.9 GiB measured, ai-dynamo/dynamo#11233).
-GPU_HBM_GIB = 80.0
-AWAKE_HBM_GIB = 73.9
-# Sleepers sharing one pool GPU: llm-d fast model actuation keeps at most 2 per GPU by default.
-SLEEPERS_PER_GPU = 2
-# The host RAM a pool node lets sleepers take (the docs' example annotation).
-POOL_NODE_HOST_RAM = "512Gi"
-
-
 def canary_s(ep: EngineProfile) -> float:
     """The canary on a woken, empty engine: its prompt (a handful of tokens) in one step, then 3 more
     decode steps for ``CANARY_MAX_TOKENS`` = 4 tokens (warmpool/hot/canary.py)."""
     return ep.step_s(1, 8, 8) + 3 * ep.decode_step_s(1, 12)
-
-
-def hot_annotations(pool: str, level: int = LEVEL_OFFLOAD, count: int = 1) -> dict[str, str]:
-    """What a model's user writes on its Deployment to opt in (docs/hot-tier.md)."""
-    return {HOT_STANDBY: str(count), HOT_POOL: pool, ENGINE: "vllm", SLEEP_LEVEL: str(level)}
-
-
-def pool_node_annotations(pool: str) -> dict[str, str]:
-    return {HOT_POOL: pool, NODE_HOST_RAM: POOL_NODE_HOST_RAM, NODE_AWAKE_PER_GPU: "1"}
 
 
 # ---- the woken engine -------------------------------------------------------------------------------
