@@ -121,3 +121,22 @@ def test_the_demo_engine_is_the_bench_profile() -> None:
         for batch, kv in ((1, 2_000), (256, 200_000), (1024, 400_000)):
             assert e.decode_step_s(batch, kv) == pytest.approx(p.decode_step_s(batch, kv))
     assert EngineProfile() == EngineProfile.of("8b-h100")
+
+
+def test_the_demo_pool_holds_its_sleepers_for_every_profile_with_measured_sleep_times() -> None:
+    """The demo's pool (warmscale.demo.hot) as the product's planner places it: every sleeper placed,
+    at most SLEEPERS_PER_GPU per pool GPU, the demo model's own sleepers each on its own GPU (so all
+    may be awake at once); a profile without measured sleep and wake times gets no hot row."""
+    from collections import Counter
+
+    from warmscale.demo.hot import HOT_SLEEPERS, IDLE_MODELS, NAME, hot_wake_s, pool_plan
+    from warmscale.simulation.hotpool import SLEEP_TIMES, SLEEPERS_PER_GPU
+
+    for profile in SLEEP_TIMES:
+        _, plan = pool_plan(profile, ENGINE_PROFILES[profile].gpus_per_replica)
+        assert not plan.left_out and len(plan.placements) == HOT_SLEEPERS + IDLE_MODELS
+        assert max(Counter(p.device for p in plan.placements).values()) <= SLEEPERS_PER_GPU
+        own = [p.device for p in plan.placements if p.workload.endswith(f"/{NAME}")]
+        assert len(own) == len(set(own)) == HOT_SLEEPERS
+        assert hot_wake_s(profile) == SLEEP_TIMES[profile].wake_s[1]
+    assert hot_wake_s("70b-h100-tp8") is None

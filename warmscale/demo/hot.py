@@ -4,7 +4,7 @@ burst's onset (docs/hot-tier.md; issue 23, requirement 6).
 What runs is the product's code: each sleeper is a simulated vLLM engine asleep at level 1 behind the
 real sleep surface (:func:`warmscale.simulation.engine_http.engine_app`: ``/sleep?mode=wait``,
 ``/wake_up``, the canary's ``/v1/completions``), its sleep and wake taking the measured times of
-:class:`warmscale.simulation.engine.EngineProfile` (vllm PR #48337) on the demo's clock; the sleepers are
+:data:`warmscale.simulation.hotpool.SLEEP_TIMES` (vllm PR #48337) on the demo's clock; the sleepers are
 placed on the pool GPUs by :func:`warmscale.warmpool.hot.pool.plan_pool` from the workloads' opt-in
 annotations (:func:`warmscale.warmpool.hot.config.parse_hot`); the :class:`warmscale.warmpool.hot.waker.Waker`
 reads the scaler's wake intents from the store and wakes or drains and sleeps them; the scaler counts
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 from aiohttp import web
@@ -35,6 +35,7 @@ from warmscale.simulation.engine_http import engine_app
 from warmscale.simulation.hotpool import (
     AWAKE_HBM_GIB,
     GPU_HBM_GIB,
+    SLEEP_TIMES,
     SLEEPERS_PER_GPU,
     hot_annotations,
     pool_node_annotations,
@@ -42,13 +43,13 @@ from warmscale.simulation.hotpool import (
 from warmscale.warmpool.hot.config import parse_hot, parse_pool_node
 from warmscale.warmpool.hot.pool import SLEEPER_HBM_GIB_DEFAULT, Pool, PoolGPU, PoolPlan, SleeperWant, plan_pool
 from warmscale.warmpool.hot.sleepers import Sleeper
-from warmscale.warmpool.hot.surface import LEVEL_OFFLOAD
+from warmscale.warmpool.hot.surface import LEVEL_DISCARD, LEVEL_OFFLOAD
 from warmscale.warmpool.hot.waker import Waker
 
 NAMESPACE = "demo"
 NAME = "vllm-hot"  # the ScaledObject and Deployment of the fleet with a hot pool
 POOL = "demo-pool"
-NODE = "demo-pool-node-0"
+NODE = "demo-pool-node-{}"  # one pool node per pool GPU (a TP group of a multi-GPU profile)
 # The demo model's sleepers (hot-standby: "3"): the burst's first wave needs about three replicas
 # beyond the one serving (the equal-cost fixed fleet of the summary holds 3-4).
 HOT_SLEEPERS = 3
@@ -56,22 +57,28 @@ HOT_SLEEPERS = 3
 IDLE_MODELS = 3
 # Pool GPUs: every sleeper placed with at most SLEEPERS_PER_GPU per GPU (llm-d FMA's default).
 POOL_GPUS = -(-(HOT_SLEEPERS + IDLE_MODELS) // SLEEPERS_PER_GPU)
-# Level 1 keeps an 8B's weights in host RAM: about 22 GiB (vllm PR #48337; benchmarks/sim/hotpool.py).
-HOST_RAM_GIB_L1 = 22.0
 
 
-def pool_plan(gpus_per_replica: int) -> tuple[Pool, PoolPlan]:
+def hot_wake_s(profile: str) -> float | None:
+    """The level-1 wake time of the profile's sleepers (None: none measured, so no hot pool row)."""
+    times = SLEEP_TIMES.get(profile)
+    return times.wake_s[LEVEL_OFFLOAD] if times is not None else None
+
+
+def pool_plan(profile: str, gpus_per_replica: int) -> tuple[Pool, PoolPlan]:
     """The pool and the sleepers' placement as the controller plans them from the annotations."""
     node_cfg = parse_pool_node(pool_node_annotations(POOL))
     assert node_cfg is not None
-    devices = tuple(PoolGPU(NODE, f"{NODE}/gpu-{i}", GPU_HBM_GIB * gpus_per_replica) for i in range(POOL_GPUS))
-    pool = Pool(POOL, devices, {NODE: node_cfg.host_ram_gib}, node_cfg.awake_per_gpu)
+    nodes = [NODE.format(i) for i in range(POOL_GPUS)]
+    devices = tuple(PoolGPU(n, f"{n}/gpu-0", GPU_HBM_GIB * gpus_per_replica) for n in nodes)
+    pool = Pool(POOL, devices, dict.fromkeys(nodes, node_cfg.host_ram_gib), node_cfg.awake_per_gpu)
+    ram = SLEEP_TIMES[profile].host_ram_gib[LEVEL_OFFLOAD]  # the weights a level-1 sleeper keeps in host RAM
     wants = []
     for workload, count in [(f"{NAMESPACE}/{NAME}", HOT_SLEEPERS),
                             *((f"{NAMESPACE}/idle-model-{i + 1}", 1) for i in range(IDLE_MODELS))]:
         cfg = parse_hot(hot_annotations(POOL, LEVEL_OFFLOAD, count))
         assert cfg is not None
-        wants.append(SleeperWant(workload, cfg.count, HOST_RAM_GIB_L1, value_per_gib=1.0 / HOST_RAM_GIB_L1,
+        wants.append(SleeperWant(workload, cfg.count, ram, value_per_gib=1.0 / ram,
                                  sleeper_hbm_gib=SLEEPER_HBM_GIB_DEFAULT * gpus_per_replica,
                                  awake_hbm_gib=AWAKE_HBM_GIB * gpus_per_replica))
     return pool, plan_pool(pool, wants)
@@ -81,6 +88,7 @@ def pool_plan(gpus_per_replica: int) -> tuple[Pool, PoolPlan]:
 class HotPoolDemo:
     fleet: Fleet  # the demo model's fleet (its Deployment); its sleepers are added to it
     clock: Clock
+    profile: str  # the engine profile's name (its measured sleep and wake times)
     gpus_per_replica: int
     pool: Pool | None = None
     plan: PoolPlan | None = None
@@ -94,14 +102,22 @@ class HotPoolDemo:
     wake_requests: int = 0  # wakes the waker sent to the demo model's sleepers
     _accounted_at: float | None = None
 
+    def __post_init__(self) -> None:
+        self.pool, self.plan = pool_plan(self.profile, self.gpus_per_replica)
+        if self.plan.left_out:  # a bad option combination: said before anything starts
+            raise ValueError(f"the demo's hot pool does not hold its sleepers: {self.plan.left_out}")
+
     async def start(self, store: Store, session: aiohttp.ClientSession) -> None:
-        self.pool, self.plan = pool_plan(self.gpus_per_replica)
-        if self.plan.left_out:
-            raise RuntimeError(f"the demo's hot pool does not hold its sleepers: {self.plan.left_out}")
+        assert self.pool is not None and self.plan is not None
         own = f"{NAMESPACE}/{NAME}"
+        times = SLEEP_TIMES[self.profile]
+        # The sleepers' engines: the fleet's, sleeping and waking in the profile's measured times.
+        profile = replace(self.fleet.profile, sleep_l1_s=times.sleep_s[LEVEL_OFFLOAD],
+                          wake_l1_s=times.wake_s[LEVEL_OFFLOAD], sleep_l2_s=times.sleep_s[LEVEL_DISCARD],
+                          wake_l2_s=times.wake_s[LEVEL_DISCARD])
         for p in self.plan.placements:
             pod = f"{p.workload}-sleeper-{p.index}"
-            engine = SimulatedEngine(pod, self.fleet.profile)
+            engine = SimulatedEngine(pod, profile)
             engine.sleep_level = LEVEL_OFFLOAD
             runner = web.AppRunner(engine_app(engine, "vllm", time_factor=self.clock.speed, clock=self.clock.now),
                                    access_log=None)

@@ -34,7 +34,7 @@ from warmscale.demo.actuation import (
 from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, window_start
 from warmscale.demo.fixed import equal_cost_replicas, replay_fixed
 from warmscale.demo.fleet import Fleet
-from warmscale.demo.hot import HOT_SLEEPERS, IDLE_MODELS, POOL_GPUS, HotPoolDemo
+from warmscale.demo.hot import HOT_SLEEPERS, IDLE_MODELS, POOL_GPUS, HotPoolDemo, hot_wake_s
 from warmscale.demo.hot import NAME as HOT_NAME
 from warmscale.proto import externalscaler_pb2 as pb
 from warmscale.scaler.capacity import prior_for
@@ -206,9 +206,14 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     engine = EngineProfile.of(opts.profile)  # the trace benchmark's calibrated engine profile
     ttr = time_to_ready_table(startup)
     clock = Clock(opts.speed)
+    # The hot pool's row needs the profile's measured sleep and wake times (warmscale/simulation/hotpool.py).
+    live = FLEETS if hot_wake_s(opts.profile) is not None else tuple(n for n in FLEETS if n != "hot")
     fleets = {"today": Fleet("today", startup, engine),
               "warmscale": Fleet("warmscale", startup, engine, standby=opts.standby),
               "hot": Fleet("hot", startup, engine, standby=opts.standby)}
+    fleets = {n: f for n, f in fleets.items() if n in live}
+    hot_fleet = fleets.get("hot")
+    hot = HotPoolDemo(hot_fleet, clock, opts.profile, startup.gpus_per_replica) if hot_fleet is not None else None
 
     say(f"warmscale demo: {len(arrivals):,} requests of {trace_path.name}, its busiest burst (trace "
         f"{_mmss(t_start)}-{_mmss(t_start + opts.span)}),")
@@ -225,10 +230,13 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     say(f"  warmscale : its scaler reads the engines every {scrape_s:g} s, push activation, its policy; warm pool")
     say(f"              of {opts.standby} placeholders: {ttr['placeholder+staged']:.0f} s to ready on a placeholder, "
         f"{ttr['cold']:.0f} s cold")
-    say(f"  + hot pool: the same, plus {HOT_SLEEPERS} sleeping engines (vLLM level 1, wake {engine.wake_l1_s:g} s + "
-        f"canary) on a pool of {POOL_GPUS} GPUs")
-    say(f"              shared with {IDLE_MODELS} other models idle during the burst; the waker wakes them on the "
-        "scaler's intent")
+    if "hot" in live:
+        say(f"  + hot pool: the same, plus {HOT_SLEEPERS} sleeping engines (vLLM level 1, wake "
+            f"{hot_wake_s(opts.profile) or 0:g} s + canary) on a pool of {POOL_GPUS * startup.gpus_per_replica} GPUs")
+        say(f"              shared with {IDLE_MODELS} other models idle during the burst; the waker wakes them on "
+            "the scaler's intent")
+    else:
+        say(f"  + hot pool: not shown (no measured sleep and wake times for {opts.profile})")
     say("  fixed     : after the run, a fixed fleet costing no more GPU-seconds than warmscale, on the same requests")
     say(f"  logs      : {logs_to}")
     say("  table     : replicas = ready+starting, warm = warm placeholders, hot = sleepers awake, ! = p95 TTFT")
@@ -255,9 +263,9 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
 
     session = aiohttp.ClientSession()
     collectors: dict[Any, Any] = {}
-    ws_fleet, today_fleet, hot_fleet = fleets["warmscale"], fleets["today"], fleets["hot"]
+    ws_fleet, today_fleet = fleets["warmscale"], fleets["today"]
     # Each ScaledObject's pods: warmscale's fleet, and the fleet with a hot pool.
-    scaled = {"vllm-demo": ws_fleet, HOT_NAME: hot_fleet}
+    scaled = {"vllm-demo": ws_fleet, **({HOT_NAME: hot_fleet} if hot_fleet is not None else {})}
     discovery = {name: FleetEndpoints(f, clock) for name, f in scaled.items()}
 
     async def reader(cfg: ScalerConfig, now: float, scope: tuple[str, str]) -> Snapshot:
@@ -279,14 +287,16 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}")
     ref = pb.ScaledObjectRef(name="vllm-demo", namespace="demo", scalerMetadata=opts.metadata())
     hot_ref = pb.ScaledObjectRef(name=HOT_NAME, namespace="demo", scalerMetadata=opts.metadata())
-    hot = HotPoolDemo(hot_fleet, clock, startup.gpus_per_replica)
-    await hot.start(server.store, session)
+    if hot is not None:
+        await hot.start(server.store, session)
     stop = asyncio.Event()
     clock.start()
     today = TodaySetup(today_fleet, clock, prometheus, min_replicas=opts.initial, max_replicas=opts.max_replicas)
     ws = WarmscaleActuation(channel, ref, ws_fleet, clock, min_replicas=opts.initial, max_replicas=opts.max_replicas)
-    ws_hot = WarmscaleActuation(channel, hot_ref, hot_fleet, clock, min_replicas=opts.initial,
-                                max_replicas=opts.max_replicas)
+    actuators = [today.run(stop), ws.run(stop)]
+    if hot_fleet is not None:
+        actuators.append(WarmscaleActuation(channel, hot_ref, hot_fleet, clock, min_replicas=opts.initial,
+                                            max_replicas=opts.max_replicas).run(stop))
 
     async def warm_pool_status() -> None:
         """What the warm-pool controller publishes: warm capacity and time-to-ready (wall seconds)."""
@@ -302,10 +312,9 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                     time_to_ready_s={k: v / opts.speed for k, v in ttr.items() if k in ("placeholder+staged", "cold")}))
             await asyncio.sleep(clock.wall(5.0))
 
-    tasks = [asyncio.create_task(today.run(stop)), asyncio.create_task(ws.run(stop)),
-             asyncio.create_task(ws_hot.run(stop)), asyncio.create_task(warm_pool_status())]
+    tasks = [*(asyncio.create_task(a) for a in actuators), asyncio.create_task(warm_pool_status())]
 
-    stats = {name: FleetStats() for name in FLEETS}
+    stats = {name: FleetStats() for name in live}
     timeline: list[dict[str, Any]] = []
     arrived_at: list[float] = []
     end_at = opts.span + opts.drain
@@ -316,7 +325,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     try:
         while True:
             now = clock.now()
-            await hot.refresh(server.store, now)
+            if hot is not None:
+                await hot.refresh(server.store, now)
             while i < len(arrivals) and arrivals[i].at <= now:
                 a: Arrival = arrivals[i]
                 arrived_at.append(a.at)
@@ -330,6 +340,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                 row = _row(now, fleets, stats, arrived_at)
                 trackers = {t.name: t for t in server.manager.trackers()}
                 for fname, tname in (("warmscale", "vllm-demo"), ("hot", HOT_NAME)):
+                    if fname not in fleets:
+                        continue
                     decision = await trackers[tname].current() if tname in trackers else None
                     r = row[fname]
                     r["target"] = decision.desired if decision else None
@@ -352,7 +364,7 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
             for t in tasks:
                 if t.done():  # an actuator or the warm-pool status loop died: say why, do not go on
                     raise DemoError(f"a control loop stopped: {t.exception()!r}")
-            if hot.task is not None and hot.task.done():
+            if hot is not None and hot.task is not None and hot.task.done():
                 raise DemoError(f"the waker stopped: {hot.task.exception()!r}")
             drained = all(f.queue() == 0 and f.running() == 0 for f in fleets.values())
             if now >= end_at or (now >= opts.span and drained):
@@ -364,7 +376,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
         for t in tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await t
-        await hot.stop()
+        if hot is not None:
+            await hot.stop()
         await channel.close()
         await server.stop(grace=1.0)
         for c in collectors.values():
@@ -378,21 +391,17 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     n_fixed = equal_cost_replicas(ws_gpu_s, startup.gpus_per_replica, ended)
     fixed_fleet, fixed_ttfts = await asyncio.to_thread(replay_fixed, arrivals, startup, engine, n_fixed, ended,
                                                        TICK_S * opts.speed)
-    runs = {name: FleetRun(fleets[name], stats[name].ttfts, fleets[name].gpu_seconds) for name in FLEETS}
-    # The hot pool's row pays its share of the pool (warmscale.demo.hot: its awake GPU-seconds, plus its
-    # share by sleepers of the rest) on top of its Deployment's GPUs.
-    runs["hot"].gpu_seconds += hot.charge(ended)
+    runs = {name: FleetRun(fleets[name], stats[name].ttfts, fleets[name].gpu_seconds) for name in live}
     runs["fixed"] = FleetRun(fixed_fleet, fixed_ttfts, fixed_fleet.gpu_seconds)
+    if hot is not None:
+        # The hot pool's row pays its share of the pool (warmscale.demo.hot: its awake GPU-seconds, plus
+        # its share by sleepers of the rest) on top of its Deployment's GPUs.
+        runs["hot"].gpu_seconds += hot.charge(ended)
     summary = _summary(opts, trace_path, arrivals, runs, timeline, ended, time.monotonic() - wall0)
     summary["window_start_s"] = t_start
     summary["fleets"]["fixed"]["replicas"] = n_fixed
-    summary["hot_pool"] = {
-        "pool_gpus": POOL_GPUS, "sleepers": HOT_SLEEPERS, "idle_models": IDLE_MODELS,
-        "pool_gpu_seconds": round(hot.pool_gpu_seconds(ended), 1), "share": round(hot.share(), 3),
-        "awake_gpu_seconds": round(hot.engaged_gpu_s, 1), "charged_gpu_seconds": round(hot.charge(ended), 1),
-        "wake_requests": hot.wake_requests,
-        "deployment_gpu_seconds": round(hot_fleet.gpu_seconds, 1),
-        "placements": [[p.workload, p.device] for p in (hot.plan.placements if hot.plan else ())]}
+    if hot is not None and hot_fleet is not None:
+        summary["hot_pool"] = _hot_summary(hot, hot_fleet, ended)
     say("")
     for line in format_summary(summary):
         say(line)
@@ -406,6 +415,15 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     elif opts.plot:
         print(f"plot: not written ({PLOT_HINT})", file=sys.stderr)
     return summary
+
+
+def _hot_summary(hot: HotPoolDemo, fleet: Fleet, ended: float) -> dict[str, Any]:
+    """The hot pool's size and what its row is charged (warmscale.demo.hot)."""
+    return {"pool_gpus": POOL_GPUS * hot.gpus_per_replica, "sleepers": HOT_SLEEPERS, "idle_models": IDLE_MODELS,
+            "pool_gpu_seconds": round(hot.pool_gpu_seconds(ended), 1), "share": round(hot.share(), 3),
+            "awake_gpu_seconds": round(hot.engaged_gpu_s, 1), "charged_gpu_seconds": round(hot.charge(ended), 1),
+            "wake_requests": hot.wake_requests, "deployment_gpu_seconds": round(fleet.gpu_seconds, 1),
+            "placements": [[p.workload, p.device] for p in (hot.plan.placements if hot.plan else ())]}
 
 
 @dataclass
@@ -437,14 +455,15 @@ def _format_row(row: dict[str, Any], slo: float) -> str:
 
     tr, tq, tt = cells(row["today"])
     wr, wq, wt = cells(row["warmscale"])
-    hr, hq, ht = cells(row["hot"])
+    hr, hq, ht = cells(row["hot"]) if "hot" in row else ("", "", "")
     w = row["warmscale"]
     ahead = w.get("ahead_s")
     tps = w.get("prefill_tps")
     return (f"{_mmss(row['t']):>5} {row['arrivals_per_s']:6.1f}  {tr:>8} {tq:>6} {tt:>10}   {wr:>8} "
             f"{w['placeholders']:>4} {wq:>6} {wt:>10}  {w.get('reason') or '':<24} "
             f"{'-' if ahead is None else format(ahead, '.0f') + ' s':>5} "
-            f"{'-' if not tps else format(tps / 1000, '.1f') + 'k':>6}   {hr:>8} {row['hot']['sleepers_routed']:>3} "
+            f"{'-' if not tps else format(tps / 1000, '.1f') + 'k':>6}   {hr:>8} "
+            f"{row['hot']['sleepers_routed'] if 'hot' in row else '':>3} "
             f"{hq:>6} {ht:>10}").rstrip()
 
 
@@ -481,6 +500,8 @@ def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], runs:
         "timeline": timeline,
     }
     for name in ROWS:
+        if name not in runs:
+            continue
         run = runs[name]
         fleet, ttfts = run.fleet, run.ttfts
         met = sum(1 for v in ttfts if v <= opts.slo_ttft)
@@ -495,7 +516,7 @@ def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], runs:
             "first_scale_up_s": next((t for t, a, b in fleet.scale_events if b > a), None),
             "first_added_ready_s": min((r.ready_at for r in fleet.added), default=None),
             "max_replicas": (max((r[name]["ready"] + r[name]["starting"] for r in timeline), default=0)
-                             if name in FLEETS else len(fleet.replicas)),
+                             if name != "fixed" else len(fleet.replicas)),
         }
     return out
 
@@ -574,7 +595,8 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     a0 = a1.twinx()
     a0.fill_between(t, [r["arrivals_per_s"] for r in tl], step="post", color="grey", alpha=0.2, lw=0)
     a0.set_ylabel("arrivals / s (grey)")
-    for name in FLEETS:
+    live = [n for n in FLEETS if n in summary["fleets"]]
+    for name in live:
         c = colors[name]
         f = summary["fleets"][name]
         label = f"{LABELS[name]}: {100 * f['slo_attainment']:.1f}% in SLO, {f['gpu_seconds']:,.0f} GPU-s"
@@ -595,7 +617,7 @@ def plot(summary: dict[str, Any], path: Path) -> None:
                    label=f"{LABELS['fixed']} of {fx['replicas']} (replayed): {100 * fx['slo_attainment']:.1f}% in SLO, "
                          f"{fx['gpu_seconds']:,.0f} GPU-s")
     a1.set_ylabel("replicas")
-    top = max((r[n]["ready"] + r[n]["starting"] for r in tl for n in FLEETS), default=1)
+    top = max((r[n]["ready"] + r[n]["starting"] for r in tl for n in live), default=1)
     a1.set_ylim(0, top * 1.7 + 1)  # room for the legend above the lines
     a0.set_ylim(0, max((r["arrivals_per_s"] for r in tl), default=1.0) * 1.7 + 1)
     a1.set_zorder(a0.get_zorder() + 1)
