@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import aiohttp
@@ -40,11 +40,11 @@ METRICS_PATH = "/metrics"
 MERGE = "application/merge-patch+json"
 
 
-def _owned_by_replicaset(pod: Mapping[str, Any]) -> bool:
+def _owned_by_replicaset(pod: dict[str, Any]) -> bool:
     return any(o.get("kind") == "ReplicaSet" for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
 
 
-def workload_pods(wl: ob.Workload, pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def workload_pods(wl: ob.Workload, pods: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The Deployment's own pods: its namespace, its selector, a ReplicaSet's, not warmscale's."""
     if wl.kind != "Deployment" or not wl.selector:
         return []
@@ -74,7 +74,7 @@ class DeletionCostWriter:
             await self._session.close()
             self._session = None
 
-    async def _load(self, pod: Mapping[str, Any], now: float) -> float | None:
+    async def _load(self, pod: dict[str, Any], now: float) -> float | None:
         url = pod_metrics_url(pod, None, METRICS_PATH)
         if url is None:
             return None
@@ -83,14 +83,14 @@ class DeletionCostWriter:
         sig = reading.signal
         return None if sig is None else float(sig.running + sig.waiting)
 
-    async def loads(self, pods: list[Mapping[str, Any]], now: float) -> list[PodLoad]:
+    async def loads(self, pods: list[dict[str, Any]], now: float) -> list[PodLoad]:
         ready = [pod_state(p) == "ready" for p in pods]
         found = await asyncio.gather(*(self._load(p, now) if r else _none() for p, r in zip(pods, ready, strict=True)))
         return [PodLoad(str((p.get("metadata") or {}).get("name")), r, load,
                         ((p.get("metadata") or {}).get("annotations") or {}).get(DELETION_COST))
                 for p, r, load in zip(pods, ready, found, strict=True)]
 
-    async def write(self, wl: ob.Workload, pods: Iterable[Mapping[str, Any]], now: float) -> dict[str, str]:
+    async def write(self, wl: ob.Workload, pods: Iterable[dict[str, Any]], now: float) -> dict[str, str]:
         """One pass for one workload: the costs patched (pod -> value)."""
         own = workload_pods(wl, pods)
         if not own:
