@@ -245,10 +245,11 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     say("              it learned them")
     say("")
     today_title, ws_title, hot_title = " today's setup ", " warmscale ", " + hot pool "
-    say(f"{'':12}  {today_title:-^26}   {ws_title:-^78}   {hot_title:-^30}")
+    hot_head = ("", "") if "hot" not in live else (
+        f"   {hot_title:-^30}", f"   {'replicas':>8} {'hot':>3} {'queue':>6} {'p95 TTFT':>10}")
+    say(f"{'':12}  {today_title:-^26}   {ws_title:-^78}{hot_head[0]}")
     say(f"{'time':>5} {'req/s':>6}  {'replicas':>8} {'queue':>6} {'p95 TTFT':>10}   {'replicas':>8} {'warm':>4} "
-        f"{'queue':>6} {'p95 TTFT':>10}  {'reason':<24} {'ahead':>5} {'tok/s':>6}   {'replicas':>8} {'hot':>3} "
-        f"{'queue':>6} {'p95 TTFT':>10}")
+        f"{'queue':>6} {'p95 TTFT':>10}  {'reason':<24} {'ahead':>5} {'tok/s':>6}{hot_head[1]}")
 
     runners: list[web.AppRunner] = []
     for fleet in fleets.values():
