@@ -65,10 +65,16 @@ PRIORS: dict[str, Prior] = {
 MODEL_PROFILES = tuple(k for k in PRIORS if k not in ("generic", "vllm", "sglang", "tgi"))
 
 
-def prior_for(engine: str, profile: str | None) -> Prior:
+def prior_for(engine: str, profile: str | None, prefill_tps: float | None = None) -> Prior:
+    """The ``modelProfile``'s prior, else the engine's, else the generic one; ``prefill_tps`` (the
+    ``prefillTpsPrior`` key) replaces its prefill rate."""
     if profile is not None and profile in PRIORS:
-        return PRIORS[profile]
-    return PRIORS.get(engine, PRIORS["generic"])
+        prior = PRIORS[profile]
+    else:
+        prior = PRIORS.get(engine, PRIORS["generic"])
+    if prefill_tps is not None:
+        return Prior(prefill_tps, prior.max_seqs, f"prefillTpsPrior {prefill_tps:g}; max_seqs: {prior.source}")
+    return prior
 
 
 @dataclass(frozen=True)

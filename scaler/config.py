@@ -51,6 +51,7 @@ class ScalerConfig:
     burst_window_seconds: float = 10.0
     burst_confirm_seconds: float = 30.0
     model_profile: str | None = None
+    prefill_tps_prior: float | None = None
     gpu_product: str | None = None
     target_waiting_per_replica: float = 4.0
     kv_cache_target: float = 0.8
@@ -348,6 +349,10 @@ KEYS: tuple[Key, ...] = (
     Key("modelProfile", "model_profile", _parse_profile, None,
         "Prior of the per-replica capacity before anything is measured (scaler/capacity.py PRIORS, "
         "e.g. 8b-h100, 70b-h100-tp4); unset: the engine's generic prior."),
+    Key("prefillTpsPrior", "prefill_tps_prior", _parse_float, Range(1, 1e9),
+        "Optional: prompt tokens/s one replica prefills, as the capacity prior before anything is measured "
+        "(overrides the modelProfile's or engine's prior; e.g. a rate measured with a benchmark). The "
+        "scaler learns the real rate from the engines either way (docs/policy.md, \"Capacity in tokens\")."),
     Key("gpuProduct", "gpu_product", str.strip, _gpu_product,
         "GPU product the replicas run on (as the nvidia.com/gpu.product node label); the learned "
         "capacity is kept per product. Unset: the product pod discovery reads from the nodes."),

@@ -291,7 +291,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
     xfer_s, xfer_n = 0.0, 0.0
     xfer_counted = False
     gpu = cfg.gpu_product or snapshot.gpu_product or ""
-    prior = cap.prior_for(cfg.engine, cfg.model_profile)
+    prior = cap.prior_for(cfg.engine, cfg.model_profile, cfg.prefill_tps_prior)
     estimate = state.capacity.get(gpu) or cap.start(prior)
     # The decision sizes this snapshot's demand by the capacity learned before it, raised by the
     # replicas' lifetime prefill-time floors: an interval sample of this snapshot then never raises the

@@ -12,8 +12,9 @@ import sys
 import uuid
 from typing import Any
 
-from warmscale.cliargs import UsageError, port, positive_float, positive_int, readable_file
+from warmscale.cliargs import UsageError, non_negative_float, port, positive_float, positive_int, readable_file
 from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, parse_allow_list, parse_file_source_allow
+from warmscale.warmpool.deletion_cost_writer import PASS_SECONDS as DELETION_COST_PASS_SECONDS
 
 log = logging.getLogger("warmscale.warmpool")
 
@@ -49,6 +50,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds between the leader's Lease renewals (less than --lease-duration)")
     parser.add_argument("--identity", default=None, help="leader-election identity (default: host-pid-random)")
     parser.add_argument("--resync", type=positive_float, default=30.0, help="seconds between full reconciles")
+    parser.add_argument("--deletion-cost-seconds", type=non_negative_float, default=DELETION_COST_PASS_SECONDS,
+                        help="seconds between passes that set controller.kubernetes.io/pod-deletion-cost on enabled "
+                             "Deployments' ready pods by load, so a scale-in removes the least loaded replica "
+                             "(0: never; docs/warmpool.md)")
     parser.add_argument("--watch-timeout", type=positive_int, default=300,
                         help="seconds after which each watch is resumed from its resourceVersion (a compacted "
                         "version answers 410 Gone: the cache lists afresh)")
@@ -176,7 +181,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     identity = args.identity or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     opts = Options(namespace=args.namespace, scaler_address=args.scaler_address, stager_image=args.stager_image,
                    resync_s=args.resync, cache_root_allow=allow, file_source_allow=file_allow,
-                   watch_timeout_s=max(1, args.watch_timeout),
+                   watch_timeout_s=max(1, args.watch_timeout), deletion_cost_s=args.deletion_cost_seconds,
                    trigger_authentication=getattr(args, "trigger_authentication", "") or "")
     lease_ns = lease_namespace(args)
     elector = LeaderElector(client.CoordinationV1Api(api), lease_ns, args.lease_name, identity,

@@ -29,6 +29,8 @@ from warmscale.scaler.warm_status import WarmStatus
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES
+from warmscale.warmpool.deletion_cost_writer import PASS_SECONDS as DELETION_COST_PASS_SECONDS
+from warmscale.warmpool.deletion_cost_writer import DeletionCostWriter
 from warmscale.warmpool.gangs import groups
 from warmscale.warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
 from warmscale.warmpool.model_uri import CacheKey, ModelURIError, parse_model_uri, staged_label_key
@@ -111,6 +113,9 @@ class Options:
     file_source_allow: tuple[str, ...] = DEFAULT_FILE_SOURCES  # where file:// model sources may lie
     trigger_authentication: str = ""  # ClusterTriggerAuthentication of owned ScaledObjects ("" : plaintext)
     watch_timeout_s: int = 300  # a watch is resumed (from its resourceVersion) after this long
+    # Set controller.kubernetes.io/pod-deletion-cost on managed Deployments' ready pods by load, every
+    # this many seconds (warmpool/deletion_cost_writer.py); 0: never.
+    deletion_cost_s: float = DELETION_COST_PASS_SECONDS
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -173,6 +178,7 @@ class Controller:
         self.batch: Any = client.BatchV1Api(api)
         self.custom: Any = client.CustomObjectsApi(api)
         self.events = EventRecorder(self.core)
+        self.deletion_costs = DeletionCostWriter(self.core)
         self._dirty = asyncio.Event()
         self.ttr: dict[str, TimeToReady] = {}
         self.ttr_gpu: dict[str, TimeToReadyByGpu] = {}
@@ -235,6 +241,8 @@ class Controller:
         try:
             await asyncio.gather(*(c.synced.wait() for c in self.caches))
             log.info("caches synced")
+            if self.opts.deletion_cost_s > 0:
+                tasks.append(asyncio.create_task(self._deletion_cost_loop(), name="deletion-cost"))
             while True:
                 await wait_event(self._dirty, self.opts.resync_s)  # never swallows a cancellation
                 await asyncio.sleep(self.opts.debounce_s)
@@ -244,6 +252,25 @@ class Controller:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.deletion_costs.close()
+
+    async def write_deletion_costs(self) -> None:
+        """One pass: the deletion cost of every enabled Deployment's ready pods, by load."""
+        pods = list(self.pods.items.values())
+        for wl in self.workloads():
+            try:
+                parse_annotations(wl.annotations)
+            except AnnotationError:
+                continue  # invalid annotations change nothing (reconcile puts the Event on it)
+            await self.deletion_costs.write(wl, pods, time.time())
+
+    async def _deletion_cost_loop(self) -> None:
+        while True:
+            try:
+                await self.write_deletion_costs()
+            except (ApiException, OSError) as exc:  # the API server away: the next pass tries again
+                log.warning("deletion cost pass failed", extra={"error": repr(exc)})
+            await asyncio.sleep(self.opts.deletion_cost_s)
 
     async def check_priority_class(self) -> bool:
         """The placeholders' PriorityClass is shipped with the install (the controller may only read it).

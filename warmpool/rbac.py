@@ -47,8 +47,9 @@ WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
     ("annotated LeaderWorkerSets (one replica = one group): the same as Deployments",
      {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
       "verbs": ["list", "watch", "patch"]}),
-    ("placeholder and pre-pull pods (all pods watched for time-to-ready)",
-     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]}),
+    ("placeholder and pre-pull pods (all pods watched for time-to-ready); patch: the pod-deletion-cost "
+     "annotation on managed Deployments' ready pods (the least loaded goes first on scale-in)",
+     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete", "patch"]}),
     ("staging Jobs and cache evict Jobs",
      {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch", "create", "delete"]}),
     ("Events on workloads (InvalidAnnotation, Staged, ...)",

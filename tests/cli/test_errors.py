@@ -81,7 +81,8 @@ def test_bad_flag_values(argv: list[str], message: str, here: Path, capsys: pyte
 
 def test_speed_too_high_blames_the_speed(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = _err(capsys, ["demo", "--speed", "1e7", "--plot", "", "--quiet"])
-    assert err.startswith("warmscale demo: --speed 1e+07: gives stalenessSeconds")
+    # The first key the speed puts out of range: the capacity prior (a rate, times the speed).
+    assert err.startswith("warmscale demo: --speed 1e+07: gives prefillTpsPrior")
 
 
 def test_flag_combinations(here: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,9 @@ Time is trace time (seconds; the demo's clock runs ``speed`` times faster than t
   away once their running requests finished; their node becomes a placeholder again if the pool
   is short, else it is released.
 - The router sends each request to the ready replica with the fewest requests in flight (a
-  Service or gateway in front of the pods); with no ready replica it holds the request.
+  Service or gateway in front of the pods); with no ready replica it holds the request. With a hot
+  pool (:mod:`warmscale.demo.hot`) the gateway also routes to the woken sleepers the waker publishes
+  as awake (``bridges``), and the fleet steps its sleepers' engines.
 - GPU-seconds count every held GPU: starting, serving and draining replicas and placeholders
   (also while they are being provisioned and staged), as the trace benchmark counts them.
 
@@ -56,6 +58,10 @@ class Fleet:
     starts: Counter[str] = field(default_factory=Counter)
     scale_events: list[tuple[float, int, int]] = field(default_factory=list)
     added: list[Replica] = field(default_factory=list)  # every replica created by a scale-up
+    # The hot pool's sleepers of this model (stepped with the fleet), and those of them the gateway
+    # routes to now: awake with a passing canary (as the waker publishes them), not draining for a sleep.
+    sleepers: dict[str, SimulatedEngine] = field(default_factory=dict)
+    routed: set[str] = field(default_factory=set)
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _accounted_at: float | None = None
 
@@ -128,17 +134,25 @@ class Fleet:
         return [f"{self.base_url}/replica/{name}/metrics" for name, r in self.replicas.items() if now >= r.ready_at]
 
     # -- traffic -----------------------------------------------------------------------------------
+    def targets(self, now: float) -> list[SimulatedEngine]:
+        """The engines the router may send a request to: ready replicas and routed sleepers."""
+        out = [r.engine for r in self.replicas.values() if r.ready(now)]
+        out.extend(e for name, e in self.sleepers.items() if name in self.routed and e.takes_requests)
+        return out
+
     def submit(self, request: Request, now: float) -> None:
-        ready = [r for r in self.replicas.values() if r.ready(now)]
+        ready = self.targets(now)
         if not ready or self.held:
             self.held.append(request)
             return
-        min(ready, key=lambda r: r.engine.in_flight).engine.submit(request)
+        min(ready, key=lambda e: e.in_flight).submit(request)
 
     def step(self, now: float) -> None:
-        ready = [r for r in self.replicas.values() if r.ready(now)]
+        ready = self.targets(now)
         while self.held and ready:
-            min(ready, key=lambda r: r.engine.in_flight).engine.submit(self.held.popleft())
+            min(ready, key=lambda e: e.in_flight).submit(self.held.popleft())
+        for e in self.sleepers.values():
+            e.step(now)
         for name, r in list(self.replicas.items()):
             if now >= r.ready_at:
                 r.engine.step(now)
@@ -154,17 +168,24 @@ class Fleet:
             self.gpu_seconds += units * self.startup.gpus_per_replica * max(0.0, now - self._accounted_at)
         self._accounted_at = now
 
+    def _engines(self) -> list[SimulatedEngine]:
+        return [r.engine for r in self.replicas.values()] + list(self.sleepers.values())
+
     def queue(self) -> int:
-        return len(self.held) + sum(len(r.engine.waiting) for r in self.replicas.values())
+        return len(self.held) + sum(len(e.waiting) for e in self._engines())
 
     def running(self) -> int:
-        return sum(len(r.engine.running) for r in self.replicas.values())
+        return sum(len(e.running) for e in self._engines())
+
+    def sleepers_awake(self) -> int:
+        """This model's sleepers awake now (serving, draining or falling asleep: holding their GPU)."""
+        return sum(1 for e in self.sleepers.values() if e.sleep_level == 0)
 
     def take_ttfts(self) -> list[float]:
         out: list[float] = []
-        for r in self.replicas.values():
-            out.extend(r.engine.ttfts)
-            r.engine.ttfts.clear()
+        for e in self._engines():
+            out.extend(e.ttfts)
+            e.ttfts.clear()
         return out
 
     # -- /metrics ----------------------------------------------------------------------------------

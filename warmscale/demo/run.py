@@ -32,8 +32,12 @@ from warmscale.demo.actuation import (
     WarmscaleActuation,
 )
 from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, window_start
+from warmscale.demo.fixed import equal_cost_replicas, replay_fixed
 from warmscale.demo.fleet import Fleet
+from warmscale.demo.hot import HOT_SLEEPERS, IDLE_MODELS, POOL_GPUS, HotPoolDemo, hot_wake_s
+from warmscale.demo.hot import NAME as HOT_NAME
 from warmscale.proto import externalscaler_pb2 as pb
+from warmscale.scaler.capacity import prior_for
 from warmscale.scaler.config import ScalerConfig, parse_metadata
 from warmscale.scaler.server import ScalerServer
 from warmscale.scaler.server_options import ServerOptions
@@ -41,15 +45,18 @@ from warmscale.scaler.sources import build_collector
 from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import Snapshot
 from warmscale.signals.sources import Endpoint
-from warmscale.simulation.engine import Request
+from warmscale.simulation.engine import EngineProfile, Request
 from warmscale.traces import resolve
 from warmscale.warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
 
 TICK_S = 0.02  # wall seconds per loop turn
 SAMPLE_S = 5.0  # trace seconds between timeline samples (JSON, plot)
 TTFT_WINDOW_S = 20.0  # trace seconds of first tokens behind each row's p95 TTFT
-FLEETS = ("today", "warmscale")
-LABELS = {"today": "today's setup", "warmscale": "warmscale"}
+FLEETS = ("today", "warmscale", "hot")  # the fleets run live, side by side
+ROWS = ("today", "fixed", "warmscale", "hot")  # the summary's rows ("fixed" is replayed after the run)
+LABELS = {"today": "today's setup", "fixed": "fixed fleet", "warmscale": "warmscale",
+          "hot": "warmscale + hot pool"}
+LABEL_W = 21
 
 
 class DemoError(RuntimeError):
@@ -83,11 +90,16 @@ class DemoOptions:
                    plot=args.plot, json=args.json, log_file=args.log_file, quiet=args.quiet)
 
     def metadata(self) -> dict[str, str]:
-        """The trigger metadata of warmscale's ScaledObject: production defaults, every duration / speed."""
+        """The trigger metadata of warmscale's ScaledObject: production defaults, every duration / speed,
+        and the capacity prior (a rate: tokens per wall second) times speed."""
         s = self.speed
         return {
             "engine": "vllm",
             "podSelector": "app=vllm-demo",
+            # The model and GPU the operator deploys (as the trace benchmark writes it); its documented
+            # prefill prior (scaler/capacity.py PRIORS) in tokens per wall second: the engines run s x faster.
+            "modelProfile": self.profile,
+            "prefillTpsPrior": f"{prior_for('vllm', self.profile).prefill_tps * s:g}",
             "minReplicas": str(self.initial),
             "maxReplicas": str(self.max_replicas),
             "ttftSloSeconds": f"{self.slo_ttft:g}",  # TTFT itself is measured in trace seconds
@@ -192,15 +204,25 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     arrivals = burst(rows, opts.lead, opts.span)
     t_start = window_start(rows, opts.lead)
     startup: StartupProfile = PROFILES[opts.profile]
+    engine = EngineProfile.of(opts.profile)  # the trace benchmark's calibrated engine profile
     ttr = time_to_ready_table(startup)
     clock = Clock(opts.speed)
-    fleets = {"today": Fleet("today", startup), "warmscale": Fleet("warmscale", startup, standby=opts.standby)}
+    # The hot pool's row needs the profile's measured sleep and wake times (warmscale/simulation/hotpool.py).
+    live = FLEETS if hot_wake_s(opts.profile) is not None else tuple(n for n in FLEETS if n != "hot")
+    fleets = {"today": Fleet("today", startup, engine),
+              "warmscale": Fleet("warmscale", startup, engine, standby=opts.standby),
+              "hot": Fleet("hot", startup, engine, standby=opts.standby)}
+    fleets = {n: f for n, f in fleets.items() if n in live}
+    hot_fleet = fleets.get("hot")
+    hot = HotPoolDemo(hot_fleet, clock, opts.profile, startup.gpus_per_replica) if hot_fleet is not None else None
 
     say(f"warmscale demo: {len(arrivals):,} requests of {trace_path.name}, its busiest burst (trace "
         f"{_mmss(t_start)}-{_mmss(t_start + opts.span)}),")
     say(f"  replayed {opts.speed:g}x faster (traffic, engines, control loops, start-ups); TTFT SLO {opts.slo_ttft:g} s")
-    say(f"  both fleets: simulated vLLM on {startup.gpus_per_replica} GPU per replica, {startup.name} startup ladder, "
-        f"{opts.initial} replica at first, max {opts.max_replicas}")
+    say(f"  every fleet: simulated vLLM, {opts.profile} engine profile ({engine.prefill_tps / 1000:.0f}k prefill "
+        f"tokens/s, {engine.max_num_seqs:,} sequences), {startup.gpus_per_replica} GPU per replica, {startup.name} "
+        f"startup ladder,")
+    say(f"              {opts.initial} replica at first, max {opts.max_replicas}")
     say(f"  today     : Prometheus scrape {PROMETHEUS_SCRAPE_S:g} s -> KEDA Prometheus scaler (waiting requests, "
         f"threshold {KEDA_PROMETHEUS_THRESHOLD:g},")
     say(f"              polling {KEDA_POLLING_S:g} s) -> HPA; every new replica starts cold: "
@@ -209,15 +231,26 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     say(f"  warmscale : its scaler reads the engines every {scrape_s:g} s, push activation, its policy; warm pool")
     say(f"              of {opts.standby} placeholders: {ttr['placeholder+staged']:.0f} s to ready on a placeholder, "
         f"{ttr['cold']:.0f} s cold")
+    if "hot" in live:
+        say(f"  + hot pool: the same, plus {HOT_SLEEPERS} sleeping engines (vLLM level 1, wake "
+            f"{hot_wake_s(opts.profile) or 0:g} s + canary) on a pool of {POOL_GPUS * startup.gpus_per_replica} GPUs")
+        say(f"              shared with {IDLE_MODELS} other models idle during the burst; the waker wakes them on "
+            "the scaler's intent")
+    else:
+        say(f"  + hot pool: not shown (no measured sleep and wake times for {opts.profile})")
+    say("  fixed     : after the run, a fixed fleet costing no more GPU-seconds than warmscale, on the same requests")
     say(f"  logs      : {logs_to}")
-    say("  table     : replicas = ready+starting, warm = warm placeholders, ! = p95 TTFT over the SLO; the")
-    say("              scaler's reason (the rule that set its count), its look-ahead (time-to-ready of the last")
-    say("              replica it asks for) and the prompt tokens/s one replica prefills, as it learned them")
+    say("  table     : replicas = ready+starting, warm = warm placeholders, hot = sleepers awake, ! = p95 TTFT")
+    say("              over the SLO; the scaler's reason (the rule that set its count), its look-ahead (time-to-")
+    say("              ready of the last replica it asks for) and the prompt tokens/s one replica prefills, as")
+    say("              it learned them")
     say("")
-    today_title, ws_title = " today's setup ", " warmscale "
-    say(f"{'':12}  {today_title:-^26}   {ws_title:-^78}")
+    today_title, ws_title, hot_title = " today's setup ", " warmscale ", " + hot pool "
+    hot_head = ("", "") if "hot" not in live else (
+        f"   {hot_title:-^30}", f"   {'replicas':>8} {'hot':>3} {'queue':>6} {'p95 TTFT':>10}")
+    say(f"{'':12}  {today_title:-^26}   {ws_title:-^78}{hot_head[0]}")
     say(f"{'time':>5} {'req/s':>6}  {'replicas':>8} {'queue':>6} {'p95 TTFT':>10}   {'replicas':>8} {'warm':>4} "
-        f"{'queue':>6} {'p95 TTFT':>10}  {'reason':<24} {'ahead':>5} {'tok/s':>6}")
+        f"{'queue':>6} {'p95 TTFT':>10}  {'reason':<24} {'ahead':>5} {'tok/s':>6}{hot_head[1]}")
 
     runners: list[web.AppRunner] = []
     for fleet in fleets.values():
@@ -233,14 +266,18 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     session = aiohttp.ClientSession()
     collectors: dict[Any, Any] = {}
     ws_fleet, today_fleet = fleets["warmscale"], fleets["today"]
-    ws_discovery = FleetEndpoints(ws_fleet, clock)
+    # Each ScaledObject's pods: warmscale's fleet, and the fleet with a hot pool.
+    scaled = {"vllm-demo": ws_fleet, **({HOT_NAME: hot_fleet} if hot_fleet is not None else {})}
+    discovery = {name: FleetEndpoints(f, clock) for name, f in scaled.items()}
 
     async def reader(cfg: ScalerConfig, now: float, scope: tuple[str, str]) -> Snapshot:
-        if cfg not in collectors:
-            collectors[cfg] = build_collector(cfg, session=session, pod_endpoints=ws_discovery)
-        snap: Snapshot = await collectors[cfg].collect(now)
-        ready, starting = ws_fleet.counts(clock.now())
-        return replace(snap, ready_replicas=ready, starting_replicas=starting, current_replicas=ws_fleet.spec_replicas)
+        name = scope[1]
+        if (cfg, name) not in collectors:
+            collectors[(cfg, name)] = build_collector(cfg, session=session, pod_endpoints=discovery[name])
+        snap: Snapshot = await collectors[(cfg, name)].collect(now)
+        f = scaled[name]
+        ready, starting = f.counts(clock.now())
+        return replace(snap, ready_replicas=ready, starting_replicas=starting, current_replicas=f.spec_replicas)
 
     prom_cfg = parse_metadata({"engine": "vllm", "podSelector": "app=today", "scrapeTimeoutSeconds": "1",
                                "stalenessSeconds": f"{PROMETHEUS_SCRAPE_S * 2 / opts.speed:g}"})
@@ -251,28 +288,35 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}")
     ref = pb.ScaledObjectRef(name="vllm-demo", namespace="demo", scalerMetadata=opts.metadata())
+    hot_ref = pb.ScaledObjectRef(name=HOT_NAME, namespace="demo", scalerMetadata=opts.metadata())
+    if hot is not None:
+        await hot.start(server.store, session)
     stop = asyncio.Event()
     clock.start()
     today = TodaySetup(today_fleet, clock, prometheus, min_replicas=opts.initial, max_replicas=opts.max_replicas)
     ws = WarmscaleActuation(channel, ref, ws_fleet, clock, min_replicas=opts.initial, max_replicas=opts.max_replicas)
+    actuators = [today.run(stop), ws.run(stop)]
+    if hot_fleet is not None:
+        actuators.append(WarmscaleActuation(channel, hot_ref, hot_fleet, clock, min_replicas=opts.initial,
+                                            max_replicas=opts.max_replicas).run(stop))
 
     async def warm_pool_status() -> None:
         """What the warm-pool controller publishes: warm capacity and time-to-ready (wall seconds)."""
         while True:
             now = clock.now()
-            ready, starting = ws_fleet.counts(now)
-            held = ws_fleet.placeholders_ready(now)
-            await server.store.put_warm_status("demo", "vllm-demo", WarmStatus(
-                namespace="demo", name="vllm-demo", updated_at=time.time(), placeholders_ready=held,
-                staged_nodes=held, ready_replicas=ready, starting_replicas=starting,
-                spec_replicas=ws_fleet.spec_replicas, min_ready_floor=opts.initial,
-                time_to_ready_s={k: v / opts.speed for k, v in ttr.items() if k in ("placeholder+staged", "cold")}))
+            for name, f in scaled.items():
+                ready, starting = f.counts(now)
+                held = f.placeholders_ready(now)
+                await server.store.put_warm_status("demo", name, WarmStatus(
+                    namespace="demo", name=name, updated_at=time.time(), placeholders_ready=held,
+                    staged_nodes=held, ready_replicas=ready, starting_replicas=starting,
+                    spec_replicas=f.spec_replicas, min_ready_floor=opts.initial,
+                    time_to_ready_s={k: v / opts.speed for k, v in ttr.items() if k in ("placeholder+staged", "cold")}))
             await asyncio.sleep(clock.wall(5.0))
 
-    tasks = [asyncio.create_task(today.run(stop)), asyncio.create_task(ws.run(stop)),
-             asyncio.create_task(warm_pool_status())]
+    tasks = [*(asyncio.create_task(a) for a in actuators), asyncio.create_task(warm_pool_status())]
 
-    stats = {name: FleetStats() for name in FLEETS}
+    stats = {name: FleetStats() for name in live}
     timeline: list[dict[str, Any]] = []
     arrived_at: list[float] = []
     end_at = opts.span + opts.drain
@@ -283,6 +327,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     try:
         while True:
             now = clock.now()
+            if hot is not None:
+                await hot.refresh(server.store, now)
             while i < len(arrivals) and arrivals[i].at <= now:
                 a: Arrival = arrivals[i]
                 arrived_at.append(a.at)
@@ -294,17 +340,22 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                 stats[name].add(now, fleet.take_ttfts())
             if now >= next_sample or now >= next_row:
                 row = _row(now, fleets, stats, arrived_at)
-                trackers = server.manager.trackers()
-                decision = await trackers[0].current() if trackers else None
-                row["warmscale"]["target"] = decision.desired if decision else None
-                row["warmscale"]["reason"] = decision.reason if decision else ""
-                # The learned per-replica prefill capacity, in trace seconds (the demo runs `speed` x faster),
-                # the look-ahead horizon (trace seconds), and the decode tokens/s of one replica running
-                # its max_num_seqs by the learned ITL line (the engines report ITL in trace seconds).
-                row["warmscale"]["prefill_tps"] = round(decision.prefill_tps / opts.speed) if decision else None
-                row["warmscale"]["ahead_s"] = (round(decision.horizon_s * opts.speed, 1)
-                                               if decision and decision.horizon_s > 0 else None)
-                row["warmscale"]["decode_tps"] = _decode_tps(decision, ws_fleet.profile.max_num_seqs)
+                trackers = {t.name: t for t in server.manager.trackers()}
+                for fname, tname in (("warmscale", "vllm-demo"), ("hot", HOT_NAME)):
+                    if fname not in fleets:
+                        continue
+                    decision = await trackers[tname].current() if tname in trackers else None
+                    r = row[fname]
+                    r["target"] = decision.desired if decision else None
+                    r["reason"] = decision.reason if decision else ""
+                    # The learned per-replica prefill capacity, in trace seconds (the demo runs `speed` x
+                    # faster), the look-ahead horizon (trace seconds), and the decode tokens/s of one
+                    # replica running its max_num_seqs by the learned ITL line (ITL is in trace seconds).
+                    r["prefill_tps"] = round(decision.prefill_tps / opts.speed) if decision else None
+                    r["ahead_s"] = (round(decision.horizon_s * opts.speed, 1)
+                                    if decision and decision.horizon_s > 0 else None)
+                    r["decode_tps"] = _decode_tps(decision, engine.max_num_seqs)
+                    r["hot_target"] = decision.hot_target if decision else None
                 row["today"]["target"] = today.hpa_target
                 if now >= next_sample:
                     next_sample += SAMPLE_S
@@ -315,6 +366,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
             for t in tasks:
                 if t.done():  # an actuator or the warm-pool status loop died: say why, do not go on
                     raise DemoError(f"a control loop stopped: {t.exception()!r}")
+            if hot is not None and hot.task is not None and hot.task.done():
+                raise DemoError(f"the waker stopped: {hot.task.exception()!r}")
             drained = all(f.queue() == 0 and f.running() == 0 for f in fleets.values())
             if now >= end_at or (now >= opts.span and drained):
                 break
@@ -325,6 +378,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
         for t in tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await t
+        if hot is not None:
+            await hot.stop()
         await channel.close()
         await server.stop(grace=1.0)
         for c in collectors.values():
@@ -333,8 +388,22 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
         for runner in runners:
             await runner.cleanup()
 
-    summary = _summary(opts, trace_path, arrivals, fleets, stats, timeline, clock.now(), time.monotonic() - wall0)
+    ended = clock.now()
+    ws_gpu_s = ws_fleet.gpu_seconds
+    n_fixed = equal_cost_replicas(ws_gpu_s, startup.gpus_per_replica, ended)
+    fixed_fleet, fixed_ttfts = await asyncio.to_thread(replay_fixed, arrivals, startup, engine, n_fixed, ended,
+                                                       TICK_S * opts.speed)
+    runs = {name: FleetRun(fleets[name], stats[name].ttfts, fleets[name].gpu_seconds) for name in live}
+    runs["fixed"] = FleetRun(fixed_fleet, fixed_ttfts, fixed_fleet.gpu_seconds)
+    if hot is not None:
+        # The hot pool's row pays its share of the pool (warmscale.demo.hot: its awake GPU-seconds, plus
+        # its share by sleepers of the rest) on top of its Deployment's GPUs.
+        runs["hot"].gpu_seconds += hot.charge(ended)
+    summary = _summary(opts, trace_path, arrivals, runs, timeline, ended, time.monotonic() - wall0)
     summary["window_start_s"] = t_start
+    summary["fleets"]["fixed"]["replicas"] = n_fixed
+    if hot is not None and hot_fleet is not None:
+        summary["hot_pool"] = _hot_summary(hot, hot_fleet, ended)
     say("")
     for line in format_summary(summary):
         say(line)
@@ -350,13 +419,32 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     return summary
 
 
+def _hot_summary(hot: HotPoolDemo, fleet: Fleet, ended: float) -> dict[str, Any]:
+    """The hot pool's size and what its row is charged (warmscale.demo.hot)."""
+    return {"pool_gpus": POOL_GPUS * hot.gpus_per_replica, "sleepers": HOT_SLEEPERS, "idle_models": IDLE_MODELS,
+            "pool_gpu_seconds": round(hot.pool_gpu_seconds(ended), 1), "share": round(hot.share(), 3),
+            "awake_gpu_seconds": round(hot.engaged_gpu_s, 1), "charged_gpu_seconds": round(hot.charge(ended), 1),
+            "wake_requests": hot.wake_requests, "deployment_gpu_seconds": round(fleet.gpu_seconds, 1),
+            "placements": [[p.workload, p.device] for p in (hot.plan.placements if hot.plan else ())]}
+
+
+@dataclass
+class FleetRun:
+    """One summary row's fleet, the TTFTs it served, and the GPU-seconds it is charged."""
+
+    fleet: Fleet
+    ttfts: list[float]
+    gpu_seconds: float
+
+
 def _row(now: float, fleets: dict[str, Fleet], stats: dict[str, FleetStats], arrived_at: list[float]) -> dict[str, Any]:
     rate = sum(1 for t in arrived_at[-2000:] if t > now - 10.0) / 10.0
     row: dict[str, Any] = {"t": round(now, 1), "arrivals_per_s": rate}
     for name, fleet in fleets.items():
         ready, starting = fleet.counts(now)
         row[name] = {"ready": ready, "starting": starting, "placeholders": fleet.placeholders_ready(now),
-                     "queue": fleet.queue(), "running": fleet.running(), "ttft_p95": stats[name].p95_recent(now)}
+                     "queue": fleet.queue(), "running": fleet.running(), "ttft_p95": stats[name].p95_recent(now),
+                     "sleepers_routed": len(fleet.routed)}
     return row
 
 
@@ -369,13 +457,16 @@ def _format_row(row: dict[str, Any], slo: float) -> str:
 
     tr, tq, tt = cells(row["today"])
     wr, wq, wt = cells(row["warmscale"])
+    hr, hq, ht = cells(row["hot"]) if "hot" in row else ("", "", "")
     w = row["warmscale"]
     ahead = w.get("ahead_s")
     tps = w.get("prefill_tps")
     return (f"{_mmss(row['t']):>5} {row['arrivals_per_s']:6.1f}  {tr:>8} {tq:>6} {tt:>10}   {wr:>8} "
             f"{w['placeholders']:>4} {wq:>6} {wt:>10}  {w.get('reason') or '':<24} "
             f"{'-' if ahead is None else format(ahead, '.0f') + ' s':>5} "
-            f"{'-' if not tps else format(tps / 1000, '.1f') + 'k':>6}").rstrip()
+            f"{'-' if not tps else format(tps / 1000, '.1f') + 'k':>6}   {hr:>8} "
+            f"{row['hot']['sleepers_routed'] if 'hot' in row else '':>3} "
+            f"{hq:>6} {ht:>10}").rstrip()
 
 
 def _decode_tps(decision: Any, seqs: int) -> float | None:
@@ -386,9 +477,10 @@ def _decode_tps(decision: Any, seqs: int) -> float | None:
     return round(seqs / step) if step > 0 else None
 
 
-def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleets: dict[str, Fleet],
-             stats: dict[str, FleetStats], timeline: list[dict[str, Any]], ended: float, wall: float) -> dict[str, Any]:
+def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], runs: dict[str, FleetRun],
+             timeline: list[dict[str, Any]], ended: float, wall: float) -> dict[str, Any]:
     n = len(arrivals)
+    profile = runs["warmscale"].fleet.profile
     out: dict[str, Any] = {
         "trace": trace_path.name,
         "window_start_s": None,
@@ -399,29 +491,34 @@ def _summary(opts: DemoOptions, trace_path: Path, arrivals: list[Arrival], fleet
         "slo_ttft_s": opts.slo_ttft,
         "standby": opts.standby,
         "trace_seconds": round(ended, 1),
-        # What one simulated replica really does (the scaler's learned values are compared to it).
-        "engine_prefill_tps": fleets["warmscale"].profile.prefill_tps,
-        "engine_decode_tps": round(fleets["warmscale"].profile.max_num_seqs / (
-            fleets["warmscale"].profile.tpot_base_s
-            + fleets["warmscale"].profile.tpot_per_seq_s * fleets["warmscale"].profile.max_num_seqs)),
+        # What one simulated replica really does (the scaler's learned values are compared to it): its
+        # prefill rate, and its decode tokens/s at max_num_seqs with a full KV cache.
+        "engine_prefill_tps": profile.prefill_tps,
+        "engine_max_num_seqs": profile.max_num_seqs,
+        "engine_decode_tps": round(profile.max_num_seqs
+                                   / profile.decode_step_s(profile.max_num_seqs, profile.kv_capacity_tokens)),
         "wall_seconds": round(wall, 1),
         "fleets": {},
         "timeline": timeline,
     }
-    for name, fleet in fleets.items():
-        ttfts = stats[name].ttfts
+    for name in ROWS:
+        if name not in runs:
+            continue
+        run = runs[name]
+        fleet, ttfts = run.fleet, run.ttfts
         met = sum(1 for v in ttfts if v <= opts.slo_ttft)
         out["fleets"][name] = {
             "slo_attainment": met / n if n else 0.0,  # requests without a first token count as misses
             "served": len(ttfts),
-            "gpu_seconds": round(fleet.gpu_seconds, 1),
+            "gpu_seconds": round(run.gpu_seconds, 1),
             "ttft_p50_s": _p(ttfts, 0.5),
             "ttft_p99_s": _p(ttfts, 0.99),
             "starts": dict(fleet.starts),
             "scale_events": len(fleet.scale_events),
             "first_scale_up_s": next((t for t, a, b in fleet.scale_events if b > a), None),
             "first_added_ready_s": min((r.ready_at for r in fleet.added), default=None),
-            "max_replicas": max((r[name]["ready"] + r[name]["starting"] for r in timeline), default=0),
+            "max_replicas": (max((r[name]["ready"] + r[name]["starting"] for r in timeline), default=0)
+                             if name != "fixed" else len(fleet.replicas)),
         }
     return out
 
@@ -435,20 +532,40 @@ def format_summary(summary: dict[str, Any]) -> list[str]:
 
     lines = [f"{summary['requests']:,} requests in {summary['trace_seconds'] / 60:.1f} min of trace time "
              f"({summary['wall_seconds']:.0f} s here):",
-             f"{'':13} {'TTFT <= ' + format(slo, 'g') + ' s':>12} {'GPU-seconds':>11} {'TTFT p50':>8} "
+             f"{'':{LABEL_W}} {'TTFT <= ' + format(slo, 'g') + ' s':>12} {'GPU-seconds':>11} {'TTFT p50':>8} "
              f"{'TTFT p99':>8} {'scaled up':>9} {'new replica ready':>17}  starts"]
-    for name in FLEETS:
-        f = summary["fleets"][name]
+    fleets = summary["fleets"]
+    for name in ROWS:
+        if name not in fleets:
+            continue
+        f = fleets[name]
         kinds = (("placeholder+staged", "warm"), ("cold", "cold"))
         starts = ", ".join(f"{f['starts'][k]} {short}" for k, short in kinds if f["starts"].get(k)) or "none"
-        lines.append(f"{LABELS[name]:13} {100 * f['slo_attainment']:11.1f}% {f['gpu_seconds']:11,.0f} "
+        label = LABELS[name] + (f" of {f['replicas']}" if name == "fixed" and "replicas" in f else "")
+        if name == "hot" and summary.get("hot_pool"):
+            starts += f", {summary['hot_pool']['wake_requests']} wakes"
+        lines.append(f"{label:{LABEL_W}} {100 * f['slo_attainment']:11.1f}% {f['gpu_seconds']:11,.0f} "
                      f"{f['ttft_p50_s'] or 0:7.2f}s {f['ttft_p99_s'] or 0:7.1f}s {mmss(f['first_scale_up_s']):>9} "
                      f"{mmss(f['first_added_ready_s']):>17}  {starts}")
-    t, w = summary["fleets"]["today"], summary["fleets"]["warmscale"]
-    dg = w["gpu_seconds"] - t["gpu_seconds"]
-    lines.append(f"warmscale: {100 * (w['slo_attainment'] - t['slo_attainment']):+.1f} points of SLO attainment "
-                 f"for {dg:+,.0f} GPU-seconds ({100 * dg / t['gpu_seconds'] if t['gpu_seconds'] else 0:+.0f}%), "
-                 "placeholders included")
+    t = fleets["today"]
+    for name in ("warmscale", "hot"):
+        if name not in fleets:
+            continue
+        w = fleets[name]
+        dg = w["gpu_seconds"] - t["gpu_seconds"]
+        pct = 100 * dg / t["gpu_seconds"] if t["gpu_seconds"] else 0
+        lines.append(f"{LABELS[name]}: {100 * (w['slo_attainment'] - t['slo_attainment']):+.1f} points of SLO "
+                     f"attainment for {dg:+,.0f} GPU-seconds ({pct:+.0f}%) "
+                     "against today's setup, " + ("placeholders included" if name == "warmscale" else
+                                                  "placeholders and its share of the hot pool included"))
+    hp = summary.get("hot_pool")
+    if hp:
+        lines.append(f"hot pool: {hp['pool_gpus']} GPUs x {summary['trace_seconds']:,.0f} s = "
+                     f"{hp['pool_gpu_seconds']:,.0f} GPU-seconds, shared by {hp['sleepers']} sleepers of this model "
+                     f"and "
+                     f"{hp['idle_models']} of other models idle during the burst; charged here: its "
+                     f"{hp['awake_gpu_seconds']:,.0f} awake GPU-seconds + {100 * hp['share']:.0f}% of the rest = "
+                     f"{hp['charged_gpu_seconds']:,.0f}")
     return lines
 
 
@@ -474,13 +591,14 @@ def plot(summary: dict[str, Any], path: Path) -> None:
 
     tl = summary["timeline"]
     t = [r["t"] / 60 for r in tl]
-    colors = {"today": "tab:red", "warmscale": "tab:blue"}
+    colors = {"today": "tab:red", "warmscale": "tab:blue", "hot": "tab:cyan", "fixed": "tab:gray"}
     fig, (a1, ar, a2, a3, a4) = plt.subplots(5, 1, sharex=True, figsize=(10, 12),
                                              gridspec_kw={"height_ratios": [3, 1.6, 2, 2.4, 2]})
     a0 = a1.twinx()
     a0.fill_between(t, [r["arrivals_per_s"] for r in tl], step="post", color="grey", alpha=0.2, lw=0)
     a0.set_ylabel("arrivals / s (grey)")
-    for name in FLEETS:
+    live = [n for n in FLEETS if n in summary["fleets"]]
+    for name in live:
         c = colors[name]
         f = summary["fleets"][name]
         label = f"{LABELS[name]}: {100 * f['slo_attainment']:.1f}% in SLO, {f['gpu_seconds']:,.0f} GPU-s"
@@ -492,8 +610,16 @@ def plot(summary: dict[str, Any], path: Path) -> None:
                 color=c, label=label)
     a1.step(t, [r["warmscale"]["placeholders"] for r in tl], where="post", color=colors["warmscale"], ls=":",
             lw=1, label="warmscale warm placeholders")
+    if tl and "hot" in tl[0]:
+        a1.step(t, [r["hot"]["ready"] + r["hot"]["sleepers_routed"] for r in tl], where="post", color=colors["hot"],
+                lw=2, alpha=0.6, label=f"{LABELS['hot']}: ready + woken sleepers")
+    fx = summary["fleets"].get("fixed")
+    if fx:
+        a1.axhline(fx["replicas"], color=colors["fixed"], ls="-.", lw=1,
+                   label=f"{LABELS['fixed']} of {fx['replicas']} (replayed): {100 * fx['slo_attainment']:.1f}% in SLO, "
+                         f"{fx['gpu_seconds']:,.0f} GPU-s")
     a1.set_ylabel("replicas")
-    top = max((r[n]["ready"] + r[n]["starting"] for r in tl for n in FLEETS), default=1)
+    top = max((r[n]["ready"] + r[n]["starting"] for r in tl for n in live), default=1)
     a1.set_ylim(0, top * 1.7 + 1)  # room for the legend above the lines
     a0.set_ylim(0, max((r["arrivals_per_s"] for r in tl), default=1.0) * 1.7 + 1)
     a1.set_zorder(a0.get_zorder() + 1)

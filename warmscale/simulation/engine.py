@@ -4,7 +4,10 @@ Times are the demo's trace time (the demo's clock runs faster than the wall cloc
 deliberately small (the trace-replay benchmark has the detailed one): requests wait in
 FIFO order until a batch slot and their KV tokens are free; prefill runs at ``prefill_tps``
 tokens/s and TTFT = queue wait + prefill (a request counts as waiting until its prefill starts);
-decode emits one token per sequence per step, and a step takes ``tpot_base_s + tpot_per_seq_s * batch``.
+decode emits one token per sequence per step, and a step takes the roofline of the engine profile
+(:meth:`EngineProfile.decode_step_s`: overhead + per-sequence cost + the larger of the batch's compute
+and the weights' and KV cache's read). Every constant comes from one engine profile of
+:mod:`warmscale.simulation.profiles` (the trace benchmark's, calibrated; default ``8b-h100``).
 Every decoded token after the first is an inter-token latency of one step. The exposition uses vLLM
 V1's metric names, labels and TTFT/ITL buckets, so the scaler reads it exactly as it reads a real engine.
 """
@@ -20,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from warmscale.simulation.profiles import ENGINE_PROFILES
 from warmscale.warmpool.hot.surface import SLEEP_STATES_BY_LEVEL
 
 VLLM_TTFT_BUCKETS = (
@@ -57,17 +61,26 @@ class ItlHistogram(Collector):
         yield h
 
 
+# The engine profile the simulated engines run on unless told otherwise (the demo's default --profile).
+DEFAULT_PROFILE = "8b-h100"
+_DEFAULT = ENGINE_PROFILES[DEFAULT_PROFILE]
+
+
 @dataclass(frozen=True)
 class EngineProfile:
-    """Llama-3.1-8B on one H100, the numbers of the trace benchmark's ``8b-h100`` engine profile
-    (``benchmarks/sim/engine.py``, with their sources): vLLM's default 256 sequences, ~400k KV tokens,
-    ~16k prefill tokens/s, ~7 ms per decode step plus ~150 us per sequence (its KV read at ~2.5k tokens)."""
+    """What one simulated replica does: by default the calibrated ``8b-h100`` profile of the trace
+    benchmark (Llama-3.1-8B on one H100, :data:`warmscale.simulation.profiles.ENGINE_PROFILES`, with its
+    sources: 37k prefill tokens/s, vLLM V1's 1,024 sequences, ~400k KV tokens, the decode step's
+    roofline); :meth:`of` takes another profile's constants. Tests override single fields."""
 
-    max_num_seqs: int = 256
-    kv_capacity_tokens: int = 400_000
-    prefill_tps: float = 16_000.0
-    tpot_base_s: float = 0.007
-    tpot_per_seq_s: float = 0.00015
+    max_num_seqs: int = _DEFAULT.max_num_seqs
+    kv_capacity_tokens: int = int(_DEFAULT.kv_capacity_tokens)
+    prefill_tps: float = _DEFAULT.prefill_tps
+    step_fixed_s: float = _DEFAULT.step_fixed_s
+    step_per_seq_s: float = _DEFAULT.step_per_seq_s
+    step_weights_s: float = _DEFAULT.step_weights_s
+    step_per_kv_token_s: float = _DEFAULT.step_per_kv_token_s
+    gpus_per_replica: int = _DEFAULT.gpus_per_replica
     # Sleep mode (docs/hot-tier.md): an 8B's level-1 sleep copies its weights to host RAM in ~10 s and
     # wakes in ~2 s; level 2 sleeps in 0.3 s and wakes (reload included) in ~6.5 s (vllm PR #48337, an
     # 8B on an A100: 10.57 / 2.19 s and 0.31 / 6.53 s).
@@ -75,6 +88,20 @@ class EngineProfile:
     wake_l1_s: float = 2.2
     sleep_l2_s: float = 0.3
     wake_l2_s: float = 6.5
+
+    @classmethod
+    def of(cls, name: str) -> EngineProfile:
+        """The simulated engine of the named profile (:data:`~warmscale.simulation.profiles.ENGINE_PROFILES`)."""
+        p = ENGINE_PROFILES[name]
+        return cls(max_num_seqs=p.max_num_seqs, kv_capacity_tokens=int(p.kv_capacity_tokens), prefill_tps=p.prefill_tps,
+                   step_fixed_s=p.step_fixed_s, step_per_seq_s=p.step_per_seq_s, step_weights_s=p.step_weights_s,
+                   step_per_kv_token_s=p.step_per_kv_token_s, gpus_per_replica=p.gpus_per_replica)
+
+    def decode_step_s(self, batch: int, kv_tokens: float) -> float:
+        """One decode step of ``batch`` sequences holding ``kv_tokens`` (the profile's roofline,
+        :meth:`warmscale.simulation.profiles.EngineProfile.step_s` with one token per sequence)."""
+        return (self.step_fixed_s + batch * self.step_per_seq_s
+                + max(batch / self.prefill_tps, self.step_weights_s + kv_tokens * self.step_per_kv_token_s))
 
 
 # What the simulated engine's greedy canary completion returns (docs/hot-tier.md, "Canary").
@@ -202,7 +229,7 @@ class SimulatedEngine:
             self.running.append(head)
         # Decode: tokens per sequence in dt at the current batch's step time.
         if self.running:
-            step_s = p.tpot_base_s + p.tpot_per_seq_s * len(self.running)
+            step_s = p.decode_step_s(len(self.running), self.kv_used())
             decoded = 0
             done = []
             for r in self.running:
