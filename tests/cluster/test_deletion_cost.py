@@ -13,15 +13,15 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from warmscale.localcluster import workloads as w
+from warmscale.localcluster.fleet import CPU
 from warmscale.simulation.engine import EngineProfile, Request, SimulatedEngine
 from warmscale.warmpool import rbac
 from warmscale.warmpool.controller import workload_from
 from warmscale.warmpool.deletion_cost import COST_UNKNOWN, DELETION_COST
 from warmscale.warmpool.deletion_cost_writer import DeletionCostWriter
 
-from . import workloads as w
 from .fixtures import NodePoolFactory, SaClientFactory, wait_for
-from .fleet import CPU
 
 pytestmark = pytest.mark.cluster
 
