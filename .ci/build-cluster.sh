@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # Build the local test cluster binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) and KEDA (operator, metrics adapter) from Go modules, only those that
-# are missing from the cache.
+# kube-scheduler, kwok), KEDA (operator, metrics adapter) and Volcano (scheduler, controller-manager)
+# from Go modules, only those that are missing from the cache.
 #
-# Usage:  build-cluster.sh [--no-keda | --keda-only]
+# Usage:  build-cluster.sh [--no-keda] [--no-volcano] | --keda-only | --volcano-only
 # Output: ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/k8s-<version>/{etcd,kube-apiserver,...}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kwok-<version>/kwok
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/helm-<version>/helm
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/keda-<version>/{keda-operator,keda-adapter}
+#         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/volcano-<version>/{vc-scheduler,vc-controller-manager}
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
 #         GOMODCACHE/GOCACHE/GOPROXY are honoured (Go defaults otherwise).
 set -euo pipefail
 
-want_cluster=1 want_keda=1
-case "${1:-}" in
-  "") ;;
-  --no-keda) want_keda=0 ;;
-  --keda-only) want_cluster=0 ;;
-  *) echo "usage: $0 [--no-keda | --keda-only]" >&2; exit 2 ;;
-esac
+want_cluster=1 want_keda=1 want_volcano=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-keda) want_keda=0 ;;
+    --no-volcano) want_volcano=0 ;;
+    --keda-only) want_cluster=0 want_volcano=0 ;;
+    --volcano-only) want_cluster=0 want_keda=0 ;;
+    *) echo "usage: $0 [--no-keda] [--no-volcano] | --keda-only | --volcano-only" >&2; exit 2 ;;
+  esac
+done
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=../testbed/versions.env
@@ -30,6 +34,7 @@ cache="${WARMSCALE_CACHE:-$HOME/.cache/warmscale}"
 k8s_dir="$cache/bin/k8s-$KUBERNETES_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
 keda_dir="$cache/bin/keda-$KEDA_VERSION"
+volcano_dir="$cache/bin/volcano-$VOLCANO_VERSION"
 nice_level="${WARMSCALE_BUILD_NICE:-10}"
 jobs="${WARMSCALE_BUILD_JOBS:-2}"
 
@@ -51,6 +56,9 @@ check_pin "$repo/testbed/k8s/go.mod" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check_pin "$repo/testbed/kwok/go.mod" sigs.k8s.io/kwok "$KWOK_VERSION"
 check_pin "$repo/testbed/helm/go.mod" helm.sh/helm/v4 "$HELM_VERSION"
 check_pin "$repo/testbed/keda/go.mod" github.com/kedacore/keda/v2 "$KEDA_VERSION"
+check_pin "$repo/testbed/volcano/go.mod" volcano.sh/volcano "$VOLCANO_VERSION"
+grep -Eq "^[[:space:]]*volcano.sh/apis => volcano.sh/apis $VOLCANO_APIS_VERSION\$" "$repo/testbed/volcano/go.mod" \
+  || { log "testbed/volcano/go.mod does not replace volcano.sh/apis with $VOLCANO_APIS_VERSION (testbed/versions.env)"; exit 1; }
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -119,6 +127,16 @@ if [[ $want_keda == 1 ]]; then
   build "$repo/testbed/keda" "$keda_dir" "$kedaldf" \
     keda-operator=github.com/kedacore/keda/v2/cmd/operator \
     keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+fi
+
+# Volcano (scheduler, controller-manager; its own k8s v0.35.3 libraries), needed only by the real-Volcano
+# tests (marker volcano), `up --volcano`. No webhook-manager: nothing here needs its admission checks.
+if [[ $want_volcano == 1 ]]; then
+  vcldf="-s -w -X volcano.sh/volcano/pkg/version.Version=$VOLCANO_VERSION"
+  vcldf+=" -X volcano.sh/volcano/pkg/version.GitSHA=none -X volcano.sh/volcano/pkg/version.Built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  build "$repo/testbed/volcano" "$volcano_dir" "$vcldf" \
+    vc-scheduler=volcano.sh/volcano/cmd/scheduler \
+    vc-controller-manager=volcano.sh/volcano/cmd/controller-manager
 fi
 
 log "done in $((SECONDS - start))s"
