@@ -13,6 +13,8 @@ Fixtures
                      temporary kwok nodes (deleted afterwards).
   keda_cluster       session: ``k8s_cluster`` with the real KEDA operator + metrics adapter running
                      (started on it if needed, stopped at the end if started here).
+  volcano_cluster    session: ``k8s_cluster`` with the real Volcano scheduler + controller-manager
+                     running (started on it if needed, stopped at the end if started here).
 
 Missing binaries fail the tests; they skip instead when ``WARMSCALE_ALLOW_SKIP_CLUSTER=1``
 and ``CI`` is not ``true``.
@@ -33,7 +35,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import fleet, keda
+from . import fleet, keda, volcano
 from .binaries import BinariesMissing
 from .fleet import NodePool
 from .harness import (
@@ -128,6 +130,30 @@ def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
         yield k8s_cluster
     finally:
         keda.stop(k8s_cluster)
+
+
+@pytest.fixture(scope="session")
+def volcano_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
+    if k8s_cluster.state_dir is None:
+        pytest.fail("the real-Volcano tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
+                    pytrace=False)
+    if volcano.running(k8s_cluster) and "volcano" in k8s_cluster.info:
+        yield k8s_cluster
+        return
+    try:
+        volcano.locate()
+    except BinariesMissing as exc:
+        if _skip_allowed():
+            pytest.skip(str(exc))
+        pytest.fail(f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip them outside CI (never when CI=true).",
+                    pytrace=False)
+    owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
+    volcano.start(k8s_cluster, die_with_parent=owned)
+    log.info("Volcano started", extra={"marks": k8s_cluster.info["volcano"].get("startup_marks")})
+    try:
+        yield k8s_cluster
+    finally:
+        volcano.stop(k8s_cluster)
 
 
 @pytest.fixture
