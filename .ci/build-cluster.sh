@@ -3,7 +3,8 @@
 # kube-scheduler, kwok), KEDA (operator, metrics adapter) and Volcano (scheduler, controller-manager)
 # from Go modules, only those that are missing from the cache.
 #
-# Usage:  build-cluster.sh [--no-keda] [--no-volcano] | --keda-only | --volcano-only
+# Usage:  build-cluster.sh [--no-keda] [--volcano] | --keda-only | --volcano-only
+#         (Volcano only when asked: see the Volcano section below)
 # Output: ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/k8s-<version>/{etcd,kube-apiserver,...}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kwok-<version>/kwok
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/helm-<version>/helm
@@ -12,17 +13,19 @@
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
+#         WARMSCALE_VOLCANO_APIS_DIR  a directory holding the volcano.sh/apis module Volcano is built with
+#                           (default: the published module, which the Go proxy here does not serve yet)
 #         GOMODCACHE/GOCACHE/GOPROXY are honoured (Go defaults otherwise).
 set -euo pipefail
 
-want_cluster=1 want_keda=1 want_volcano=1
+want_cluster=1 want_keda=1 want_volcano=0
 for arg in "$@"; do
   case "$arg" in
     --no-keda) want_keda=0 ;;
-    --no-volcano) want_volcano=0 ;;
+    --volcano) want_volcano=1 ;;
     --keda-only) want_cluster=0 want_volcano=0 ;;
-    --volcano-only) want_cluster=0 want_keda=0 ;;
-    *) echo "usage: $0 [--no-keda] [--no-volcano] | --keda-only | --volcano-only" >&2; exit 2 ;;
+    --volcano-only) want_cluster=0 want_keda=0 want_volcano=1 ;;
+    *) echo "usage: $0 [--no-keda] [--volcano] | --keda-only | --volcano-only" >&2; exit 2 ;;
   esac
 done
 
@@ -40,8 +43,8 @@ jobs="${WARMSCALE_BUILD_JOBS:-2}"
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"
 
-tmp=""
-trap '[[ -z "$tmp" ]] || rm -rf "$tmp"' EXIT
+tmp="" vcwork=""
+trap '[[ -z "$tmp" ]] || rm -rf "$tmp"; [[ -z "$vcwork" ]] || rm -rf "$vcwork"' EXIT
 log() { printf '%s build-cluster: %s\n' "$(date -u +%H:%M:%SZ)" "$*" >&2; }
 
 command -v go >/dev/null || { log "go not found in PATH"; exit 1; }
@@ -57,8 +60,7 @@ check_pin "$repo/testbed/kwok/go.mod" sigs.k8s.io/kwok "$KWOK_VERSION"
 check_pin "$repo/testbed/helm/go.mod" helm.sh/helm/v4 "$HELM_VERSION"
 check_pin "$repo/testbed/keda/go.mod" github.com/kedacore/keda/v2 "$KEDA_VERSION"
 check_pin "$repo/testbed/volcano/go.mod" volcano.sh/volcano "$VOLCANO_VERSION"
-grep -Eq "^[[:space:]]*volcano.sh/apis => volcano.sh/apis $VOLCANO_APIS_VERSION\$" "$repo/testbed/volcano/go.mod" \
-  || { log "testbed/volcano/go.mod does not replace volcano.sh/apis with $VOLCANO_APIS_VERSION (testbed/versions.env)"; exit 1; }
+check_pin "$repo/testbed/volcano/go.mod" volcano.sh/apis "$VOLCANO_VERSION"
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -129,14 +131,34 @@ if [[ $want_keda == 1 ]]; then
     keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
 fi
 
-# Volcano (scheduler, controller-manager; its own k8s v0.35.3 libraries), needed only by the real-Volcano
-# tests (marker volcano), `up --volcano`. No webhook-manager: nothing here needs its admission checks.
-if [[ $want_volcano == 1 ]]; then
+# Volcano (scheduler, controller-manager; its own k8s v0.35.3 libraries), only when asked (--volcano): needed
+# only by the real-Volcano tests (marker volcano, skipped without the binaries) and `up --volcano`. No
+# webhook-manager: nothing here needs its admission checks. volcano.sh/volcano requires volcano.sh/apis
+# v1.15.1, which the Go proxy here does not serve (testbed/volcano/go.mod): WARMSCALE_VOLCANO_APIS_DIR names
+# a directory with that module (staging/src/volcano.sh/apis of volcano's v1.15.1 tag); it replaces the
+# published one in a temporary copy of the wrapper, whose missing go.sum lines Go then adds (-mod=mod).
+if [[ $want_volcano == 1 && ! ( -x "$volcano_dir/vc-scheduler" && -x "$volcano_dir/vc-controller-manager" ) ]]; then
+  vcmod="$repo/testbed/volcano"
+  apis_dir="${WARMSCALE_VOLCANO_APIS_DIR:-}"
+  vcwork="$(mktemp -d)"
+  cp "$vcmod/go.mod" "$vcmod/go.sum" "$vcwork/"
+  if [[ -n "$apis_dir" ]]; then
+    grep -qx 'module volcano.sh/apis' "$apis_dir/go.mod" 2>/dev/null \
+      || { log "WARMSCALE_VOLCANO_APIS_DIR=$apis_dir: no go.mod of module volcano.sh/apis there"; exit 1; }
+    (cd "$vcwork" && go mod edit -replace "volcano.sh/apis=$(cd "$apis_dir" && pwd)")
+    log "volcano.sh/apis from $apis_dir (WARMSCALE_VOLCANO_APIS_DIR)"
+  elif ! (cd "$vcwork" && go mod download volcano.sh/apis >/dev/null 2>&1); then
+    log "volcano.sh/apis $VOLCANO_VERSION is not served by the Go module proxy ($(go env GOPROXY)); set"
+    log "WARMSCALE_VOLCANO_APIS_DIR to a directory with that module (docs/gangs-queues.md, Volcano)"
+    exit 1
+  fi
   vcldf="-s -w -X volcano.sh/volcano/pkg/version.Version=$VOLCANO_VERSION"
   vcldf+=" -X volcano.sh/volcano/pkg/version.GitSHA=none -X volcano.sh/volcano/pkg/version.Built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  build "$repo/testbed/volcano" "$volcano_dir" "$vcldf" \
+  GOFLAGS="-mod=mod -buildvcs=false" build "$vcwork" "$volcano_dir" "$vcldf" \
     vc-scheduler=volcano.sh/volcano/cmd/scheduler \
     vc-controller-manager=volcano.sh/volcano/cmd/controller-manager
+elif [[ $want_volcano == 1 ]]; then
+  log "up to date: $volcano_dir"
 fi
 
 log "done in $((SECONDS - start))s"

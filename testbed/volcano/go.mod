@@ -113,12 +113,15 @@ require (
 	volcano.sh/volcano v1.15.1 // indirect
 )
 
-// volcano.sh/volcano v1.15.1 (the scheduler and the controller-manager, built by .ci/build-cluster.sh) pins the
-// Kubernetes staging modules at v0.35.3 by replace directives and replaces volcano.sh/apis with a local path
-// (./staging/src/volcano.sh/apis) that is not in its module zip. Replaces only apply in the main module, so
-// its staging replaces (and the three others it has) are repeated here, and volcano.sh/apis comes from the
-// module proxy: v1.15.1 is not served there (403 "This module version is not available", checked
-// 2026-12-02; so is v1.15.0), v1.14.0 is, and volcano v1.15.1 builds against it (docs/gangs-queues.md).
+// volcano.sh/volcano v1.15.1 (the scheduler and the controller-manager, built by .ci/build-cluster.sh --volcano)
+// pins the Kubernetes staging modules at v0.35.3 by replace directives and replaces volcano.sh/apis with a
+// local path (./staging/src/volcano.sh/apis) that is not in its module zip. Replaces only apply in the main
+// module, so its staging replaces (and the three others it has) are repeated here, and volcano.sh/apis is
+// required as published, v1.15.1. The Go module proxy here does not serve volcano.sh/apis v1.15.1 (403 "This
+// module version is not available", checked 2026-12-02; nor v1.15.0, v1.14.1-3, pseudo-versions; v1.14.0 is
+// served but volcano v1.15.1 does not build against it: undefined QueueAllocationGateKey), so go.sum has no
+// line for it yet and build-cluster.sh can replace it by a local directory (WARMSCALE_VOLCANO_APIS_DIR, see
+// docs/gangs-queues.md) in a temporary copy of this module. Nothing of Volcano is committed.
 replace (
 	cloud.google.com/go => cloud.google.com/go v0.100.2
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc => go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.42.0
@@ -155,5 +158,4 @@ replace (
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.35.3
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.35.3
 	k8s.io/sample-controller => k8s.io/sample-controller v0.35.3
-	volcano.sh/apis => volcano.sh/apis v1.14.0
 )

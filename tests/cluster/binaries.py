@@ -118,9 +118,9 @@ def planned(script_args: list[str], root: Path | None = None) -> dict[str, Path]
         chosen = keda
     elif "--volcano-only" in script_args:
         chosen = volcano
-    else:
+    else:  # Volcano only when asked (build-cluster.sh --volcano)
         chosen = {**cluster, **({} if "--no-keda" in script_args else keda),
-                  **({} if "--no-volcano" in script_args else volcano)}
+                  **(volcano if "--volcano" in script_args else {})}
     return {n: p for n, p in chosen.items() if not os.access(p, os.X_OK)}
 
 

@@ -14,7 +14,8 @@ Fixtures
   keda_cluster       session: ``k8s_cluster`` with the real KEDA operator + metrics adapter running
                      (started on it if needed, stopped at the end if started here).
   volcano_cluster    session: ``k8s_cluster`` with the real Volcano scheduler + controller-manager
-                     running (started on it if needed, stopped at the end if started here).
+                     running (started on it if needed, stopped at the end if started here); skipped,
+                     even in CI, when its binaries are missing (built only by ``build-cluster.sh --volcano``).
 
 Missing binaries fail the tests; they skip instead when ``WARMSCALE_ALLOW_SKIP_CLUSTER=1``
 and ``CI`` is not ``true``.
@@ -133,20 +134,21 @@ def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
-def volcano_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
+def volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    try:
+        volcano.locate()
+    except BinariesMissing as exc:
+        # skipped even in CI, unlike KEDA: CI cannot build Volcano yet (the Go proxy does not serve the
+        # volcano.sh/apis it requires: testbed/volcano/go.mod), so it is built only on request. Checked
+        # before the cluster is asked for: a skip costs no cluster start.
+        pytest.skip(str(exc))
+    k8s_cluster: Cluster = request.getfixturevalue("k8s_cluster")
     if k8s_cluster.state_dir is None:
         pytest.fail("the real-Volcano tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
                     pytrace=False)
     if volcano.running(k8s_cluster) and "volcano" in k8s_cluster.info:
         yield k8s_cluster
         return
-    try:
-        volcano.locate()
-    except BinariesMissing as exc:
-        if _skip_allowed():
-            pytest.skip(str(exc))
-        pytest.fail(f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip them outside CI (never when CI=true).",
-                    pytrace=False)
     owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
     volcano.start(k8s_cluster, die_with_parent=owned)
     log.info("Volcano started", extra={"marks": k8s_cluster.info["volcano"].get("startup_marks")})

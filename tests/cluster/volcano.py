@@ -85,14 +85,16 @@ def locate(build: bool = False) -> VolcanoBinaries:
     if missing:
         raise BinariesMissing(
             "Volcano binaries missing: " + ", ".join(str(p) for p in missing)
-            + f" (build them with: bash {BUILD_SCRIPT.relative_to(REPO_ROOT)} --volcano)"
+            + f" (build them with: WARMSCALE_VOLCANO_APIS_DIR=<volcano.sh/apis v1.15.1> bash "
+            f"{BUILD_SCRIPT.relative_to(REPO_ROOT)} --volcano-only; docs/gangs-queues.md, Volcano)"
         )
     return binaries
 
 
 def module_dir() -> Path:
-    """The ``volcano.sh/volcano`` module pinned in ``testbed/volcano``, in the Go module cache."""
-    return crds.go_module_dir(MODULE, WRAPPER)
+    """The ``volcano.sh/volcano`` module pinned in ``testbed/volcano``, in the Go module cache (by its exact
+    version: the wrapper's module graph needs a ``volcano.sh/apis`` the proxy does not serve yet)."""
+    return crds.go_module_dir(f"{MODULE}@{version()}", WRAPPER)
 
 
 def crd_dir() -> Path:

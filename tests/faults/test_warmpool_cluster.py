@@ -174,6 +174,7 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
             "metadata": {"name": "vc", "annotations": {P + "enabled": "true", P + "standby": "1"}},
             "spec": {"replicas": 0, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {
                 "metadata": {}, "spec": {"schedulerName": ob.VOLCANO_SCHEDULER,
+                                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                                          "containers": [{"name": "c", "image": "registry.invalid/x"}]}}}}})
         # a cache root on a system path: an Event, nothing created or changed for it
         bad = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI2,
