@@ -45,7 +45,7 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # set by the LWS controller
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # "0": the leader
 LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"  # one group per topology domain
-GANG_ANN = "warmscale.io/gang"  # on a gang's placeholders: "<gang index>/<group size>/<topology key>"
+GANG_ANN = "warmscale.io/gang"  # on a gang's placeholders: "<gang>/<group size>/<topology key>[ scheduler=volcano]"
 GANG_LABEL = "warmscale.io/gang-id"  # the gang's members share it (pod affinity within the topology domain)
 # Volcano (volcano.sh, v1.15.1 tested): a workload whose pods name this scheduler gets its gangs as PodGroups
 VOLCANO_SCHEDULER = "volcano"  # spec.schedulerName of the pods Volcano schedules (its default --scheduler-name)
