@@ -9,7 +9,9 @@ Both run as plain processes out of cluster with the admin kubeconfig, built by
   copied or generated);
 - the scheduler's configuration is the installer's (``volcano-scheduler.conf`` of the
   ``volcano-scheduler-configmap`` in the module's ``installer/volcano-development.yaml``: actions
-  enqueue, allocate, backfill; the gang plugin among them), written to ``<state>/volcano/``;
+  enqueue, allocate, backfill; the gang plugin among them) with one change, Volcano's ``preempt``
+  action added after ``allocate`` (without it Volcano never evicts a lower-priority pod for a pending
+  one, so no replica could take a placeholder's room), written to ``<state>/volcano/``;
 - the controller-manager runs only what gangs of bare pods need: ``pg-controller`` (PodGroups for
   Volcano pods that name none) and ``queue-controller`` (opens the queues);
 - no webhook-manager: its admission checks (queue state, PodGroup fields) are not needed to schedule.
@@ -53,6 +55,8 @@ CONFIGMAP = "volcano-scheduler-configmap"
 # The installer runs the scheduler with a 1 s period (its default); kept, so a gang is bound within
 # a second or two of fitting.
 SCHEDULE_PERIOD = "1s"
+INSTALLER_ACTIONS = 'actions: "enqueue, allocate, backfill"'
+ACTIONS = 'actions: "enqueue, allocate, preempt, backfill"'  # + preempt: placeholders must be preemptible
 
 
 def version() -> str:
@@ -102,12 +106,16 @@ def crd_dir() -> Path:
 
 
 def scheduler_conf(module: Path) -> str:
-    """``volcano-scheduler.conf`` of the installer's scheduler ConfigMap (what a default install runs)."""
+    """``volcano-scheduler.conf`` of the installer's scheduler ConfigMap (what a default install runs) with
+    the ``preempt`` action added."""
     path = module / INSTALLER
     for doc in yaml.safe_load_all(path.read_text()):
         if isinstance(doc, dict) and doc.get("kind") == "ConfigMap" and (doc.get("metadata") or {}).get(
                 "name") == CONFIGMAP:
-            return str(doc["data"]["volcano-scheduler.conf"])
+            conf = str(doc["data"]["volcano-scheduler.conf"])
+            if INSTALLER_ACTIONS not in conf:
+                raise RuntimeError(f"{path}: {CONFIGMAP} no longer has {INSTALLER_ACTIONS!r}; revisit ACTIONS")
+            return conf.replace(INSTALLER_ACTIONS, ACTIONS)
     raise RuntimeError(f"{path}: no ConfigMap {CONFIGMAP} with volcano-scheduler.conf")
 
 

@@ -18,7 +18,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster import crds
+from tests.cluster import crds, lws_standin
 from tests.cluster import workloads as w
 from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     NodePoolFactory,
@@ -173,3 +173,45 @@ async def test_controller_holds_a_volcano_gang_as_one_pod_group_and_cleans_up_wi
     with pytest.raises(ApiException) as exc:
         await custom.get_namespaced_custom_object(G, V, ns, PL, "pp")
     assert exc.value.status == 404
+
+
+async def test_a_group_preempts_a_held_gang_as_a_unit(
+    lws_crd: None, k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory,
+    warm_pool: None,
+) -> None:
+    ns = k8s_namespace
+    core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    nodes = set(await k8s_node_pool(replace(H100, name="vc", count=2)))  # room for one group of 2 only
+    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
+           P + "min-ready": "0"}
+    await custom.create_namespaced_custom_object(G, V, ns, PL, volcano_lws(ns, "pp", 2, ann))
+
+    async def held() -> list[client.V1Pod]:
+        pods = await placeholders(core, ns)
+        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else []
+
+    gang = {p.metadata.uid for p in await wait_for(held, within=45, what="the gang's 2 members Running")}
+    # one group (2 pods, default priority, schedulerName volcano) from the LWS stand-in: it needs both nodes
+    async with lws_standin.running(k8s_admin, ns):
+        await custom.patch_namespaced_custom_object(G, V, ns, PL, "pp", {"spec": {"replicas": 1}},
+                                                    _content_type="application/merge-patch+json")
+
+        async def group_running() -> list[client.V1Pod]:
+            pods = (await core.list_namespaced_pod(ns, label_selector=f"{ob.LWS_NAME_LABEL}=pp")).items
+            live = [p for p in pods if p.metadata.deletion_timestamp is None]
+            return live if len(live) == 2 and all(p.status.phase == "Running" for p in live) else []
+
+        group = await wait_for(group_running, within=60, what="the group Running in the gang's place")
+        assert {p.spec.node_name for p in group} == nodes
+        # the whole gang went (Volcano preempted its members; the controller releases what is left of a
+        # gang); the gang planned again meanwhile (same names, same PodGroup) stays unbound: no room for it
+        async def released() -> bool:
+            return not gang & {p.metadata.uid for p in await placeholders(core, ns)}
+
+        await wait_for(released, within=30, what="the old gang's members gone")
+        t_end = time.monotonic() + UNBOUND_FOR_S
+        while time.monotonic() < t_end:
+            bound = [p.metadata.name for p in await placeholders(core, ns) if p.spec.node_name]
+            assert not bound, f"a placeholder holds a node the group needs: {bound}"
+            await asyncio.sleep(0.5)
+        assert {p.spec.node_name for p in await group_running()} == nodes
