@@ -215,3 +215,36 @@ async def test_a_group_preempts_a_held_gang_as_a_unit(
             assert not bound, f"a placeholder holds a node the group needs: {bound}"
             await asyncio.sleep(0.5)
         assert {p.spec.node_name for p in await group_running()} == nodes
+
+
+async def test_one_preempted_member_releases_the_whole_gang(
+    lws_crd: None, k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory,
+    warm_pool: None,
+) -> None:
+    ns = k8s_namespace
+    core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
+    await k8s_node_pool(replace(H100, name="vc", count=2))
+    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
+           P + "min-ready": "0"}
+    await custom.create_namespaced_custom_object(G, V, ns, PL, volcano_lws(ns, "pp", 2, ann))
+
+    async def held() -> list[client.V1Pod]:
+        pods = await placeholders(core, ns)
+        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else []
+
+    gang = {p.metadata.uid for p in await wait_for(held, within=45, what="the gang's 2 members Running")}
+    # a one-node replica (default priority) takes one member's node: Volcano preempts that member only
+    solo = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo", "namespace": ns},
+            "spec": {**w.pod_spec(gpus=8, cpu="4", memory="32Gi", node_selector={"warmscale.io/test": ns}),
+                     "schedulerName": ob.VOLCANO_SCHEDULER}}
+    await core.create_namespaced_pod(ns, solo)
+
+    async def solo_running() -> bool:
+        return (await core.read_namespaced_pod("solo", ns)).status.phase == "Running"
+
+    await wait_for(solo_running, within=45, what="the one-node replica Running")
+
+    async def released() -> bool:  # the member Volcano left is released too: half a gang serves nobody
+        return not gang & {p.metadata.uid for p in await placeholders(core, ns)}
+
+    await wait_for(released, within=30, what="the surviving member released with its gang")
