@@ -27,10 +27,12 @@ BUILD_SCRIPT = REPO_ROOT / ".ci" / "build-cluster.sh"
 
 K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 # Seconds each build took on the 2-core machines (build-cluster.sh's "built X in Ns" lines, cold Go
-# caches); only the progress bar's ETA reads them. KEDA: ~10 min for both, most in the operator.
+# caches); only the progress bar's ETA reads them. KEDA: ~10 min for both, most in the operator. Volcano:
+# the scheduler ~18 min cold under load (its k8s v0.35.3 libraries; 228 s with them cached), then the
+# controller-manager 100 s.
 BUILD_SECONDS = {"etcd": 37, "kube-apiserver": 254, "kwok": 74, "kube-scheduler": 52, "kube-controller-manager": 50,
                  "kubectl": 19, "helm": 145, "keda-operator": 480, "keda-adapter": 120,
-                 "vc-scheduler": 600, "vc-controller-manager": 120}
+                 "vc-scheduler": 1080, "vc-controller-manager": 100}
 _BUILT = re.compile(r"build-cluster: built (\S+) in ")
 
 
