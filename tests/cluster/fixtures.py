@@ -111,12 +111,6 @@ def k8s_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="session")
 def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
-    if k8s_cluster.state_dir is None:
-        pytest.fail("the real-KEDA tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
-                    pytrace=False)
-    if keda.running(k8s_cluster) and "keda" in k8s_cluster.info:
-        yield k8s_cluster
-        return
     try:
         keda.locate()
     except BinariesMissing as exc:
@@ -124,13 +118,25 @@ def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
             pytest.skip(str(exc))
         pytest.fail(f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip them outside CI (never when CI=true).",
                     pytrace=False)
-    owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
-    keda.start(k8s_cluster, die_with_parent=owned)
-    log.info("KEDA started", extra={"marks": k8s_cluster.info["keda"].get("startup_marks")})
+    yield from _started_beside(k8s_cluster, keda, "keda")
+
+
+def _started_beside(cluster: Cluster, component: Any, key: str) -> Iterator[Cluster]:
+    """Start ``component`` (the ``keda`` or ``volcano`` module) next to ``cluster``, stop it at the end
+    (one already running is used as it is)."""
+    if cluster.state_dir is None:
+        pytest.fail(f"the real-{key} tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
+                    pytrace=False)
+    if component.running(cluster) and key in cluster.info:
+        yield cluster
+        return
+    component.start(cluster, die_with_parent=cluster.state_dir.name.startswith(TEMP_PREFIX))
+    log.info("started beside the cluster", extra={"component": key,
+                                                  "marks": cluster.info[key].get("startup_marks")})
     try:
-        yield k8s_cluster
+        yield cluster
     finally:
-        keda.stop(k8s_cluster)
+        component.stop(cluster)
 
 
 @pytest.fixture(scope="session")
@@ -143,19 +149,7 @@ def volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         # before the cluster is asked for: a skip costs no cluster start.
         pytest.skip(str(exc))
     k8s_cluster: Cluster = request.getfixturevalue("k8s_cluster")
-    if k8s_cluster.state_dir is None:
-        pytest.fail("the real-Volcano tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
-                    pytrace=False)
-    if volcano.running(k8s_cluster) and "volcano" in k8s_cluster.info:
-        yield k8s_cluster
-        return
-    owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
-    volcano.start(k8s_cluster, die_with_parent=owned)
-    log.info("Volcano started", extra={"marks": k8s_cluster.info["volcano"].get("startup_marks")})
-    try:
-        yield k8s_cluster
-    finally:
-        volcano.stop(k8s_cluster)
+    yield from _started_beside(k8s_cluster, volcano, "volcano")
 
 
 @pytest.fixture

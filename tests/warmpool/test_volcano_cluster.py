@@ -85,6 +85,33 @@ async def placeholders(core: client.CoreV1Api, ns: str) -> list[client.V1Pod]:
     return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
+async def hold_a_gang(api: client.ApiClient, ns: str, make: NodePoolFactory) -> tuple[
+        dict[str, Any], set[str], list[client.V1Pod]]:
+    """Two H100 nodes and LeaderWorkerSet ``pp`` on Volcano (no groups, a gang of 2 held): (the LWS, its
+    nodes, the gang's members once both run)."""
+    nodes = set(await make(replace(H100, name="vc", count=2)))
+    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
+           P + "min-ready": "0"}
+    obj = await client.CustomObjectsApi(api).create_namespaced_custom_object(G, V, ns, PL,
+                                                                           volcano_lws(ns, "pp", 2, ann))
+    core = client.CoreV1Api(api)
+
+    async def held() -> list[client.V1Pod]:
+        pods = await placeholders(core, ns)
+        return pods if len(pods) == 2 and all(p.status.phase == "Running" and p.spec.node_name for p in pods) else []
+
+    return obj, nodes, await wait_for(held, within=45, what="the gang's 2 members Running")
+
+
+async def assert_none_bound(core: client.CoreV1Api, ns: str, what: str) -> None:
+    """No placeholder of ``ns`` is bound to a node during :data:`UNBOUND_FOR_S` (several Volcano cycles)."""
+    t_end = time.monotonic() + UNBOUND_FOR_S
+    while time.monotonic() < t_end:
+        bound = [p.metadata.name for p in await placeholders(core, ns) if p.spec.node_name]
+        assert not bound, f"{what}: {bound}"
+        await asyncio.sleep(0.5)
+
+
 def scheduled_at(pod: client.V1Pod) -> datetime:
     cond = next(c for c in pod.status.conditions or [] if c.type == "PodScheduled" and c.status == "True")
     return cond.last_transition_time
@@ -111,11 +138,7 @@ async def test_partial_gang_never_holds_a_gpu_and_a_gang_that_fits_binds_whole(
         return any(c.get("type") == "Unschedulable" for c in (got.get("status") or {}).get("conditions") or [])
 
     await wait_for(refused, within=30, what="Volcano marks the 3-member gang Unschedulable")
-    t_end = time.monotonic() + UNBOUND_FOR_S
-    while time.monotonic() < t_end:
-        bound = [p.metadata.name for p in await placeholders(core, ns) if p.spec.node_name]
-        assert not bound, f"a partial gang holds nodes: {bound}"
-        await asyncio.sleep(0.5)
+    await assert_none_bound(core, ns, "a partial gang holds nodes")
 
     third = await k8s_node_pool(replace(H100, name="vc3", count=1))
 
@@ -135,17 +158,8 @@ async def test_controller_holds_a_volcano_gang_as_one_pod_group_and_cleans_up_wi
 ) -> None:
     ns = k8s_namespace
     core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
-    await k8s_node_pool(replace(H100, name="vc", count=2))
-    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
-           P + "min-ready": "0"}
-    obj = await custom.create_namespaced_custom_object(G, V, ns, PL, volcano_lws(ns, "pp", 2, ann))
+    obj, _, pods = await hold_a_gang(k8s_admin, ns, k8s_node_pool)
     wl = workload_from(ob.LWS_KIND, obj)
-
-    async def held() -> list[client.V1Pod]:
-        pods = await placeholders(core, ns)
-        return pods if len(pods) == 2 and all(p.status.phase == "Running" and p.spec.node_name for p in pods) else []
-
-    pods = await wait_for(held, within=45, what="the gang's 2 members Running")
     groups = (await custom.list_namespaced_custom_object(*PG, ns, ob.PG_PLURAL))["items"]
     assert [g["metadata"]["name"] for g in groups] == [ob.pod_group_name(wl, 0)]
     (group,) = groups
@@ -181,16 +195,8 @@ async def test_a_group_preempts_a_held_gang_as_a_unit(
 ) -> None:
     ns = k8s_namespace
     core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
-    nodes = set(await k8s_node_pool(replace(H100, name="vc", count=2)))  # room for one group of 2 only
-    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
-           P + "min-ready": "0"}
-    await custom.create_namespaced_custom_object(G, V, ns, PL, volcano_lws(ns, "pp", 2, ann))
-
-    async def held() -> list[client.V1Pod]:
-        pods = await placeholders(core, ns)
-        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else []
-
-    gang = {p.metadata.uid for p in await wait_for(held, within=45, what="the gang's 2 members Running")}
+    _, nodes, members = await hold_a_gang(k8s_admin, ns, k8s_node_pool)  # room for one group of 2 only
+    gang = {p.metadata.uid for p in members}
     # one group (2 pods, default priority, schedulerName volcano) from the LWS stand-in: it needs both nodes
     async with lws_standin.running(k8s_admin, ns):
         await custom.patch_namespaced_custom_object(G, V, ns, PL, "pp", {"spec": {"replicas": 1}},
@@ -209,11 +215,7 @@ async def test_a_group_preempts_a_held_gang_as_a_unit(
             return not gang & {p.metadata.uid for p in await placeholders(core, ns)}
 
         await wait_for(released, within=30, what="the old gang's members gone")
-        t_end = time.monotonic() + UNBOUND_FOR_S
-        while time.monotonic() < t_end:
-            bound = [p.metadata.name for p in await placeholders(core, ns) if p.spec.node_name]
-            assert not bound, f"a placeholder holds a node the group needs: {bound}"
-            await asyncio.sleep(0.5)
+        await assert_none_bound(core, ns, "a placeholder holds a node the group needs")
         assert {p.spec.node_name for p in await group_running()} == nodes
 
 
@@ -222,17 +224,9 @@ async def test_one_preempted_member_releases_the_whole_gang(
     warm_pool: None,
 ) -> None:
     ns = k8s_namespace
-    core, custom = client.CoreV1Api(k8s_admin), client.CustomObjectsApi(k8s_admin)
-    await k8s_node_pool(replace(H100, name="vc", count=2))
-    ann = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "0", P + "autoscale": "false",
-           P + "min-ready": "0"}
-    await custom.create_namespaced_custom_object(G, V, ns, PL, volcano_lws(ns, "pp", 2, ann))
-
-    async def held() -> list[client.V1Pod]:
-        pods = await placeholders(core, ns)
-        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else []
-
-    gang = {p.metadata.uid for p in await wait_for(held, within=45, what="the gang's 2 members Running")}
+    core = client.CoreV1Api(k8s_admin)
+    _, _, members = await hold_a_gang(k8s_admin, ns, k8s_node_pool)
+    gang = {p.metadata.uid for p in members}
     # a one-node replica (default priority) takes one member's node: Volcano preempts that member only
     solo = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo", "namespace": ns},
             "spec": {**w.pod_spec(gpus=8, cpu="4", memory="32Gi", node_selector={"warmscale.io/test": ns}),
