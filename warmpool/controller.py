@@ -211,6 +211,13 @@ class Controller:
                                            plural=ob.LWS_PLURAL),
                          functools.partial(self.custom.list_cluster_custom_object, ob.LWS_GROUP, ob.LWS_VERSION,
                                            ob.LWS_PLURAL), self._changed, optional=True)
+        # Volcano PodGroups of placeholder gangs: optional (no Volcano CRDs: there are none)
+        self.pod_groups = cache("podgroups",
+                                functools.partial(self.custom.list_namespaced_custom_object, ob.PG_GROUP, ob.PG_VERSION,
+                                                  plural=ob.PG_PLURAL),
+                                functools.partial(self.custom.list_cluster_custom_object, ob.PG_GROUP, ob.PG_VERSION,
+                                                  ob.PG_PLURAL), self._changed, optional=True,
+                                label_selector=f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE},{ob.ROLE}={ob.PG_ROLE}")
         self.nodes = Cache("nodes", self.core.list_node, self._changed, watch_timeout_s=wt)
         self.caches.append(self.nodes)
         self.pods = cache("pods", self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces,
@@ -438,11 +445,13 @@ class Controller:
         nodes = list(self.nodes.items.values())
         pods = [p for p in self.pods.items.values() if (p.get("metadata") or {}).get("namespace") == wl.namespace]
         jobs = [j for j in self.jobs.items.values() if (j.get("metadata") or {}).get("namespace") == wl.namespace]
+        groups = [g for g in self.pod_groups.items.values()
+                  if (g.get("metadata") or {}).get("namespace") == wl.namespace]
         so = await self._get_scaledobject(wl) if wl.name else None
         p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address,
                  allowed_roots=self.opts.cache_root_allow, file_sources=self.opts.file_source_allow,
                  trigger_authentication=self.opts.trigger_authentication,
-                 standby=await self._standby_evidence(wl))
+                 standby=await self._standby_evidence(wl), pod_groups=groups)
         if p.config is not None and p.config.enabled and p.config.standby_auto:
             self.standby_last[wl.key] = p.standby
         inv = self._involved(wl)
@@ -479,6 +488,12 @@ class Controller:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
         for name in p.delete_placeholders:
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
+        for name in p.delete_pod_groups:
+            await ignore_status(self.custom.delete_namespaced_custom_object(
+                ob.PG_GROUP, ob.PG_VERSION, ns, ob.PG_PLURAL, name), 404)
+        for gang in p.create_pod_groups:  # a Volcano gang's PodGroup before its members
+            await ignore_status(self.custom.create_namespaced_custom_object(
+                ob.PG_GROUP, ob.PG_VERSION, ns, ob.PG_PLURAL, ob.pod_group(wl, gang)), 409)
         holds = [ob.placeholder_pod(wl, i, p.pinned) for i in p.create_placeholders] + [
             ob.gang_placeholder_pod(wl, g, m, p.pinned, domain) for g, m, domain in p.create_gang_members]
         if holds and not self.priority_class_ok:

@@ -14,6 +14,12 @@ all in one domain of the exclusive-topology key when the LWS has one (one gang p
   is deleted whole (what it holds would serve no group).
 
 A gang counts as ready (one replica's worth of warm capacity) only when all its members run.
+
+For a workload whose pods Volcano schedules (``schedulerName: volcano``) each gang is also one Volcano
+**PodGroup** with ``minMember`` = the group size (:func:`warmscale.warmpool.objects.pod_group`): the
+planner's check above is then backed by the scheduler's, which binds a gang's members all at once or
+none of them. A PodGroup lives as long as its gang is kept or being created; any other PodGroup of the
+workload (a released gang, another group size, the workload no longer on Volcano) is deleted.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class GangPlan:
     ready: int = 0  # gangs whose members all run
     unfit: str = ""  # why the next wanted gang was not created ("" : every wanted gang exists or fits)
     unfit_gang: int = -1  # its index
+    create_groups: list[int] = field(default_factory=list)  # Volcano: gangs whose PodGroup is to be made
+    delete_groups: list[str] = field(default_factory=list)  # Volcano: PodGroup names no gang needs
 
 
 def _meta(o: Obj) -> Mapping[str, Any]:
@@ -120,9 +128,10 @@ def ob_name(o: Obj) -> str:
 
 
 def plan_gangs(wl: ob.Workload, want: int, cands: Sequence[Obj], pods: Sequence[Obj], pinned: Sequence[str] | None,
-               now: float, partial_gang_s: float = PARTIAL_GANG_S) -> GangPlan:
+               now: float, partial_gang_s: float = PARTIAL_GANG_S, pod_groups: Sequence[Obj] = ()) -> GangPlan:
     """Keep ``want`` placeholder gangs for ``wl`` (``pods``: its namespace's; ``cands``: nodes that fit
-    one member; ``pinned``: the warm nodes placeholders are pinned to, None: any candidate)."""
+    one member; ``pinned``: the warm nodes placeholders are pinned to, None: any candidate;
+    ``pod_groups``: the namespace's Volcano PodGroups)."""
     gp = GangPlan()
     mine = wl.key_hash
     holders = [q for q in pods if _labels(q).get(ob.WORKLOAD) == mine and _labels(q).get(ob.ROLE) == "placeholder"
@@ -177,7 +186,18 @@ def plan_gangs(wl: ob.Workload, want: int, cands: Sequence[Obj], pods: Sequence[
             gp.create.append((gang, m, domain or None))
         # what it will hold counts against the next gang's room (not bound yet: charge the domain's nodes)
         live = [*live, *_virtual_members(wl, allowed, live, domain)]
+    _plan_pod_groups(wl, gp, sorted(gangs), pod_groups)
     return gp
+
+
+def _plan_pod_groups(wl: ob.Workload, gp: GangPlan, kept: Sequence[int], pod_groups: Sequence[Obj]) -> None:
+    """Volcano: one PodGroup per kept or new gang; every other PodGroup of ``wl`` is deleted."""
+    mine = {ob_name(g) for g in pod_groups if _labels(g).get(ob.WORKLOAD) == wl.key_hash
+            and _labels(g).get(ob.ROLE) == ob.PG_ROLE and not _meta(g).get("deletionTimestamp")}
+    needed = sorted({*kept, *(gang for gang, _, _ in gp.create)}) if wl.volcano else []
+    wanted = {ob.pod_group_name(wl, gang) for gang in needed}
+    gp.create_groups = [gang for gang in needed if ob.pod_group_name(wl, gang) not in mine]
+    gp.delete_groups = sorted(mine - wanted)
 
 
 def _gang_domain(q: Obj, topology_key: str) -> str | None:

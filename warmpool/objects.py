@@ -45,8 +45,14 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"  # set by the LWS controller
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # "0": the leader
 LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"  # one group per topology domain
-GANG_ANN = "warmscale.io/gang"  # on a gang's placeholders: "<gang index>/<group size>/<topology key>"
+GANG_ANN = "warmscale.io/gang"  # on a gang's placeholders: "<gang>/<group size>/<topology key>[ scheduler=volcano]"
 GANG_LABEL = "warmscale.io/gang-id"  # the gang's members share it (pod affinity within the topology domain)
+# Volcano (volcano.sh, v1.15.1 tested): a workload whose pods name this scheduler gets its gangs as PodGroups
+VOLCANO_SCHEDULER = "volcano"  # spec.schedulerName of the pods Volcano schedules (its default --scheduler-name)
+PG_GROUP, PG_VERSION, PG_PLURAL, PG_KIND = "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"
+PG_ANN = "scheduling.k8s.io/group-name"  # on a pod: the PodGroup it belongs to (Volcano's KubeGroupNameAnnotationKey)
+VOLCANO_QUEUE_ANN = "scheduling.volcano.sh/queue-name"  # on a pod template: the Volcano queue of its pods
+PG_ROLE = "placeholder-group"  # warmscale.io/role of the placeholder gangs' PodGroups
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,22 @@ class Workload:
     def is_gang(self) -> bool:
         """A replica of several pods (its placeholders are held as a gang)."""
         return self.kind == LWS_KIND
+
+    @property
+    def volcano(self) -> bool:
+        """A gang workload whose pods Volcano schedules (leader or worker template ``schedulerName:
+        volcano``): each placeholder gang is one Volcano PodGroup, bound all or nothing by the scheduler."""
+        return self.is_gang and any(self.member_spec(m).get("schedulerName") == VOLCANO_SCHEDULER for m in (0, 1))
+
+    @property
+    def volcano_queue(self) -> str | None:
+        """The Volcano queue the workload's pods name (None: Volcano's default queue)."""
+        for m in (0, 1):
+            tmpl = self.leader_template if m == 0 and self.leader_template is not None else self.template
+            q = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(VOLCANO_QUEUE_ANN)
+            if q:
+                return str(q)
+        return None
 
     def member_spec(self, member: int) -> Mapping[str, Any]:
         """The pod spec of group member ``member`` (0: the leader)."""
@@ -250,8 +272,40 @@ def gang_id(wl: Workload, gang: int) -> str:
 
 
 def gang_record(wl: Workload, gang: int) -> str:
-    """What a gang was planned for (GANG_ANN): a change of group size or topology key re-plans it."""
-    return f"{gang}/{wl.group_size}/{wl.topology_key}"
+    """What a gang was planned for (GANG_ANN): a change of group size, topology key or scheduler (to or
+    from Volcano) re-plans it."""
+    base = f"{gang}/{wl.group_size}/{wl.topology_key}"
+    return f"{base} scheduler={VOLCANO_SCHEDULER}" if wl.volcano else base
+
+
+def pod_group_name(wl: Workload, gang: int) -> str:
+    """The PodGroup of Volcano gang ``gang``; the name carries what it was made for (its ``minMember``), so
+    a re-planned gang gets a new PodGroup instead of a stale one of the same name."""
+    return f"ws-hold-{_dns_trunc(wl.name, 36)}-{wl.key_hash[:6]}-g{gang}-{h(gang_record(wl, gang), 4)}"
+
+
+def pod_group(wl: Workload, gang: int) -> dict[str, Any]:
+    """The Volcano PodGroup of placeholder gang ``gang``: ``minMember`` = the group size, so the scheduler
+    binds all its members at once or none (a partial gang never holds a GPU); ``minResources`` = what
+    the members request together (Volcano's enqueue admits it only when that much is idle); the
+    placeholders' PriorityClass (the lowest: real replicas preempt it); the queue the workload's pods
+    name (the same quota as the replicas it holds room for)."""
+    total: dict[str, float] = {}
+    for m in range(wl.group_size):
+        for k, v in replica_requests(wl.member_spec(m)).items():
+            total[k] = total.get(k, 0.0) + v
+    spec: dict[str, Any] = {"minMember": wl.group_size, "priorityClassName": PRIORITY_CLASS,
+                            "minResources": {k: _fmt(v) for k, v in sorted(total.items()) if v > 0}}
+    if wl.volcano_queue:
+        spec["queue"] = wl.volcano_queue
+    return {
+        "apiVersion": f"{PG_GROUP}/{PG_VERSION}", "kind": PG_KIND,
+        "metadata": {"name": pod_group_name(wl, gang), "namespace": wl.namespace,
+                     "labels": labels(wl, PG_ROLE, {GANG_LABEL: gang_id(wl, gang)}),
+                     "annotations": {GANG_ANN: gang_record(wl, gang)},
+                     "ownerReferences": [wl.owner_ref()]},
+        "spec": spec,
+    }
 
 
 def gang_placeholder_pod(wl: Workload, gang: int, member: int, pinned: Sequence[str] | None,
@@ -281,11 +335,15 @@ def gang_placeholder_pod(wl: Workload, gang: int, member: int, pinned: Sequence[
             na["requiredDuringSchedulingIgnoredDuringExecution"] = req
             aff["nodeAffinity"] = na
         spec["affinity"] = aff
+    annotations = {PIN_ANN: pin_hash(pinned), GANG_ANN: gang_record(wl, gang)}
+    if wl.volcano:  # one PodGroup per gang: Volcano binds its members together or not at all
+        spec["schedulerName"] = VOLCANO_SCHEDULER
+        annotations[PG_ANN] = pod_group_name(wl, gang)
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": gang_placeholder_name(wl, gang, member), "namespace": wl.namespace,
                      "labels": labels(wl, "placeholder", {GANG_LABEL: gid}),
-                     "annotations": {PIN_ANN: pin_hash(pinned), GANG_ANN: gang_record(wl, gang)},
+                     "annotations": annotations,
                      "ownerReferences": [wl.owner_ref()]},
         "spec": spec,
     }

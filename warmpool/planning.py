@@ -153,6 +153,8 @@ class Plan:
     create_placeholders: list[int] = field(default_factory=list)  # indices
     create_gang_members: list[tuple[int, int, str | None]] = field(default_factory=list)  # (gang, member, domain)
     delete_placeholders: list[str] = field(default_factory=list)  # pod names
+    create_pod_groups: list[int] = field(default_factory=list)  # Volcano: gang indices (before their members)
+    delete_pod_groups: list[str] = field(default_factory=list)  # Volcano: PodGroup names
     pinned: list[str] | None = None  # nodes placeholders are pinned to (None: workload constraints only)
     placeholders_ready: int = 0
     standby: int = 0  # placeholders wanted (the fixed count, or what auto decided)
@@ -270,8 +272,9 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
          scaledobject: Obj | None, now: datetime, *, scaler_address: str = "warmscale-scaler.warmscale:9090",
          retry_cooldown_s: float = RETRY_COOLDOWN_S, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
          trigger_authentication: str = "", standby: StandbyEvidence | None = None,
-         file_sources: Sequence[str] = DEFAULT_FILE_SOURCES) -> Plan:
-    """The whole desired state for one workload. ``pods``/``jobs`` are those of its namespace.
+         file_sources: Sequence[str] = DEFAULT_FILE_SOURCES, pod_groups: Sequence[Obj] = ()) -> Plan:
+    """The whole desired state for one workload. ``pods``/``jobs``/``pod_groups`` (Volcano's) are those
+    of its namespace.
 
     ``allowed_roots``: where cache roots may lie (the controller's ``--cache-root-allow``);
     ``file_sources``: where ``file://`` model sources may lie (``--file-source-allow``);
@@ -367,8 +370,9 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     warm = p.staged_nodes if uri is not None else p.prepulled_nodes
     p.pinned = sorted(warm) if cfg.prestage_nodes > 0 and warm else None
     if wl.is_gang:
-        gp = plan_gangs(wl, p.standby, cands, pods, p.pinned, ts)
+        gp = plan_gangs(wl, p.standby, cands, pods, p.pinned, ts, pod_groups=pod_groups)
         p.create_gang_members, p.delete_placeholders, p.placeholders_ready = gp.create, gp.delete, gp.ready
+        p.create_pod_groups, p.delete_pod_groups = gp.create_groups, gp.delete_groups
         if gp.unfit:
             p.events.append(Event("Warning", "GangDoesNotFit",
                                   f"placeholder gang {gp.unfit_gang} (of {p.standby}) not created: {gp.unfit}; "

@@ -47,6 +47,10 @@ WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
     ("annotated LeaderWorkerSets (one replica = one group): the same as Deployments",
      {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
       "verbs": ["list", "watch", "patch"]}),
+    ("Volcano PodGroups of placeholder gangs (workloads with schedulerName: volcano): one per gang, all or "
+     "nothing",
+     {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["list", "watch", "create",
+                                                                                    "delete"]}),
     ("placeholder and pre-pull pods (all pods watched for time-to-ready); patch: the pod-deletion-cost "
      "annotation on managed Deployments' ready pods (the least loaded goes first on scale-in)",
      {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete", "patch"]}),

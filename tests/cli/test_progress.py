@@ -62,7 +62,7 @@ def test_bench_trace_in_a_pipe_prints_no_bar(tmp_path: Path, monkeypatch: pytest
 def test_the_cluster_build_plans_only_what_is_missing(tmp_path: Path) -> None:
     from warmscale.localcluster.binaries import BUILD_SECONDS, pinned_versions, planned
 
-    everything = planned([], tmp_path)
+    everything = planned(["--volcano"], tmp_path)
     assert set(everything) == set(BUILD_SECONDS)
     etcd = everything["etcd"]
     etcd.parent.mkdir(parents=True)
@@ -71,3 +71,5 @@ def test_the_cluster_build_plans_only_what_is_missing(tmp_path: Path) -> None:
     assert "etcd" not in planned([], tmp_path)
     assert set(planned(["--keda-only"], tmp_path)) == {"keda-operator", "keda-adapter"}
     assert pinned_versions()["KEDA_VERSION"] in str(planned(["--keda-only"], tmp_path)["keda-operator"])
+    assert set(planned(["--volcano-only"], tmp_path)) == {"vc-scheduler", "vc-controller-manager"}
+    assert not {"vc-scheduler", "keda-operator"} & set(planned(["--no-keda"], tmp_path))

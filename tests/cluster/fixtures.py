@@ -13,6 +13,9 @@ Fixtures
                      temporary kwok nodes (deleted afterwards).
   keda_cluster       session: ``k8s_cluster`` with the real KEDA operator + metrics adapter running
                      (started on it if needed, stopped at the end if started here).
+  volcano_cluster    session: ``k8s_cluster`` with the real Volcano scheduler + controller-manager
+                     running (started on it if needed, stopped at the end if started here); skipped,
+                     even in CI, when its binaries are missing (built only by ``build-cluster.sh --volcano``).
 
 Missing binaries fail the tests; they skip instead when ``WARMSCALE_ALLOW_SKIP_CLUSTER=1``
 and ``CI`` is not ``true``.
@@ -33,7 +36,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from warmscale.localcluster import fleet, keda
+from warmscale.localcluster import fleet, keda, volcano
 from warmscale.localcluster.binaries import BinariesMissing
 from warmscale.localcluster.fleet import NodePool
 from warmscale.localcluster.harness import (
@@ -108,12 +111,6 @@ def k8s_cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="session")
 def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
-    if k8s_cluster.state_dir is None:
-        pytest.fail("the real-KEDA tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
-                    pytrace=False)
-    if keda.running(k8s_cluster) and "keda" in k8s_cluster.info:
-        yield k8s_cluster
-        return
     try:
         keda.locate()
     except BinariesMissing as exc:
@@ -121,13 +118,38 @@ def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
             pytest.skip(str(exc))
         pytest.fail(f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip them outside CI (never when CI=true).",
                     pytrace=False)
-    owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
-    keda.start(k8s_cluster, die_with_parent=owned)
-    log.info("KEDA started", extra={"marks": k8s_cluster.info["keda"].get("startup_marks")})
+    yield from _started_beside(k8s_cluster, keda, "keda")
+
+
+def _started_beside(cluster: Cluster, component: Any, key: str) -> Iterator[Cluster]:
+    """Start ``component`` (the ``keda`` or ``volcano`` module) next to ``cluster``, stop it at the end
+    (one already running is used as it is)."""
+    if cluster.state_dir is None:
+        pytest.fail(f"the real-{key} tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
+                    pytrace=False)
+    if component.running(cluster) and key in cluster.info:
+        yield cluster
+        return
+    component.start(cluster, die_with_parent=cluster.state_dir.name.startswith(TEMP_PREFIX))
+    log.info("started beside the cluster", extra={"component": key,
+                                                  "marks": cluster.info[key].get("startup_marks")})
     try:
-        yield k8s_cluster
+        yield cluster
     finally:
-        keda.stop(k8s_cluster)
+        component.stop(cluster)
+
+
+@pytest.fixture(scope="session")
+def volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    try:
+        volcano.locate()
+    except BinariesMissing as exc:
+        # skipped even in CI, unlike KEDA: CI cannot build Volcano yet (the Go proxy does not serve the
+        # volcano.sh/apis it requires: testbed/volcano/go.mod), so it is built only on request. Checked
+        # before the cluster is asked for: a skip costs no cluster start.
+        pytest.skip(str(exc))
+    k8s_cluster: Cluster = request.getfixturevalue("k8s_cluster")
+    yield from _started_beside(k8s_cluster, volcano, "volcano")
 
 
 @pytest.fixture

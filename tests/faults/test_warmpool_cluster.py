@@ -30,6 +30,7 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.faults import warmpool_support as s
+from warmscale.localcluster import crds, volcano
 from warmscale.localcluster.harness import Cluster
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool import rbac
@@ -164,6 +165,17 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
             "metadata": {"name": "pp", "annotations": {P + "enabled": "true", P + "min-ready": "1"}},
             "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {
                 "metadata": {}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/x"}]}}}}})
+        # a LeaderWorkerSet on Volcano (its PodGroup CRD; no Volcano scheduler: the members stay Pending)
+        # gets its placeholder gang as one PodGroup, deleted again when the standby goes to 0
+        await crds.install(admin, [c for c in crds.load_crds(volcano.crd_dir())
+                                   if c["metadata"]["name"] == f"{ob.PG_PLURAL}.{ob.PG_GROUP}"])
+        await custom.create_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, ns_b, ob.LWS_PLURAL, {
+            "apiVersion": f"{ob.LWS_GROUP}/{ob.LWS_VERSION}", "kind": ob.LWS_KIND,
+            "metadata": {"name": "vc", "annotations": {P + "enabled": "true", P + "standby": "1"}},
+            "spec": {"replicas": 0, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {
+                "metadata": {}, "spec": {"schedulerName": ob.VOLCANO_SCHEDULER,
+                                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                                         "containers": [{"name": "c", "image": "registry.invalid/x"}]}}}}})
         # a cache root on a system path: an Event, nothing created or changed for it
         bad = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI2,
                P + "cache-root": "/var/lib/kubelet"}
@@ -183,6 +195,10 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
             await s.poll(so, 60, "ScaledObject created")
             await s.poll(staged_and_held, 60, "model staged and a placeholder held")
             await s.poll(lambda: _has_status(apps, ns, ns_b), 30, "status annotations written")
+            await s.poll(lambda: _pod_groups(custom, ns_b, 1), 30, "the Volcano gang's PodGroup created")
+            await custom.patch_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, ns_b, ob.LWS_PLURAL, "vc", {
+                "metadata": {"annotations": {P + "standby": "0"}}}, _content_type=MERGE)
+            await s.poll(lambda: _pod_groups(custom, ns_b, 0), 30, "the PodGroup deleted with its gang")
             # what the cluster admitted and ran: the stage Job tolerates its node's taint only, restricted
             job = next(j for j in (await client.BatchV1Api(admin).list_namespaced_job(ns)).items
                        if j.metadata.labels.get("warmscale.io/role") == "stage")
@@ -258,6 +274,11 @@ async def _has_status(apps: client.AppsV1Api, ns: str, ns_sts: str) -> bool:
         return False
     return all(P + "status" in (o.metadata.annotations or {}) for o in (d, st)) and \
         "warmscale.io/cache-cleanup" in (d.metadata.finalizers or [])
+
+
+async def _pod_groups(custom: client.CustomObjectsApi, ns: str, want: int) -> bool:
+    items = (await custom.list_namespaced_custom_object(ob.PG_GROUP, ob.PG_VERSION, ns, ob.PG_PLURAL))["items"]
+    return len([g for g in items if not g["metadata"].get("deletionTimestamp")]) == want
 
 
 async def _floor(custom: client.CustomObjectsApi, ns: str, want: int) -> bool:

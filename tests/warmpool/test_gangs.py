@@ -174,3 +174,71 @@ def test_owned_scaled_object_targets_the_lws_and_lets_the_scaler_find_its_groups
     meta = ob.scaled_object(wl, cfg, 1, "scaler:9090")["spec"]["triggers"][0]["metadata"]
     assert meta["metricsPort"] == "8000"
     assert "podSelector" not in meta  # the target's groups (ready only when whole), leaders scraped
+
+
+# ---------------------------------------------------------------- Volcano: one PodGroup per gang
+
+
+def volcano_lws(annotations: dict[str, str], size: int = 2, queue: str | None = None) -> ob.Workload:
+    wl = lws(annotations, size=size)
+    tmpl = {"metadata": {"annotations": {ob.VOLCANO_QUEUE_ANN: queue} if queue else {}},
+            "spec": {**wl.pod_spec, "schedulerName": "volcano"}}
+    return replace(wl, template=tmpl, leader_template={**(wl.leader_template or {}), "spec": {
+        **wl.member_spec(0), "schedulerName": "volcano"}})
+
+
+def pod_groups(wl: ob.Workload, *gangs: int) -> list[dict[str, Any]]:
+    return [ob.pod_group(wl, g) for g in gangs]
+
+
+def test_volcano_gang_is_one_pod_group_with_min_member_the_group_size() -> None:
+    wl = volcano_lws({**ANN, P + "standby": "2"}, size=2, queue="inference")
+    assert wl.volcano and not lws(ANN).volcano
+    p = plan(wl, RACKS, [], [], None, NOW)
+    assert p.create_pod_groups == [0, 1] and len(p.create_gang_members) == 4 and not p.delete_pod_groups
+    pg = ob.pod_group(wl, 0)
+    assert pg["kind"] == "PodGroup" and pg["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    # all or nothing by the scheduler: 2 members; as much as both request; lowest priority; the pods' queue
+    assert pg["spec"] == {"minMember": 2, "priorityClassName": ob.PRIORITY_CLASS, "queue": "inference",
+                          "minResources": {"cpu": "24", "memory": str(2 * 64 * 2**30), "nvidia.com/gpu": "16"}}
+    assert pg["metadata"]["ownerReferences"] == [wl.owner_ref()]
+    assert pg["metadata"]["labels"][ob.ROLE] == ob.PG_ROLE and pg["metadata"]["labels"][ob.WORKLOAD] == wl.key_hash
+    pod = ob.gang_placeholder_pod(wl, 0, 1, None, "a")
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert pod["metadata"]["annotations"][ob.PG_ANN] == pg["metadata"]["name"]
+    assert pod["spec"]["priorityClassName"] == ob.PRIORITY_CLASS
+    # not on Volcano: no PodGroup, no scheduler name
+    plain = ob.gang_placeholder_pod(lws(ANN), 0, 1, None, "a")
+    assert "schedulerName" not in plain["spec"] and ob.PG_ANN not in plain["metadata"]["annotations"]
+    assert not plan(lws(ANN), RACKS, [], [], None, NOW).create_pod_groups
+
+
+def test_volcano_pod_groups_follow_their_gangs() -> None:
+    wl = volcano_lws({**ANN, P + "standby": "1"})
+    held = [member(wl, 0, 0, "a1"), member(wl, 0, 1, "a2")]
+    kept = plan(wl, RACKS, held, [], None, NOW, pod_groups=pod_groups(wl, 0))
+    assert not kept.create_pod_groups and not kept.delete_pod_groups and kept.placeholders_ready == 1
+    # a kept gang whose PodGroup went away gets it back
+    assert plan(wl, RACKS, held, [], None, NOW).create_pod_groups == [0]
+    # standby 1 -> 0: the gang's members and its PodGroup go
+    none = plan(replace(wl, annotations={**wl.annotations, P + "standby": "0"}), RACKS, held, [], None, NOW,
+                pod_groups=pod_groups(wl, 0))
+    assert none.delete_pod_groups == [ob.pod_group_name(wl, 0)] and len(none.delete_placeholders) == 2
+    # a group size change: a new PodGroup (another name, minMember 3), the old one deleted
+    wl3 = replace(wl, group_size=3)
+    nodes = [*RACKS, racked("a3", "a")]
+    p = plan(wl3, nodes, held, [], None, NOW, pod_groups=pod_groups(wl, 0))
+    assert ob.pod_group_name(wl3, 0) != ob.pod_group_name(wl, 0)
+    assert p.delete_pod_groups == [ob.pod_group_name(wl, 0)] and p.create_pod_groups == [0]
+    assert ob.pod_group(wl3, 0)["spec"]["minMember"] == 3
+    # the workload leaves Volcano: its gangs are re-planned without PodGroups, which are deleted
+    off = replace(wl, template={"metadata": {}, "spec": {**wl.pod_spec, "schedulerName": "default-scheduler"}},
+                  leader_template=None)
+    p_off = plan(off, RACKS, held, [], None, NOW, pod_groups=pod_groups(wl, 0))
+    assert p_off.delete_pod_groups == [ob.pod_group_name(wl, 0)] and not p_off.create_pod_groups
+    assert sorted(p_off.delete_placeholders) == sorted(ob.gang_placeholder_name(wl, 0, m) for m in (0, 1))
+    # only what is ours: another workload's PodGroup (or a user's) is never touched
+    other = volcano_lws(ANN)
+    other = replace(other, name="other")
+    assert not plan(wl, RACKS, held, [], None, NOW, pod_groups=[*pod_groups(wl, 0), ob.pod_group(other, 0), {
+        "metadata": {"name": "users", "namespace": "ns", "labels": {}}}]).delete_pod_groups

@@ -27,9 +27,12 @@ BUILD_SCRIPT = REPO_ROOT / ".ci" / "build-cluster.sh"
 
 K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 # Seconds each build took on the 2-core machines (build-cluster.sh's "built X in Ns" lines, cold Go
-# caches); only the progress bar's ETA reads them. KEDA: ~10 min for both, most in the operator.
+# caches); only the progress bar's ETA reads them. KEDA: ~10 min for both, most in the operator. Volcano:
+# the scheduler ~18 min cold under load (its k8s v0.35.3 libraries; 228 s with them cached), then the
+# controller-manager 100 s.
 BUILD_SECONDS = {"etcd": 37, "kube-apiserver": 254, "kwok": 74, "kube-scheduler": 52, "kube-controller-manager": 50,
-                 "kubectl": 19, "helm": 145, "keda-operator": 480, "keda-adapter": 120}
+                 "kubectl": 19, "helm": 145, "keda-operator": 480, "keda-adapter": 120,
+                 "vc-scheduler": 1080, "vc-controller-manager": 100}
 _BUILT = re.compile(r"build-cluster: built (\S+) in ")
 
 
@@ -112,7 +115,14 @@ def planned(script_args: list[str], root: Path | None = None) -> dict[str, Path]
     cluster = {**{n: k8s / n for n in (*K8S_BINARIES, "kubectl")}, "kwok": bins / f"kwok-{v['KWOK_VERSION']}" / "kwok",
                "helm": bins / f"helm-{v['HELM_VERSION']}" / "helm"}
     keda = {n: bins / f"keda-{v['KEDA_VERSION']}" / n for n in ("keda-operator", "keda-adapter")}
-    chosen = keda if "--keda-only" in script_args else cluster if "--no-keda" in script_args else {**cluster, **keda}
+    volcano = {n: bins / f"volcano-{v['VOLCANO_VERSION']}" / n for n in ("vc-scheduler", "vc-controller-manager")}
+    if "--keda-only" in script_args:
+        chosen = keda
+    elif "--volcano-only" in script_args:
+        chosen = volcano
+    else:  # Volcano only when asked (build-cluster.sh --volcano)
+        chosen = {**cluster, **({} if "--no-keda" in script_args else keda),
+                  **(volcano if "--volcano" in script_args else {})}
     return {n: p for n, p in chosen.items() if not os.access(p, os.X_OK)}
 
 

@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import keda
+from . import keda, volcano
 from .binaries import BinariesMissing, locate
 from .fleet import DEFAULT_POOLS, default_fleet
 from .harness import STATE_FILE, Cluster, ClusterConfig, ClusterStartError, default_state_dir
@@ -33,12 +33,14 @@ def _up(args: argparse.Namespace) -> int:
         existing = Cluster.attach(state_dir)
         if existing.healthy():
             log.info("cluster already running", extra={"state_dir": str(state_dir)})
-            if args.keda:
-                try:
+            try:
+                if args.keda:
                     keda.start(existing, build=args.build, within=args.timeout)
-                except (BinariesMissing, RuntimeError, TimeoutError) as exc:
-                    print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
-                    return 1
+                if args.volcano:
+                    volcano.start(existing, build=args.build, within=args.timeout)
+            except (BinariesMissing, RuntimeError, TimeoutError) as exc:
+                print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
+                return 1
             print(existing.kubeconfig)
             return 0
         log.warning("replacing a stopped or unhealthy cluster", extra={"state_dir": str(state_dir)})
@@ -52,6 +54,13 @@ def _up(args: argparse.Namespace) -> int:
     except (BinariesMissing, ClusterStartError, RuntimeError, TimeoutError) as exc:
         print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
         return 1
+    if args.volcano:
+        try:
+            volcano.start(cluster, build=args.build, within=args.timeout)
+        except (BinariesMissing, RuntimeError, TimeoutError) as exc:
+            print(f"error: {exc}\n(process logs: {state_dir / 'logs'}; the cluster is stopped)", file=sys.stderr)
+            cluster.stop()
+            return 1
     print(
         f"started in {cluster.info['startup_seconds']}s: {sum(p.count for p in pools)} nodes, "
         f"logs in {state_dir / 'logs'}",
@@ -81,6 +90,10 @@ def _status(args: argparse.Namespace) -> int:
     if keda_status is not None:
         body["keda"] = keda_status
         healthy = healthy and keda_status["healthy"]
+    volcano_status = volcano.status(cluster) if healthy else None
+    if volcano_status is not None:
+        body["volcano"] = volcano_status
+        healthy = healthy and volcano_status["healthy"]
     print(json.dumps(body, indent=2))
     return 0 if healthy else 3
 
@@ -99,6 +112,10 @@ def _build(args: argparse.Namespace) -> int:
         kb = keda.locate(build=True)
         print(kb.operator)
         print(kb.adapter)
+    if args.volcano:
+        vb = volcano.locate(build=True)
+        print(vb.scheduler)
+        print(vb.controller_manager)
     return 0
 
 
@@ -131,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--build", action="store_true", help="build missing binaries first")
     up.add_argument("--keda", action="store_true",
                     help="also run the real KEDA operator + metrics adapter (also on an already running cluster)")
+    up.add_argument("--volcano", action="store_true",
+                    help="also run the real Volcano scheduler + controller-manager (also on a running cluster)")
     up.add_argument("--hpa-sync-period", default="5s", help="controller-manager HPA sync period (default 5s)")
     up.add_argument("--timeout", type=float, default=180.0, help="startup timeout in seconds")
     up.set_defaults(func=_up)
@@ -139,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="print what runs (exit 3 unless running and healthy)").set_defaults(func=_status)
     build = sub.add_parser("build", help="build missing binaries, print their paths")
     build.add_argument("--keda", action="store_true", help="also KEDA (operator, metrics adapter)")
+    build.add_argument("--volcano", action="store_true", help="also Volcano (scheduler, controller-manager)")
     build.set_defaults(func=_build)
 
     token = sub.add_parser("token", help="mint a TokenRequest token for a ServiceAccount")
