@@ -327,6 +327,11 @@ class Waker:
         self.metrics.sleeps.labels(key, "kept").inc()
         log.warning("sleeper not put to sleep", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why})
 
+    def failed_pods(self) -> list[str]:
+        """The sleepers (namespace/pod) that failed to wake WAKE_FAILURES_MAX times: the controller
+        replaces them (a new pod)."""
+        return sorted(t.sleeper.pod for wl in self._workloads.values() for t in wl.sleepers.values() if t.failed)
+
     # -- status ---------------------------------------------------------------------------------
     def status(self, key: str) -> HotStatus:
         ns, name = key.split("/", 1)
