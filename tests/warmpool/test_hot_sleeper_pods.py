@@ -61,7 +61,8 @@ def test_a_dra_sleeper_is_the_template_with_sleep_flags_on_the_shared_claim_and_
     assert meta["ownerReferences"][0]["uid"] == "u-1" and meta["ownerReferences"][0]["kind"] == "Deployment"
     c = spec["containers"][0]
     assert c["args"][-1] == "--enable-sleep-mode"
-    assert {"name": "VLLM_SERVER_DEV_MODE", "value": "1"} in c["env"] and {"name": "HF_HOME", "value": "/cache"} in c["env"]
+    assert {"name": "VLLM_SERVER_DEV_MODE", "value": "1"} in c["env"]
+    assert {"name": "HF_HOME", "value": "/cache"} in c["env"]
     # The GPU comes from the shared claim alone.
     assert c["resources"] == {"limits": {"memory": "64Gi"}, "claims": [{"name": "hot-gpu"}]}
     assert spec["resourceClaims"] == [{"name": "hot-gpu", "resourceClaimName": "ws-hot-shared-abc"}]

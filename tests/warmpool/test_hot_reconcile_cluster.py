@@ -1,0 +1,112 @@
+"""The hot pool's controller against the real API server and scheduler (KWOK GPU nodes with DRA
+ResourceSlices): shared claims allocated by the real scheduler, sleepers of two models on one GPU,
+bad input as Events with nothing deleted, and only warmscale's sleepers ever deleted."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from tests.cluster.fixtures import NodePoolFactory, wait_for
+from tests.cluster.fleet import H100
+from tests.cluster.scaling import engine_deployment
+from tests.keda.hot_rig import DRIVER, events, publish_gpus, unpublish
+from warmscale.scaler.kube import EventRecorder
+from warmscale.warmpool.hot.reconciler import HotReconciler
+from warmscale.warmpool.hot.sleeper_pods import CLAIM_SELECTOR
+from warmscale.warmpool.hot.sleepers import SLEEPER_SELECTOR
+
+pytestmark = pytest.mark.cluster
+
+
+def hot_deployment(name: str, port: int, pool: str, engine: str = "vllm", standby: str = "1") -> dict[str, Any]:
+    d = engine_deployment(name, 0, port)
+    d["metadata"]["annotations"] = {"warmscale.io/hot-standby": standby, "warmscale.io/hot-pool": pool,
+                                    "warmscale.io/engine": engine, "warmscale.io/hot-host-ram": "16Gi"}
+    d["spec"]["template"]["spec"]["tolerations"] = [{"operator": "Exists"}]
+    return d
+
+
+async def pool_nodes(api: client.ApiClient, make: NodePoolFactory, pool: str, count: int = 1) -> list[str]:
+    nodes = await make(replace(H100, name=f"{pool}", count=count))
+    core = client.CoreV1Api(api)
+    for n in nodes:
+        await core.patch_node(n, {"metadata": {"annotations": {
+            "warmscale.io/hot-pool": pool, "warmscale.io/hot-pool-host-ram": "64Gi",
+            "warmscale.io/hot-pool-dra-driver": DRIVER}}})
+    return nodes
+
+
+async def sleeper_pods(core: client.CoreV1Api, ns: str) -> list[Any]:
+    return list((await core.list_namespaced_pod(ns, label_selector=SLEEPER_SELECTOR)).items)
+
+
+async def test_two_models_sleep_on_one_gpu_through_one_shared_claim_the_scheduler_allocates(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory) -> None:
+    ns = k8s_namespace
+    pool = f"p{ns[-6:]}"
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)
+    slices = await publish_gpus(k8s_admin, nodes, count=1)
+    apps, core, res = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin), client.ResourceV1Api(k8s_admin)
+    try:
+        for i, name in enumerate(("llama", "qwen")):
+            await apps.create_namespaced_deployment(ns, hot_deployment(name, 8100 + i, pool))
+        await apps.create_namespaced_deployment(ns, hot_deployment("tgi", 8102, pool, engine="tgi"))
+        rec = HotReconciler(k8s_admin, namespace=ns, events=EventRecorder(core))
+        first = await rec.reconcile()
+        assert sorted(k.split("/")[0] for k in first.created) == ["Pod", "Pod", "ResourceClaim"], first
+        assert f"{ns}/tgi" in first.off
+
+        async def both_running() -> list[Any] | None:
+            pods = await sleeper_pods(core, ns)
+            return pods if len(pods) == 2 and all(p.spec.node_name and p.status.phase == "Running"
+                                                  for p in pods) else None
+
+        pods = await wait_for(both_running, within=30, what="both sleepers scheduled and running")
+        assert {p.spec.node_name for p in pods} == {nodes[0]}
+        claims = (await res.list_namespaced_resource_claim(ns, label_selector=CLAIM_SELECTOR)).items
+        assert len(claims) == 1
+        claim = claims[0]
+        # The real scheduler allocated the one GPU to the shared claim and reserved it for both models.
+        assert [r.device for r in claim.status.allocation.devices.results] == ["gpu-0"]
+        assert {r.name for r in claim.status.reserved_for} == {p.metadata.name for p in pods}
+        assert all("app" not in (p.metadata.labels or {}) for p in pods)  # never the workloads' selector
+        tgi = await events(k8s_admin, ns, "HotStandbyUnsupported")
+        assert tgi and "TGI has no sleep mode" in tgi[0].message and tgi[0].involved_object.name == "tgi"
+
+        # A second pass changes nothing (no churn).
+        again = await rec.reconcile()
+        assert again.created == [] and again.deleted == [], again
+
+        # Opting out removes that workload's sleeper (warmscale's, by its labels); the claim stays for the other.
+        await apps.patch_namespaced_deployment("qwen", ns, {"metadata": {"annotations": {
+            "warmscale.io/hot-standby": None}}})
+        out = await rec.reconcile()
+        assert [d for d in out.deleted if d.startswith("Pod/")] and not [d for d in out.deleted if "Claim" in d], out
+    finally:
+        await unpublish(k8s_admin, slices)
+
+
+async def test_a_pool_without_dra_or_dcgm_gets_an_event_and_nothing_is_deleted(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory) -> None:
+    ns = k8s_namespace
+    pool = f"n{ns[-6:]}"
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)  # no ResourceSlices, no DCGM
+    apps, core = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin)
+    await apps.create_namespaced_deployment(ns, hot_deployment("llama", 8100, pool))
+    # A pod that looks like a sleeper of that workload but that warmscale did not create.
+    foreign = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "foreign", "labels": {"warmscale.io/role": "hot-sleeper"},
+        "annotations": {"warmscale.io/hot-workload": f"{ns}/llama", "warmscale.io/hot-index": "0"}},
+        "spec": {"nodeName": nodes[0], "tolerations": [{"operator": "Exists"}],
+                 "containers": [{"name": "c", "image": "vllm:test"}]}}
+    await core.create_namespaced_pod(ns, foreign)
+    rec = HotReconciler(k8s_admin, namespace=ns, events=EventRecorder(core))
+    out = await rec.reconcile()
+    assert out.created == [] and out.deleted == [], out
+    evs = await events(k8s_admin, ns, "HotPoolNoPlacement")
+    assert evs and "no DRA ResourceSlices and no DCGM pod attribution" in evs[0].message
+    assert (await core.read_namespaced_pod("foreign", ns)).metadata.deletion_timestamp is None
