@@ -304,10 +304,26 @@ class Waker:
         verdict = await (t.client.canary() if t.client.reference is not None else t.client.record_reference())
         if verdict.ok:
             t.awake = True
+            if await self._never_wanted(key):
+                # A fresh engine starts awake; no scaler ever asked for this workload's sleepers, so
+                # none can be bridging: put it to sleep, or it holds its shared GPU for nothing.
+                log.info("a sleeper found awake that no intent ever asked for; putting it to sleep",
+                         extra={"workload": key, "pod": t.sleeper.pod})
+                await self._sleep(key, t)
             return
         log.warning("a sleeper found awake fails its canary; putting it to sleep",
                     extra={"workload": key, "pod": t.sleeper.pod, "why": verdict.why})
         await self._wake_failed(key, t, verdict.why)
+
+    async def _never_wanted(self, key: str) -> bool:
+        """No wake intent was ever stored for the workload (the key is written by the scaler and never
+        expires): nothing can be counting on its sleepers. A store error or a stale intent is unknown:
+        not this."""
+        ns, name = key.split("/", 1)
+        try:
+            return await self.store.get_wake_intent(ns, name) is None
+        except StoreError:
+            return False
 
     async def _sleep(self, key: str, t: _Tracked) -> None:
         if t.client.reference is None:
