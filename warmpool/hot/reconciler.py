@@ -115,7 +115,10 @@ class HotReconciler:
     async def run(self) -> None:
         while True:
             try:
-                await self.reconcile()
+                res = await self.reconcile()
+                if res.created or res.deleted or res.replaced:
+                    log.info("hot pool changed", extra={"created": res.created, "deleted": res.deleted,
+                                                        "replaced": res.replaced})
             except Exception as exc:  # an API outage: change nothing, try again next pass
                 log.warning("hot pool pass failed; changing nothing", extra={"error": repr(exc)})
             await asyncio.sleep(RESYNC_SECONDS)
