@@ -163,6 +163,9 @@ async def test_a_wake_whose_canary_fails_is_never_routed_and_the_sleeper_is_repl
             s = await status(hot, ns, "llm")
             return s is not None and s.asleep == 1
         await until(asleep, 60, "the sleeper asleep")
+        # A new tracker starts active (absent history is not idleness) and may wake it once: let that pass.
+        await w.timeline.wait(spec=0, within=30, what="at zero before the load")
+        await until(asleep, 60, "the sleeper asleep again")
         first = (await core.list_namespaced_pod(ns, label_selector="warmscale.io/role=hot-sleeper")).items[0]
         engines.corrupt_next.add(first.metadata.name)  # every wake of it serves wrong output
         ever_awake.clear()
