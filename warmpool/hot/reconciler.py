@@ -117,10 +117,10 @@ class HotReconciler:
             try:
                 res = await self.reconcile()
                 if res.created or res.deleted or res.replaced:
-                    log.info("hot pool changed", extra={"created": res.created, "deleted": res.deleted,
-                                                        "replaced": res.replaced})
+                    log.info("hot pool changed", extra={"objects_created": res.created,
+                                                        "objects_deleted": res.deleted, "replaced": res.replaced})
             except Exception as exc:  # an API outage: change nothing, try again next pass
-                log.warning("hot pool pass failed; changing nothing: %r", exc, extra={"error": repr(exc)})
+                log.warning("hot pool pass failed; changing nothing", extra={"error": repr(exc)})
             await asyncio.sleep(RESYNC_SECONDS)
 
     # -- reading --------------------------------------------------------------------------------
