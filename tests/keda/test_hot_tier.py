@@ -67,6 +67,7 @@ async def test_scale_from_zero_wakes_a_sleeper_that_bridges_until_the_deployment
     nodes, slices = await gpu_pool(e2e, k8s_node_pool, pool)
     w = await hot_workload(e2e, "llm", pool)
     await hot_workload(e2e, "other", pool)  # a second model's sleeper on the same GPU, idle throughout
+    await hot_workload(e2e, "tgi", pool, {"warmscale.io/engine": "tgi"})  # no sleep: an Event, no sleeper
     hot = await HotSide(e2e.api, ns, e2e.redis_url).start()
     engines = SleeperEngines(e2e.api, ns).start()
     scaler = e2e.scaler("--redis-url", e2e.redis_url)
@@ -86,6 +87,9 @@ async def test_scale_from_zero_wakes_a_sleeper_that_bridges_until_the_deployment
         pods = await until(sleepers_running, 60, "both sleepers running")
         assert {p.spec.node_name for p in pods} == set(nodes)
         assert len({p.spec.resource_claims[0].resource_claim_name for p in pods}) == 1
+        assert {p.metadata.annotations["warmscale.io/hot-workload"] for p in pods} == {f"{ns}/llm", f"{ns}/other"}
+        tgi = await until(lambda: events(e2e.api, ns, "HotStandbyUnsupported"), 30, "TGI's Event")
+        assert tgi[0].involved_object.name == "tgi" and "TGI has no sleep mode" in tgi[0].message
 
         # The waker records each one's canary and, on the scaler's intent (0 awake), puts it to sleep.
         async def asleep() -> bool:
@@ -93,6 +97,8 @@ async def test_scale_from_zero_wakes_a_sleeper_that_bridges_until_the_deployment
             return s is not None and s.asleep == 1 and s.awake == 0
         await until(asleep, 60, "the llm sleeper asleep")
         await w.timeline.wait(spec=0, within=30, what="at zero before the load")
+        await until(lambda: w.timeline.samples and w.timeline.samples[-1][2] == 0, 30, "no replica ready")
+        await until(asleep, 60, "the llm sleeper asleep again (a new tracker may wake it once)")
 
         n_before = len(hot.wake_requests)
         w.engines.set_concurrency(3)
