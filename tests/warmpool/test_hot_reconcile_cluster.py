@@ -110,3 +110,43 @@ async def test_a_pool_without_dra_or_dcgm_gets_an_event_and_nothing_is_deleted(
     evs = await events(k8s_admin, ns, "HotPoolNoPlacement")
     assert evs and "no DRA ResourceSlices and no DCGM pod attribution" in evs[0].message
     assert (await core.read_namespaced_pod("foreign", ns)).metadata.deletion_timestamp is None
+
+
+async def test_a_time_sliced_pool_places_by_node_and_reads_each_sleepers_gpu_from_dcgm(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory) -> None:
+    """No ResourceSlices, but dcgm-exporter reports the pool node's GPUs: the sleeper is pinned to the
+    node, and its GPU is the one DCGM attributes it to (unknown until then: no sleeper for the waker)."""
+    from warmscale.warmpool.hot.kube_source import kube_sleepers
+
+    ns = k8s_namespace
+    pool = f"t{ns[-6:]}"
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)
+    apps, core = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin)
+    await apps.create_namespaced_deployment(ns, hot_deployment("llama", 8100, pool))
+    attributed: dict[str, str] = {}
+
+    async def dcgm() -> str:
+        lines = [f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{i}",Hostname="{nodes[0]}"'
+                 + (f',namespace="{ns}",pod="{attributed[f"GPU-{i}"]}"' if f"GPU-{i}" in attributed else "") + "} 0"
+                 for i in range(2)]
+        return "\n".join(lines) + "\n"
+
+    rec = HotReconciler(k8s_admin, namespace=ns, events=EventRecorder(core), dcgm=dcgm)
+    out = await rec.reconcile()
+    assert [c for c in out.created if c.startswith("Pod/")] and not [c for c in out.created if "Claim" in c], out
+    pods = await wait_for(lambda: _running(core, ns), within=30, what="the sleeper running")
+    pod = pods[0]
+    assert pod.spec.node_name == nodes[0] and pod.spec.resource_claims is None
+    assert pod.metadata.annotations["warmscale.io/hot-device"] == "dcgm"
+    source = kube_sleepers(core, ns, rec.device_of)
+    assert await source() == []  # not attributed yet: never woken
+    attributed["GPU-1"] = pod.metadata.name
+    again = await rec.reconcile()
+    assert again.created == [] and again.deleted == [], again
+    [s] = await source()
+    assert s.device == "dcgm/GPU-1" and s.node == nodes[0]
+
+
+async def _running(core: client.CoreV1Api, ns: str) -> list[Any] | None:
+    pods = await sleeper_pods(core, ns)
+    return pods if pods and all(p.status.phase == "Running" and p.status.pod_ip for p in pods) else None
