@@ -48,6 +48,18 @@ async def gpu_pool(e2e: E2E, make: NodePoolFactory, pool: str) -> tuple[list[str
     return nodes, await publish_gpus(e2e.api, nodes, count=1)
 
 
+async def hot_side(e2e: E2E, w: Workload) -> tuple[HotSide, SleeperEngines]:
+    """The controller's hot side and the sleepers' engines, and the scaler (with Redis) driving ``w``
+    through the real KEDA, scale to zero allowed."""
+    hot = await HotSide(e2e.api, e2e.namespace, e2e.redis_url).start()
+    engines = SleeperEngines(e2e.api, e2e.namespace).start()
+    scaler = e2e.scaler("--redis-url", e2e.redis_url)
+    meta = e2e.metadata(w, scaleToZero="true", minReplicas="0", idleWindowSeconds="4", scrapeIntervalSeconds="0.2",
+                        timeToReadySeconds=str(OWN_TTR_S))
+    await e2e.scale_with(w, scaler, meta, min_replicas=0, max_replicas=4)
+    return hot, engines
+
+
 async def status(hot: HotSide, ns: str, name: str) -> HotStatus | None:
     assert hot.store is not None
     return await hot.store.get_hot_status(ns, name)
@@ -68,12 +80,7 @@ async def test_scale_from_zero_wakes_a_sleeper_that_bridges_until_the_deployment
     w = await hot_workload(e2e, "llm", pool)
     await hot_workload(e2e, "other", pool)  # a second model's sleeper on the same GPU, idle throughout
     await hot_workload(e2e, "tgi", pool, {"warmscale.io/engine": "tgi"})  # no sleep: an Event, no sleeper
-    hot = await HotSide(e2e.api, ns, e2e.redis_url).start()
-    engines = SleeperEngines(e2e.api, ns).start()
-    scaler = e2e.scaler("--redis-url", e2e.redis_url)
-    meta = e2e.metadata(w, scaleToZero="true", minReplicas="0", idleWindowSeconds="4", scrapeIntervalSeconds="0.2",
-                        timeToReadySeconds=str(OWN_TTR_S))
-    await e2e.scale_with(w, scaler, meta, min_replicas=0, max_replicas=4)
+    hot, engines = await hot_side(e2e, w)
     routed: list[str] = []
     try:
         # Both models' sleepers run on the pool's one GPU, through one claim the scheduler allocated.
@@ -147,12 +154,7 @@ async def test_a_wake_whose_canary_fails_is_never_routed_and_the_sleeper_is_repl
     pool = f"c{ns[-6:]}"
     _, slices = await gpu_pool(e2e, k8s_node_pool, pool)
     w = await hot_workload(e2e, "llm", pool)
-    hot = await HotSide(e2e.api, ns, e2e.redis_url).start()
-    engines = SleeperEngines(e2e.api, ns).start()
-    scaler = e2e.scaler("--redis-url", e2e.redis_url)
-    meta = e2e.metadata(w, scaleToZero="true", minReplicas="0", idleWindowSeconds="4", scrapeIntervalSeconds="0.2",
-                        timeToReadySeconds=str(OWN_TTR_S))
-    await e2e.scale_with(w, scaler, meta, min_replicas=0, max_replicas=4)
+    hot, engines = await hot_side(e2e, w)
     ever_awake: list[str] = []
 
     async def watch_routing() -> None:
