@@ -55,10 +55,11 @@ async def test_two_models_sleep_on_one_gpu_through_one_shared_claim_the_schedule
         for i, name in enumerate(("llama", "qwen")):
             await apps.create_namespaced_deployment(ns, hot_deployment(name, 8100 + i, pool))
         await apps.create_namespaced_deployment(ns, hot_deployment("tgi", 8102, pool, engine="tgi"))
+        await apps.create_namespaced_deployment(ns, hot_deployment("mystery", 8103, pool, engine="mystery"))
         rec = HotReconciler(k8s_admin, namespace=ns, events=EventRecorder(core))
         first = await rec.reconcile()
         assert sorted(k.split("/")[0] for k in first.created) == ["Pod", "Pod", "ResourceClaim"], first
-        assert f"{ns}/tgi" in first.off
+        assert f"{ns}/tgi" in first.off and f"{ns}/mystery" in first.off
 
         async def both_running() -> list[Any] | None:
             pods = await sleeper_pods(core, ns)
@@ -76,6 +77,8 @@ async def test_two_models_sleep_on_one_gpu_through_one_shared_claim_the_schedule
         assert all("app" not in (p.metadata.labels or {}) for p in pods)  # never the workloads' selector
         tgi = await events(k8s_admin, ns, "HotStandbyUnsupported")
         assert tgi and "TGI has no sleep mode" in tgi[0].message and tgi[0].involved_object.name == "tgi"
+        unknown = await events(k8s_admin, ns, "HotStandbyUnknownEngine")
+        assert unknown and unknown[0].involved_object.name == "mystery" and "'mystery'" in unknown[0].message
 
         # A second pass changes nothing (no churn).
         again = await rec.reconcile()

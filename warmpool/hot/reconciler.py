@@ -35,6 +35,7 @@ from warmscale.signals.parsing import parse_text
 from warmscale.warmpool.annotations import AnnotationError
 from warmscale.warmpool.controller import workload_from
 from warmscale.warmpool.hot.config import (
+    ENGINE,
     HOT_STANDBY,
     HotConfig,
     PoolNodeConfig,
@@ -54,6 +55,7 @@ from warmscale.warmpool.hot.sleeper_pods import (
     sleeper_pod,
 )
 from warmscale.warmpool.hot.sleepers import HOT_DEVICE, HOT_INDEX, HOT_WORKLOAD, SLEEPER_ROLE, SLEEPER_SELECTOR
+from warmscale.warmpool.hot.surface import support
 from warmscale.warmpool.kube import ignore_status, read_raw
 from warmscale.warmpool.objects import MANAGED_BY, MANAGED_BY_VALUE, ROLE, Workload
 
@@ -210,9 +212,10 @@ class HotReconciler:
             try:
                 cfg = parse_hot(wl.annotations)
             except AnnotationError as exc:
-                reason = "HotStandbyUnsupported" if "hot-standby is off" in str(exc) else "InvalidAnnotation"
-                if "not one the hot tier knows" in str(exc):
-                    reason = "HotStandbyUnknownEngine"
+                engine = str(wl.annotations.get(ENGINE, "")).strip().lower()
+                sup = support(engine)
+                # An engine without an HTTP sleep (or unknown) gets its own reason; any other key, the usual one.
+                reason = sup.reason if exc.key == ENGINE and engine and not sup.supported else "InvalidAnnotation"
                 await self.events.emit(_involved(wl), "Warning", reason, str(exc))
                 res.off[key] = str(exc)
                 keep |= {_pod_key(p) for p in by_wl.get(key, [])}
