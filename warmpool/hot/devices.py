@@ -132,8 +132,8 @@ def dcgm_attribution(readings: Iterable[GpuReading], nodes: Iterable[str],
     kept = [g for g in readings if g.hostname in wanted and g.uuid]
     gpus: dict[str, PoolGPU] = {}
     for g in kept:
-        assert g.uuid is not None and g.hostname is not None
-        gpus.setdefault(g.uuid, PoolGPU(g.hostname, DCGM_PREFIX + g.uuid, hbm_gib))
+        if g.uuid and g.hostname:
+            gpus.setdefault(g.uuid, PoolGPU(g.hostname, DCGM_PREFIX + g.uuid, hbm_gib))
     pod_device: dict[tuple[str | None, str], str] = {}
     for key, refs in gpus_by_pod(kept).items():
         uuids = {r.uuid for r in refs if r.uuid}
