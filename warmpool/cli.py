@@ -150,7 +150,7 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
         reconciler = HotReconciler(api, namespace=single, events=recorder, dcgm=_dcgm_source(session, dcgm_urls))
         waker = Waker(sink, kube_sleepers(core, namespace, reconciler.device_of), session,
                       events=kube_events(recorder), metrics=metrics)
-        reconciler.failed = waker.failed_pods
+        reconciler.failed, reconciler.busy = waker.failed_pods, waker.busy_pods
         tasks = [asyncio.create_task(waker.run(), name="hot waker"),
                  asyncio.create_task(reconciler.run(), name="hot pool")]
         try:

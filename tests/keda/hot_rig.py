@@ -157,7 +157,7 @@ class HotSide:
         self.waker = Waker(self.store, kube_sleepers(core, self.namespace, self.reconciler.device_of), self._session,
                            events=kube_events(recorder),
                            on_request=lambda s, _i, t: self.wake_requests.append((t, s)))
-        self.reconciler.failed = self.waker.failed_pods
+        self.reconciler.failed, self.reconciler.busy = self.waker.failed_pods, self.waker.busy_pods
         self._tasks = [asyncio.create_task(self.reconciler.run(), name="hot reconciler"),
                        asyncio.create_task(self.waker.run(), name="hot waker")]
         return self

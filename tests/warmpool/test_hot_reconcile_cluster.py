@@ -153,3 +153,44 @@ async def test_a_time_sliced_pool_places_by_node_and_reads_each_sleepers_gpu_fro
 async def _running(core: client.CoreV1Api, ns: str) -> list[Any] | None:
     pods = await sleeper_pods(core, ns)
     return pods if pods and all(p.status.phase == "Running" and p.status.pod_ip for p in pods) else None
+
+
+async def test_a_sleeper_is_recreated_from_a_changed_template_and_never_deleted_while_awake(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory) -> None:
+    ns = k8s_namespace
+    pool = f"r{ns[-6:]}"
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)
+    slices = await publish_gpus(k8s_admin, nodes, count=1)
+    apps, core = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin)
+    busy: set[str] = set()
+    try:
+        await apps.create_namespaced_deployment(ns, hot_deployment("llama", 8100, pool))
+        rec = HotReconciler(k8s_admin, namespace=ns, events=EventRecorder(core), busy=lambda: busy)
+        await rec.reconcile()
+        [pod] = await wait_for(lambda: _running(core, ns), within=30, what="the sleeper running")
+        key = f"{ns}/{pod.metadata.name}"
+        patch = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+        await apps.patch_namespaced_deployment("llama", ns, patch)
+        busy.add(key)  # awake (serving, perhaps): kept although its template is old
+        assert (await rec.reconcile()).deleted == []
+        busy.clear()
+        assert (await rec.reconcile()).deleted == [f"Pod/{key}"]
+
+        async def recreated() -> bool:
+            pods = await sleeper_pods(core, ns)
+            if not pods:
+                await rec.reconcile()  # the next pass creates it once the old one is gone
+                return False
+            return pods[0].metadata.uid != pod.metadata.uid and pods[0].metadata.annotations.get("rev") == "2"
+        await wait_for(recreated, within=30, what="the sleeper made from the new template")
+        [new] = await sleeper_pods(core, ns)
+        busy.add(f"{ns}/{new.metadata.name}")
+        await apps.patch_namespaced_deployment("llama", ns, {"metadata": {"annotations": {
+            "warmscale.io/hot-standby": None}}})
+        assert (await rec.reconcile()).deleted == []  # opted out, but awake: deleted once it sleeps
+        busy.clear()
+        last = await rec.reconcile()
+        # The pod, and its claim with it (no sleeper of this namespace references it any more).
+        assert last.deleted[0] == f"Pod/{ns}/{new.metadata.name}" and last.deleted[1].startswith("ResourceClaim/")
+    finally:
+        await unpublish(k8s_admin, slices)

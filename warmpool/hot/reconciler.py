@@ -49,6 +49,7 @@ from warmscale.warmpool.hot.sleeper_pods import (
     DEVICE_FROM_DCGM,
     HOT_CLAIM,
     HOT_NODE,
+    HOT_TEMPLATE,
     SleeperTarget,
     claim_name,
     shared_claim,
@@ -76,6 +77,9 @@ DcgmSource = Callable[[], Awaitable[str | None]]
 """The dcgm-exporter payload(s) of the pool's nodes (Prometheus text), or ``None`` when unavailable."""
 FailedSource = Callable[[], Iterable[str]]
 """The sleepers (namespace/pod) that failed to wake twice (the waker's ``failed_pods``)."""
+BusySource = Callable[[], Iterable[str]]
+"""The sleepers (namespace/pod) awake, waking or draining (the waker's ``busy_pods``): never deleted
+by a pass; a later pass deletes them once they sleep."""
 
 
 @dataclass
@@ -99,7 +103,8 @@ def _involved(wl: Workload) -> dict[str, Any]:
 
 class HotReconciler:
     def __init__(self, api: client.ApiClient, *, namespace: str | None = None, events: EventRecorder | None = None,
-                 dcgm: DcgmSource | None = None, failed: FailedSource | None = None) -> None:
+                 dcgm: DcgmSource | None = None, failed: FailedSource | None = None,
+                 busy: BusySource | None = None) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
@@ -108,6 +113,7 @@ class HotReconciler:
         self.events = events or EventRecorder(self.core)
         self.dcgm = dcgm
         self.failed = failed
+        self.busy = busy
         self._attribution = DcgmAttribution((), {})
 
     def device_of(self, namespace: str, pod: str) -> str | None:
@@ -302,10 +308,13 @@ class HotReconciler:
                 await ignore_status(self.resource.create_namespaced_resource_claim(key.split("/", 1)[0], body), 409)
                 res.created.append(f"ResourceClaim/{key}")
         have = {_pod_key(p): p for p in pods}
+        busy = set(self.busy() if self.busy is not None else ())
         for key, body in sorted(wanted.items()):
             old = have.get(key)
-            if old is not None and _placed_on(old) != _placed_on(body):
-                # Re-placed by the plan (evicted for a more valuable sleeper, or its GPU gone): a new pod.
+            if old is not None and key not in busy and (_placed_on(old) != _placed_on(body)
+                                                        or _template_of(old) != _template_of(body)):
+                # Re-placed by the plan (evicted for a more valuable sleeper, or its GPU gone), or made from
+                # an older pod template: a new pod. Never while it is awake or waking (it may be serving).
                 await ignore_status(self.core.delete_namespaced_pod(key.split("/", 1)[1], key.split("/", 1)[0],
                                                                     grace_period_seconds=0), 404)
                 res.deleted.append(f"Pod/{key}")
@@ -314,14 +323,14 @@ class HotReconciler:
                 await ignore_status(self.core.create_namespaced_pod(key.split("/", 1)[0], body), 409)
                 res.created.append(f"Pod/{key}")
         for key, p in have.items():
-            if key in wanted or key in keep or key in res.replaced or not _is_ours(p, SLEEPER_ROLE):
+            if key in wanted or key in keep or key in res.replaced or key in busy or not _is_ours(p, SLEEPER_ROLE):
                 continue
             ns, name = key.split("/", 1)
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
             res.deleted.append(f"Pod/{key}")
         # Claims none of the kept sleepers references any more (never one warmscale did not create).
-        used = {f"{k.split('/', 1)[0]}/{_claim_of(p)}" for k, p in [*wanted.items(), *((k, have[k]) for k in keep
-                                                                                     if k in have)]}
+        kept = [(k, have[k]) for k in keep | busy if k in have]
+        used = {f"{k.split('/', 1)[0]}/{_claim_of(p)}" for k, p in [*wanted.items(), *kept]}
         for c in claims:
             m = c.get("metadata") or {}
             key = f"{m.get('namespace')}/{m.get('name')}"
@@ -333,6 +342,10 @@ class HotReconciler:
 def _pod_key(p: Mapping[str, Any]) -> str:
     m = p.get("metadata") or {}
     return f"{m.get('namespace')}/{m.get('name')}"
+
+
+def _template_of(p: Mapping[str, Any]) -> str:
+    return str(((p.get("metadata") or {}).get("annotations") or {}).get(HOT_TEMPLATE, ""))
 
 
 def _claim_of(p: Mapping[str, Any]) -> str:

@@ -348,6 +348,12 @@ class Waker:
         replaces them (a new pod)."""
         return sorted(t.sleeper.pod for wl in self._workloads.values() for t in wl.sleepers.values() if t.failed)
 
+    def busy_pods(self) -> list[str]:
+        """The sleepers (namespace/pod) awake, waking or draining: the controller deletes none of them
+        (one may be serving a request)."""
+        return sorted(t.sleeper.pod for wl in self._workloads.values() for t in wl.sleepers.values()
+                      if t.awake or t.op)
+
     # -- status ---------------------------------------------------------------------------------
     def status(self, key: str) -> HotStatus:
         ns, name = key.split("/", 1)
