@@ -246,6 +246,6 @@ async def test_a_fresh_sleeper_no_intent_ever_asked_for_is_put_to_sleep_once_its
     fresh.sleep_level = 0
     w = rig.waker()
     await w.resync()
-    await until(lambda: fresh.sleep_level == 1)
-    assert w.status(WL).awake == 0 and w.status(WL).asleep == 1
+    await until(lambda: w.status(WL).asleep == 1)
+    assert fresh.sleep_level == 1 and w.status(WL).awake == 0
     await w.close()
