@@ -37,6 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stager-image",
                         default=os.environ.get("WARMSCALE_IMAGE", "ghcr.io/warmscale/warmscale:latest"),
                         help="image of the staging Jobs (runs `warmscale stage`)")
+    parser.add_argument("--hot-dcgm-url", action="append", default=[], metavar="URL",
+                        help="dcgm-exporter /metrics of the hot pool's nodes (repeatable): the pod-to-GPU map of "
+                        "time-sliced pools without DRA (docs/hot-tier.md)")
     parser.add_argument("--redis-url", "--redis-address", dest="redis_address",
                         help="publish WarmStatus to this Redis (redis://host:port), the scaler's --redis-url; "
                         "default: log only")
@@ -126,7 +129,8 @@ def make_sink(redis_address: str | None) -> Any:
     return RedisStore(redis_address)
 
 
-async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metrics: Any) -> None:
+async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metrics: Any,
+                      dcgm_urls: list[str] | None = None) -> None:
     """Run the controller (``run``) and, with a store to read wake intents from, the hot tier's waker
     next to it (docs/hot-tier.md, "The wake path"; ``metrics``: its WakerMetrics, made once per process
     in the controller's registry); both end together."""
@@ -137,19 +141,53 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
     from kubernetes_asyncio import client
 
     from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers
+    from warmscale.warmpool.hot.reconciler import HotReconciler
     from warmscale.warmpool.hot.waker import Waker
     from warmscale.warmpool.kube import EventRecorder
 
     core = client.CoreV1Api(api)
     async with aiohttp.ClientSession() as session:
-        waker = Waker(sink, kube_sleepers(core, namespace), session, events=kube_events(EventRecorder(core)),
-                      metrics=metrics)
-        task = asyncio.create_task(waker.run(), name="hot waker")
+        recorder = EventRecorder(core)
+        single = namespace if namespace and "," not in namespace else None
+        # The pool's controller creates the sleepers and their shared claims, in the one watched
+        # namespace or in all (several watched namespaces: not yet; its cluster-wide lists are denied
+        # and it changes nothing, with a warning each pass).
+        reconciler = HotReconciler(api, namespace=single, events=recorder, dcgm=_dcgm_source(session, dcgm_urls))
+        waker = Waker(sink, kube_sleepers(core, namespace, reconciler.device_of), session,
+                      events=kube_events(recorder), metrics=metrics)
+        reconciler.failed, reconciler.busy = waker.failed_pods, waker.busy_pods
+        tasks = [asyncio.create_task(waker.run(), name="hot waker"),
+                 asyncio.create_task(reconciler.run(), name="hot pool")]
         try:
             await run
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# A dcgm-exporter read's deadline (one slow exporter delays only the hot pool's pass, every 10 s).
+DCGM_TIMEOUT_S = 3.0
+
+
+def _dcgm_source(session: Any, urls: list[str]) -> Any:
+    """The time-sliced fallback's DCGM payloads (``--hot-dcgm-url``, repeatable), concatenated; None
+    when none is configured or none answered."""
+    if not urls:
+        return None
+    import aiohttp
+
+    async def read() -> str | None:
+        async def one(url: str) -> str:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=DCGM_TIMEOUT_S)) as r:
+                r.raise_for_status()
+                return str(await r.text())
+
+        parts = await asyncio.gather(*(one(u) for u in urls), return_exceptions=True)
+        texts = [p for p in parts if isinstance(p, str)]
+        return "\n".join(texts) if texts else None
+
+    return read
 
 
 async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
@@ -194,7 +232,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
             cert_task = asyncio.create_task(cert_manager(args, api, metrics.certs).run(), name="certs")
         try:
             await _with_waker(Controller(api, opts, sink=sink, metrics=metrics).run(), api, sink, args.namespace,
-                              waker_metrics)
+                              waker_metrics, args.hot_dcgm_url)
         finally:
             metrics.leader.set(0)
             if cert_task is not None:

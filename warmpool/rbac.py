@@ -39,6 +39,16 @@ INSTALL_NAMESPACE = "warmscale"
 LABELS = {MANAGED_BY: MANAGED_BY_VALUE}
 Rule = dict[str, Any]
 
+# The hot tier's (docs/hot-tier.md, "Placement"), in the same roles.
+HOT_WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
+    ("the hot tier: the shared ResourceClaims of the pool GPUs (one per namespace and GPU, labelled "
+     "warmscale's; only those are deleted); its sleeper pods are covered by the pods rule",
+     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "create", "delete"]}),
+)
+HOT_CLUSTER_RULES: tuple[tuple[str, Rule], ...] = (
+    ("the hot tier: the pool GPUs the DRA driver publishes (read only)",
+     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]}),
+)
 # In the workloads' namespaces (a ClusterRole in cluster-wide mode).
 WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
     ("annotated workloads: watch them; patch the status annotation, the clean-up finalizer and (without a "
@@ -60,6 +70,7 @@ WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
      {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}),
     ("the workload's own ScaledObject (warmscale.io/autoscale)",
      {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "create", "patch", "delete"]}),
+    *HOT_WORKLOAD_RULES,
 )
 # Cluster-scoped by nature (a ClusterRole in both modes).
 CLUSTER_RULES: tuple[tuple[str, Rule], ...] = (
@@ -69,6 +80,7 @@ CLUSTER_RULES: tuple[tuple[str, Rule], ...] = (
     ("the placeholders' PriorityClass is shipped with the install: read it only",
      {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "resourceNames": [PRIORITY_CLASS],
       "verbs": ["get"]}),
+    *HOT_CLUSTER_RULES,
 )
 # In the Lease's namespace.
 LEASE_RULES: tuple[tuple[str, Rule], ...] = (
@@ -137,10 +149,15 @@ def render(namespaces: Sequence[str] = (), install_ns: str = INSTALL_NAMESPACE, 
     return out
 
 
-def granted() -> set[tuple[str, str, str]]:
-    """Every (apiGroup, resource, verb) the rules grant (for the audit test)."""
+def granted(hot: bool = False) -> set[tuple[str, str, str]]:
+    """Every (apiGroup, resource, verb) the rules grant (for the audit test). The hot tier's grants
+    (``resourceclaims``, ``resourceslices``) are used only with a store (``--redis-url``) and a hot
+    pool: left out unless ``hot`` (the audit's run has no hot pool)."""
     out = set()
+    hot_rules = {id(r) for _, r in (*HOT_WORKLOAD_RULES, *HOT_CLUSTER_RULES)}
     for _, r in (*WORKLOAD_RULES, *CLUSTER_RULES, *LEASE_RULES):
+        if id(r) in hot_rules and not hot:
+            continue
         for g in r["apiGroups"]:
             for res in r["resources"]:
                 for v in r["verbs"]:

@@ -98,6 +98,23 @@ def gpu_usage(idx: MetricIndex) -> tuple[GpuReading, ...]:
     return tuple(gpus.values())
 
 
+def attributions(idx: MetricIndex) -> tuple[GpuReading, ...]:
+    """One reading per (GPU, pod) DCGM attributes: under time-slicing several pods share a GPU and
+    dcgm-exporter repeats the GPU's series once per pod (``gpu_usage`` keeps one per GPU). Read from
+    whichever field the payload has; utilisation and memory are not filled in here."""
+    seen: dict[tuple[str | None, str | None, str, str | None, str | None], GpuReading] = {}
+    for name in (GR_ENGINE_ACTIVE, GPU_UTIL, FB_USED, FB_FREE):
+        if name not in idx:
+            continue
+        for labels, _ in idx.series(name):
+            host, uuid, gpu = _key(labels)
+            ns, pod = _first(labels, _NS_KEYS), _first(labels, _POD_KEYS)
+            seen.setdefault((host, uuid, gpu, ns, pod), GpuReading(
+                gpu=gpu, uuid=uuid, hostname=host, namespace=ns, pod=pod,
+                container=_first(labels, _CONTAINER_KEYS), utilization=None))
+    return tuple(seen.values())
+
+
 def attribute(gpus: Iterable[GpuReading], namespace: str | None, pods: Iterable[str]) -> tuple[GpuReading, ...]:
     """The GPUs DCGM attributes to ``pods`` of ``namespace``. A reading without a namespace label, or
     ``namespace=None``, matches by pod name alone."""

@@ -227,12 +227,25 @@ async def test_a_sleeper_found_awake_is_routed_only_after_its_canary(rig: Rig) -
     good = await rig.engine(0, "gpu-0")
     bad = await rig.engine(1, "gpu-1", reference="something else")
     good.sleep_level = bad.sleep_level = 0  # awake when found (new, or woken before a restart)
+    await rig.intent(2)  # the scaler asked for them (then went quiet): whatever it wants now is unknown
     w = rig.waker()
     await w.resync()
     await until(lambda: w.status(WL).awake == 1 and bad.sleep_level == 1)
     assert w.status(WL).awake_pods == ["ns/llama-sleeper-0"]  # the failing one is asleep, never routed
-    assert good.awake  # no intent: unknown, so the awake one is not put to sleep
+    assert good.awake  # an intent was stored: the awake one is not put to sleep without a newer one
     await rig.intent(0)
     await w.resync()
     await until(lambda: good.sleep_level == 1)
+    await w.close()
+
+
+async def test_a_fresh_sleeper_no_intent_ever_asked_for_is_put_to_sleep_once_its_canary_is_recorded(rig: Rig) -> None:
+    """A new engine starts awake; with no wake intent ever stored for its workload nothing can be
+    counting on it, and awake it would hold its shared GPU (another model's sleeper could not wake)."""
+    fresh = await rig.engine(0, "gpu-0", reference=None)
+    fresh.sleep_level = 0
+    w = rig.waker()
+    await w.resync()
+    await until(lambda: w.status(WL).asleep == 1)
+    assert fresh.sleep_level == 1 and w.status(WL).awake == 0
     await w.close()

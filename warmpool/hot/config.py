@@ -5,13 +5,18 @@ Workload (Deployment/StatefulSet):
   saves in the recorded bursts is worth its share of the pool, like ``standby: auto``);
 - ``warmscale.io/hot-pool``: the pool's name;
 - ``warmscale.io/engine``: ``vllm`` or ``sglang`` (the engines with an HTTP sleep);
-- ``warmscale.io/sleep-level``: ``1`` (weights kept in host RAM, the default) or ``2`` (dropped).
+- ``warmscale.io/sleep-level``: ``1`` (weights kept in host RAM, the default) or ``2`` (dropped);
+- ``warmscale.io/hot-host-ram``: the host RAM one sleeper's weights take (default 22Gi at level 1,
+  0 at level 2).
 
 GPU node of a pool:
 - ``warmscale.io/hot-pool``: the pool's name;
 - ``warmscale.io/hot-pool-host-ram``: the host RAM the sleepers' weights may take on it (e.g. ``512Gi``);
 - ``warmscale.io/hot-pool-awake-per-gpu``: awake engines a GPU may hold (default 1; more only where
-  the HBM of the awake engines allows it).
+  the HBM of the awake engines allows it);
+- ``warmscale.io/hot-pool-dra-driver`` / ``hot-pool-device-class``: the DRA driver whose
+  ResourceSlices list the node's GPUs and the DeviceClass the shared claims use (both
+  ``gpu.nvidia.com`` by default). Without such slices the pool falls back to DCGM's attribution.
 """
 
 from __future__ import annotations
@@ -30,12 +35,22 @@ ENGINE = PREFIX + "engine"
 SLEEP_LEVEL = PREFIX + "sleep-level"
 NODE_HOST_RAM = PREFIX + "hot-pool-host-ram"
 NODE_AWAKE_PER_GPU = PREFIX + "hot-pool-awake-per-gpu"
+# The pool's DRA driver (whose ResourceSlices name the pool's GPUs) and the DeviceClass its shared
+# claims ask for; NVIDIA's DRA driver names both gpu.nvidia.com.
+NODE_DRA_DRIVER = PREFIX + "hot-pool-dra-driver"
+NODE_DEVICE_CLASS = PREFIX + "hot-pool-device-class"
+DRA_DRIVER_DEFAULT = "gpu.nvidia.com"
+# The host RAM one sleeper's weights take at level 1 (workload annotation; default below).
+HOT_HOST_RAM = PREFIX + "hot-host-ram"
+# A level-1 sleep of Qwen3-8B keeps about 22 GiB in host RAM (vllm PR #48337); level 2 keeps none.
+HOST_RAM_GIB_DEFAULT = 22.0
 # Sleepers one workload may ask for: a pool is a handful of GPUs, and each sleeper of a workload
 # takes a GPU of its own.
 MAX_SLEEPERS = 16
 # Awake engines one GPU may be declared to hold (an 80 GiB GPU fits few serving engines).
 MAX_AWAKE_PER_GPU = 8
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_QUALIFIED = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 GIB = 1024.0**3
 
 
@@ -46,6 +61,7 @@ class HotConfig:
     pool: str
     engine: str
     level: int = LEVEL_OFFLOAD
+    host_ram_gib: float = HOST_RAM_GIB_DEFAULT  # per sleeper (0 at level 2)
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,8 @@ class PoolNodeConfig:
     pool: str
     host_ram_gib: float
     awake_per_gpu: int = 1
+    dra_driver: str = DRA_DRIVER_DEFAULT
+    device_class: str = DRA_DRIVER_DEFAULT
 
 
 def _pool_name(key: str, raw: str) -> str:
@@ -90,7 +108,15 @@ def parse_hot(annotations: Mapping[str, str]) -> HotConfig | None:
     level = int(level_raw)
     if engine == "sglang" and level != LEVEL_OFFLOAD:
         raise AnnotationError(SLEEP_LEVEL, "SGLang's release keeps a CPU copy of the weights (level 1 only)")
-    return HotConfig(count, auto, pool, engine, level)
+    ram = HOST_RAM_GIB_DEFAULT if level == LEVEL_OFFLOAD else 0.0
+    if HOT_HOST_RAM in annotations:
+        try:
+            ram = parse_quantity(annotations[HOT_HOST_RAM]) / GIB
+        except ValueError as exc:
+            raise AnnotationError(HOT_HOST_RAM, f"{exc}") from None
+        if ram < 0:
+            raise AnnotationError(HOT_HOST_RAM, f"expected a size like 16Gi, got {annotations[HOT_HOST_RAM]!r}")
+    return HotConfig(count, auto, pool, engine, level, ram)
 
 
 def parse_pool_node(annotations: Mapping[str, str]) -> PoolNodeConfig | None:
@@ -111,7 +137,12 @@ def parse_pool_node(annotations: Mapping[str, str]) -> PoolNodeConfig | None:
     if not awake_raw.isdigit() or not 1 <= int(awake_raw) <= MAX_AWAKE_PER_GPU:
         raise AnnotationError(NODE_AWAKE_PER_GPU, f"expected a whole number from 1 to {MAX_AWAKE_PER_GPU}, "
                               f"got {awake_raw!r}")
-    return PoolNodeConfig(pool, ram / GIB, int(awake_raw))
+    driver = annotations.get(NODE_DRA_DRIVER, DRA_DRIVER_DEFAULT).strip()
+    device_class = annotations.get(NODE_DEVICE_CLASS, driver).strip()
+    for key, v in ((NODE_DRA_DRIVER, driver), (NODE_DEVICE_CLASS, device_class)):
+        if not _QUALIFIED.fullmatch(v):
+            raise AnnotationError(key, f"expected a DNS subdomain like gpu.nvidia.com, got {v!r}")
+    return PoolNodeConfig(pool, ram / GIB, int(awake_raw), driver, device_class)
 
 
 def placement_off_reason(has_dra: bool, has_dcgm_attribution: bool) -> str | None:

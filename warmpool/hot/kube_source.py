@@ -6,13 +6,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from warmscale.warmpool.hot.sleepers import SLEEPER_SELECTOR, Sleeper, sleeper_from_pod
+from warmscale.warmpool.hot.sleepers import SLEEPER_SELECTOR, DeviceOf, Sleeper, sleeper_from_pod
 from warmscale.warmpool.hot.waker import EventHook, SleeperSource
 from warmscale.warmpool.kube import EventRecorder, read_raw
 
 
-def kube_sleepers(core: Any, namespace: str | None = None) -> SleeperSource:
-    """Lists the sleeper pods (``core``: a kubernetes_asyncio CoreV1Api), in ``namespace`` or all."""
+def kube_sleepers(core: Any, namespace: str | None = None, device_of: DeviceOf | None = None) -> SleeperSource:
+    """Lists the sleeper pods (``core``: a kubernetes_asyncio CoreV1Api), in ``namespace`` or all;
+    ``device_of``: DCGM's attribution, for time-sliced sleepers."""
 
     async def source() -> list[Sleeper]:
         if namespace:
@@ -20,7 +21,7 @@ def kube_sleepers(core: Any, namespace: str | None = None) -> SleeperSource:
         else:
             call = functools.partial(core.list_pod_for_all_namespaces, label_selector=SLEEPER_SELECTOR)
         body = await read_raw(call)
-        return [s for s in (sleeper_from_pod(p) for p in body.get("items") or []) if s is not None]
+        return [s for s in (sleeper_from_pod(p, device_of) for p in body.get("items") or []) if s is not None]
 
     return source
 

@@ -8,7 +8,7 @@ never a sleeper, whatever its annotations say: nothing warmscale did not create 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +45,17 @@ class Sleeper:
     uid: str = ""  # the pod's (an Event's involvedObject)
 
 
-def sleeper_from_pod(pod: Mapping[str, Any]) -> Sleeper | None:
+DeviceOf = Callable[[str, str], "str | None"]
+"""(namespace, pod) -> the GPU a time-sliced sleeper runs on (DCGM's attribution), or ``None``."""
+# A time-sliced sleeper's device annotation until DCGM attributes it (sleeper_pods.DEVICE_FROM_DCGM).
+_FROM_DCGM = "dcgm"
+
+
+def sleeper_from_pod(pod: Mapping[str, Any], device_of: DeviceOf | None = None) -> Sleeper | None:
     """The sleeper a pod is (a pod dict as the API returns it); ``None`` for any pod the controller did
-    not create as a sleeper, or one not yet reachable (no IP) or not described fully."""
+    not create as a sleeper, or one not yet reachable (no IP) or not described fully. A time-sliced
+    sleeper's GPU comes from ``device_of`` (DCGM's attribution): unknown there, it is no sleeper yet
+    (never woken: its GPU's budget could not be kept)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     if labels.get(MANAGED_BY) != MANAGED_BY_VALUE or labels.get(ROLE) != SLEEPER_ROLE:
@@ -56,6 +64,8 @@ def sleeper_from_pod(pod: Mapping[str, Any]) -> Sleeper | None:
     ip = (pod.get("status") or {}).get("podIP")
     node = (pod.get("spec") or {}).get("nodeName")
     workload, device, model = ann.get(HOT_WORKLOAD), ann.get(HOT_DEVICE), ann.get(HOT_MODEL)
+    if device == _FROM_DCGM:
+        device = device_of(str(meta.get("namespace")), str(meta.get("name"))) if device_of is not None else None
     engine = str(ann.get(ENGINE, "")).strip().lower()
     if not (ip and node and workload and device and model) or not support(engine).supported:
         return None

@@ -304,10 +304,26 @@ class Waker:
         verdict = await (t.client.canary() if t.client.reference is not None else t.client.record_reference())
         if verdict.ok:
             t.awake = True
+            if await self._never_wanted(key):
+                # A fresh engine starts awake; no scaler ever asked for this workload's sleepers, so
+                # none can be bridging: put it to sleep, or it holds its shared GPU for nothing.
+                log.info("a sleeper found awake that no intent ever asked for; putting it to sleep",
+                         extra={"workload": key, "pod": t.sleeper.pod})
+                await self._sleep(key, t)
             return
         log.warning("a sleeper found awake fails its canary; putting it to sleep",
                     extra={"workload": key, "pod": t.sleeper.pod, "why": verdict.why})
         await self._wake_failed(key, t, verdict.why)
+
+    async def _never_wanted(self, key: str) -> bool:
+        """No wake intent was ever stored for the workload (the key is written by the scaler and never
+        expires): nothing can be counting on its sleepers. A store error or a stale intent is unknown:
+        not this."""
+        ns, name = key.split("/", 1)
+        try:
+            return await self.store.get_wake_intent(ns, name) is None
+        except StoreError:
+            return False
 
     async def _sleep(self, key: str, t: _Tracked) -> None:
         if t.client.reference is None:
@@ -326,6 +342,17 @@ class Waker:
         t.asleep = not t.awake
         self.metrics.sleeps.labels(key, "kept").inc()
         log.warning("sleeper not put to sleep", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why})
+
+    def failed_pods(self) -> list[str]:
+        """The sleepers (namespace/pod) that failed to wake WAKE_FAILURES_MAX times: the controller
+        replaces them (a new pod)."""
+        return sorted(t.sleeper.pod for wl in self._workloads.values() for t in wl.sleepers.values() if t.failed)
+
+    def busy_pods(self) -> list[str]:
+        """The sleepers (namespace/pod) awake, waking or draining: the controller deletes none of them
+        (one may be serving a request)."""
+        return sorted(t.sleeper.pod for wl in self._workloads.values() for t in wl.sleepers.values()
+                      if t.awake or t.op)
 
     # -- status ---------------------------------------------------------------------------------
     def status(self, key: str) -> HotStatus:
