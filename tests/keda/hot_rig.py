@@ -24,7 +24,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster.engines import stop_task
+from warmscale.localcluster.engines import stop_task
 from warmscale.scaler.kube import EventRecorder
 from warmscale.scaler.store import RedisStore
 from warmscale.simulation.engine import EngineProfile, SimulatedEngine

@@ -17,9 +17,9 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from tests.cluster.fixtures import NodePoolFactory
-from tests.cluster.fleet import H100
 from tests.keda.conftest import E2E, Workload, report
 from tests.keda.hot_rig import DRIVER, TIME_FACTOR, HotSide, SleeperEngines, events, publish_gpus, unpublish, until
+from warmscale.localcluster.fleet import H100
 from warmscale.scaler.hot_status import HotStatus
 from warmscale.simulation.engine import CANARY_TEXT
 

@@ -11,9 +11,9 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.fixtures import NodePoolFactory, wait_for
-from tests.cluster.fleet import H100
-from tests.cluster.scaling import engine_deployment
 from tests.keda.hot_rig import DRIVER, events, publish_gpus, unpublish
+from warmscale.localcluster.fleet import H100
+from warmscale.localcluster.scaling import engine_deployment
 from warmscale.scaler.kube import EventRecorder
 from warmscale.warmpool.hot.reconciler import HotReconciler
 from warmscale.warmpool.hot.sleeper_pods import CLAIM_SELECTOR
