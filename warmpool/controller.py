@@ -26,6 +26,7 @@ from warmscale import buildinfo
 from warmscale.common.diagnostics.events import workload_events
 from warmscale.scaler.metrics import SO_LABEL
 from warmscale.scaler.warm_status import WarmStatus
+from warmscale.signals.podstate import is_gated
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES
@@ -567,6 +568,8 @@ class Controller:
                     continue
                 if m.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     continue
+                if is_gated(pod):
+                    continue  # held at a scheduling gate (Kueue quota): asked for, not starting
                 replicas.append((pod, pod_time_to_ready(pod)))
         for pod, secs in replicas:
             m = pod.get("metadata") or {}
