@@ -3,23 +3,25 @@
 # kube-scheduler, kwok) and KEDA (operator, metrics adapter) from Go modules, only those that
 # are missing from the cache.
 #
-# Usage:  build-cluster.sh [--no-keda | --keda-only]
+# Usage:  build-cluster.sh [--no-keda | --keda-only | --kueue-only]
 # Output: ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/k8s-<version>/{etcd,kube-apiserver,...}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kwok-<version>/kwok
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/helm-<version>/helm
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/keda-<version>/{keda-operator,keda-adapter}
+#         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kueue-<version>/kueue
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
 #         GOMODCACHE/GOCACHE/GOPROXY are honoured (Go defaults otherwise).
 set -euo pipefail
 
-want_cluster=1 want_keda=1
+want_cluster=1 want_keda=1 want_kueue=1
 case "${1:-}" in
   "") ;;
-  --no-keda) want_keda=0 ;;
-  --keda-only) want_cluster=0 ;;
-  *) echo "usage: $0 [--no-keda | --keda-only]" >&2; exit 2 ;;
+  --no-keda) want_keda=0 want_kueue=0 ;;
+  --keda-only) want_cluster=0 want_kueue=0 ;;
+  --kueue-only) want_cluster=0 want_keda=0 ;;
+  *) echo "usage: $0 [--no-keda | --keda-only | --kueue-only]" >&2; exit 2 ;;
 esac
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,6 +53,7 @@ check_pin "$repo/testbed/k8s/go.mod" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check_pin "$repo/testbed/kwok/go.mod" sigs.k8s.io/kwok "$KWOK_VERSION"
 check_pin "$repo/testbed/helm/go.mod" helm.sh/helm/v4 "$HELM_VERSION"
 check_pin "$repo/testbed/keda/go.mod" github.com/kedacore/keda/v2 "$KEDA_VERSION"
+check_pin "$repo/testbed/kueue/go.mod" sigs.k8s.io/kueue "$KUEUE_VERSION"
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -119,6 +122,15 @@ if [[ $want_keda == 1 ]]; then
   build "$repo/testbed/keda" "$keda_dir" "$kedaldf" \
     keda-operator=github.com/kedacore/keda/v2/cmd/operator \
     keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+fi
+
+# Kueue (the queueing/quota controller of `up --kueue` and the marker-kueue tests); its CRDs are
+# read at run time from the module cache (config/components/crd/bases of the same module zip).
+if [[ $want_kueue == 1 ]]; then
+  kueue_dir="$cache/bin/kueue-$KUEUE_VERSION"
+  kueueldf="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  kueueldf+=" -X sigs.k8s.io/kueue/pkg/version.GitCommit=none"
+  build "$repo/testbed/kueue" "$kueue_dir" "$kueueldf" kueue=sigs.k8s.io/kueue/cmd/kueue
 fi
 
 log "done in $((SECONDS - start))s"
