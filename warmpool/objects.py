@@ -16,6 +16,7 @@ from typing import Any
 
 from warmscale.warmpool.annotations import WarmConfig
 from warmscale.warmpool.cache_roots import system_path_conflict
+from warmscale.warmpool.kueue import placeholder_annotations, placeholder_labels
 from warmscale.warmpool.matching import replica_requests
 from warmscale.warmpool.model_uri import CacheKey
 
@@ -69,6 +70,7 @@ class Workload:
     group_size: int = 1  # pods per replica (LWS spec.leaderWorkerTemplate.size)
     leader_template: Mapping[str, Any] | None = None
     topology_key: str = ""
+    queue_name: str = ""  # the Kueue LocalQueue (label kueue.x-k8s.io/queue-name; warmpool.kueue), "" for none
 
     @property
     def is_gang(self) -> bool:
@@ -234,7 +236,7 @@ def placeholder_pod(wl: Workload, index: int, pinned: Sequence[str] | None) -> d
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": placeholder_name(wl, index), "namespace": wl.namespace,
-                     "labels": labels(wl, "placeholder"),
+                     "labels": labels(wl, "placeholder", placeholder_labels(wl.queue_name)),
                      "annotations": {PIN_ANN: pin_hash(pinned)},
                      "ownerReferences": [wl.owner_ref()]},
         "spec": _hold_spec(wl.pod_spec, pinned),
@@ -284,8 +286,9 @@ def gang_placeholder_pod(wl: Workload, gang: int, member: int, pinned: Sequence[
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": gang_placeholder_name(wl, gang, member), "namespace": wl.namespace,
-                     "labels": labels(wl, "placeholder", {GANG_LABEL: gid}),
-                     "annotations": {PIN_ANN: pin_hash(pinned), GANG_ANN: gang_record(wl, gang)},
+                     "labels": labels(wl, "placeholder", {GANG_LABEL: gid, **placeholder_labels(wl.queue_name, gid)}),
+                     "annotations": {PIN_ANN: pin_hash(pinned), GANG_ANN: gang_record(wl, gang),
+                                     **placeholder_annotations(wl.queue_name, wl.group_size)},
                      "ownerReferences": [wl.owner_ref()]},
         "spec": spec,
     }
