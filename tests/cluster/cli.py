@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import keda
+from . import keda, kueue
 from .binaries import BinariesMissing, locate
 from .fleet import DEFAULT_POOLS, default_fleet
 from .harness import STATE_FILE, Cluster, ClusterConfig, ClusterStartError, default_state_dir
@@ -33,12 +33,14 @@ def _up(args: argparse.Namespace) -> int:
         existing = Cluster.attach(state_dir)
         if existing.healthy():
             log.info("cluster already running", extra={"state_dir": str(state_dir)})
-            if args.keda:
-                try:
+            try:
+                if args.keda:
                     keda.start(existing, build=args.build, within=args.timeout)
-                except (BinariesMissing, RuntimeError, TimeoutError) as exc:
-                    print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
-                    return 1
+                if args.kueue:
+                    kueue.start(existing, build=args.build, within=args.timeout)
+            except (BinariesMissing, RuntimeError, TimeoutError) as exc:
+                print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
+                return 1
             print(existing.kubeconfig)
             return 0
         log.warning("replacing a stopped or unhealthy cluster", extra={"state_dir": str(state_dir)})
@@ -47,7 +49,7 @@ def _up(args: argparse.Namespace) -> int:
     try:
         cluster = Cluster.start(
             ClusterConfig(pools=pools, state_dir=state_dir, build_missing=args.build, startup_timeout=args.timeout,
-                          keda=args.keda, hpa_sync_period=args.hpa_sync_period)
+                          keda=args.keda, kueue=args.kueue, hpa_sync_period=args.hpa_sync_period)
         )
     except (BinariesMissing, ClusterStartError, RuntimeError, TimeoutError) as exc:
         print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
@@ -81,6 +83,10 @@ def _status(args: argparse.Namespace) -> int:
     if keda_status is not None:
         body["keda"] = keda_status
         healthy = healthy and keda_status["healthy"]
+    kueue_status = kueue.status(cluster) if healthy else None
+    if kueue_status is not None:
+        body["kueue"] = kueue_status
+        healthy = healthy and kueue_status["healthy"]
     print(json.dumps(body, indent=2))
     return 0 if healthy else 3
 
@@ -99,6 +105,8 @@ def _build(args: argparse.Namespace) -> int:
         kb = keda.locate(build=True)
         print(kb.operator)
         print(kb.adapter)
+    if args.kueue:
+        print(kueue.locate(build=True))
     return 0
 
 
@@ -131,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--build", action="store_true", help="build missing binaries first")
     up.add_argument("--keda", action="store_true",
                     help="also run the real KEDA operator + metrics adapter (also on an already running cluster)")
+    up.add_argument("--kueue", action="store_true",
+                    help="also run the real Kueue controller (v0.19.2; also on an already running cluster)")
     up.add_argument("--hpa-sync-period", default="5s", help="controller-manager HPA sync period (default 5s)")
     up.add_argument("--timeout", type=float, default=180.0, help="startup timeout in seconds")
     up.set_defaults(func=_up)
@@ -139,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="print what runs (exit 3 unless running and healthy)").set_defaults(func=_status)
     build = sub.add_parser("build", help="build missing binaries, print their paths")
     build.add_argument("--keda", action="store_true", help="also KEDA (operator, metrics adapter)")
+    build.add_argument("--kueue", action="store_true", help="also Kueue (the controller)")
     build.set_defaults(func=_build)
 
     token = sub.add_parser("token", help="mint a TokenRequest token for a ServiceAccount")

@@ -40,25 +40,30 @@ GAIE_MODULE = "sigs.k8s.io/gateway-api-inference-extension"
 GAIE_WRAPPER = REPO_ROOT / "testbed" / "gaie"
 
 
-def gaie_crd_dir(timeout: float = 300.0) -> Path:
-    """``config/crd/bases`` of the Gateway API Inference Extension module pinned in ``testbed/gaie``:
-    ``go mod download -json`` puts it in the Go module cache (a no-op once there) and names its directory.
-    Read-only: nothing is built from the module, nothing of it is committed."""
+def module_dir(module: str, wrapper: Path, timeout: float = 300.0) -> Path:
+    """The Go module cache directory of ``module`` at the version the wrapper module ``wrapper`` pins:
+    ``go mod download -json`` puts it in the cache (a no-op once there) and names its directory.
+    Read-only: nothing is built from it here, nothing of it is committed."""
     go = shutil.which("go") or "/usr/local/go/bin/go"
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
     try:
-        out = subprocess.run([go, "mod", "download", "-json", GAIE_MODULE], cwd=GAIE_WRAPPER, env=env,
+        out = subprocess.run([go, "mod", "download", "-json", module], cwd=wrapper, env=env,
                              capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"cannot fetch {GAIE_MODULE} with go mod download: {exc}") from None
+        raise RuntimeError(f"cannot fetch {module} with go mod download: {exc}") from None
     try:
         info = json.loads(out.stdout)
     except ValueError:
         info = {}
     if out.returncode != 0 or "Dir" not in info:
         detail = info.get("Error") or out.stderr.strip()
-        raise RuntimeError(f"go mod download {GAIE_MODULE} (in {GAIE_WRAPPER}) failed: {detail}")
-    bases = Path(info["Dir"]) / "config" / "crd" / "bases"
+        raise RuntimeError(f"go mod download {module} (in {wrapper}) failed: {detail}")
+    return Path(info["Dir"])
+
+
+def gaie_crd_dir(timeout: float = 300.0) -> Path:
+    """``config/crd/bases`` of the Gateway API Inference Extension module pinned in ``testbed/gaie``."""
+    bases = module_dir(GAIE_MODULE, GAIE_WRAPPER, timeout) / "config" / "crd" / "bases"
     if not bases.is_dir():
         raise RuntimeError(f"{bases} missing from the {GAIE_MODULE} module")
     return bases

@@ -13,6 +13,8 @@ Fixtures
                      temporary kwok nodes (deleted afterwards).
   keda_cluster       session: ``k8s_cluster`` with the real KEDA operator + metrics adapter running
                      (started on it if needed, stopped at the end if started here).
+  kueue_cluster      session: ``k8s_cluster`` with the real Kueue controller running (likewise); skips
+                     with the reason when the Kueue binary is not built (``build-cluster.sh --kueue-only``).
 
 Missing binaries fail the tests; they skip instead when ``WARMSCALE_ALLOW_SKIP_CLUSTER=1``
 and ``CI`` is not ``true``.
@@ -33,7 +35,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import fleet, keda
+from . import fleet, keda, kueue
 from .binaries import BinariesMissing
 from .fleet import NodePool
 from .harness import (
@@ -128,6 +130,27 @@ def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
         yield k8s_cluster
     finally:
         keda.stop(k8s_cluster)
+
+
+@pytest.fixture(scope="session")
+def kueue_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
+    if k8s_cluster.state_dir is None:
+        pytest.fail("the Kueue tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)", pytrace=False)
+    if kueue.running(k8s_cluster) and "kueue" in k8s_cluster.info:
+        yield k8s_cluster
+        return
+    try:
+        kueue.locate()
+    except BinariesMissing as exc:
+        # Kueue is an optional build (~10 min): its tests skip without it, with the reason.
+        pytest.skip(str(exc))
+    owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
+    kueue.start(k8s_cluster, die_with_parent=owned)
+    log.info("Kueue started", extra={"marks": k8s_cluster.info["kueue"].get("startup_marks")})
+    try:
+        yield k8s_cluster
+    finally:
+        kueue.stop(k8s_cluster)
 
 
 @pytest.fixture

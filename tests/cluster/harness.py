@@ -118,6 +118,7 @@ class ClusterConfig:
     audit: bool = True
     extra_apiserver_args: list[str] = field(default_factory=list)  # e.g. ["--watch-cache=false"]
     keda: bool = False  # also start the real KEDA operator + metrics adapter (tests/cluster/keda.py)
+    kueue: bool = False  # also start the real Kueue controller (tests/cluster/kueue.py)
     pod_cidr: str | None = None  # None: a random 127.X.0.0/16
 
 
@@ -201,6 +202,16 @@ class Cluster:
 
             try:
                 keda.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
+            except BaseException:
+                cluster.stop()
+                raise
+            cluster.info["startup_seconds"] = round(time.monotonic() - t0, 2)
+            cluster._write_state()
+        if cfg.kueue:
+            from . import kueue
+
+            try:
+                kueue.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
             except BaseException:
                 cluster.stop()
                 raise
