@@ -321,3 +321,81 @@ async def _delete_webhooks_with(adm: client.AdmissionregistrationV1Api) -> None:
 async def _delete_webhooks(cluster: Cluster) -> None:
     async with cluster.admin_client() as api:
         await _delete_webhooks_with(client.AdmissionregistrationV1Api(api))
+
+
+# ----- test objects: a queue for one namespace -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A ResourceFlavor, a ClusterQueue (cluster-scoped: named after the namespace) and a LocalQueue."""
+
+    namespace: str
+    flavor: str
+    cluster_queue: str
+    local_queue: str
+
+
+def queue_objects(q: Queue, gpus: int, *, cpu: str = "1000", memory: str = "10Ti") -> list[tuple[str, dict[str, Any]]]:
+    """(plural, body) of the queue: GPU quota ``gpus``; preemption of lower priorities within the queue."""
+    api_version = "/".join(KUEUE_API)
+    return [
+        ("resourceflavors", {"apiVersion": api_version, "kind": "ResourceFlavor", "metadata": {"name": q.flavor}}),
+        ("clusterqueues", {
+            "apiVersion": api_version, "kind": "ClusterQueue", "metadata": {"name": q.cluster_queue},
+            "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": q.namespace}},
+                     "queueingStrategy": "BestEffortFIFO",
+                     "preemption": {"withinClusterQueue": "LowerPriority"},
+                     "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                                         "flavors": [{"name": q.flavor, "resources": [
+                                             {"name": "cpu", "nominalQuota": cpu},
+                                             {"name": "memory", "nominalQuota": memory},
+                                             {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}}),
+        ("localqueues", {"apiVersion": api_version, "kind": "LocalQueue",
+                         "metadata": {"name": q.local_queue, "namespace": q.namespace},
+                         "spec": {"clusterQueue": q.cluster_queue}}),
+    ]
+
+
+async def create_queue(api: client.ApiClient, namespace: str, gpus: int, local_queue: str = "online") -> Queue:
+    """Label ``namespace`` for Kueue (:data:`MANAGED_NAMESPACE_LABEL`) and create its queue."""
+    q = Queue(namespace, f"{namespace}-flavor", f"{namespace}-cq", local_queue)
+    await client.CoreV1Api(api).patch_namespace(
+        namespace, {"metadata": {"labels": {MANAGED_NAMESPACE_LABEL: "true"}}})
+    custom = client.CustomObjectsApi(api)
+    for plural, body in queue_objects(q, gpus):
+        if plural == "localqueues":
+            await custom.create_namespaced_custom_object(*KUEUE_API, namespace, plural, body)
+        else:
+            await custom.create_cluster_custom_object(*KUEUE_API, plural, body)
+    return q
+
+
+async def delete_queue(api: client.ApiClient, q: Queue) -> None:
+    """The cluster-scoped parts (the namespace's deletion takes the LocalQueue)."""
+    custom = client.CustomObjectsApi(api)
+    for plural, name in (("clusterqueues", q.cluster_queue), ("resourceflavors", q.flavor)):
+        try:
+            await custom.delete_cluster_custom_object(*KUEUE_API, plural, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+async def workloads_by_pod(api: client.ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
+    """Kueue Workloads of single pods in ``namespace``: pod name -> Workload."""
+    wls = await client.CustomObjectsApi(api).list_namespaced_custom_object(*KUEUE_API, namespace, "workloads")
+    out: dict[str, dict[str, Any]] = {}
+    for wl in wls.get("items") or []:
+        for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == "Pod":
+                out[ref["name"]] = wl
+    return out
+
+
+def admitted(workload: dict[str, Any]) -> str | None:
+    """The ClusterQueue that admitted ``workload`` (None: not admitted)."""
+    status = workload.get("status") or {}
+    if not any(c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or []):
+        return None
+    return str((status.get("admission") or {}).get("clusterQueue") or "") or None
