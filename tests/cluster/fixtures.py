@@ -108,49 +108,49 @@ def k8s_cluster() -> Iterator[Cluster]:
         cluster.stop()
 
 
-@pytest.fixture(scope="session")
-def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
+def _with_component(k8s_cluster: Cluster, component: Any, name: str, missing: Callable[[BinariesMissing], None]
+                    ) -> Iterator[Cluster]:
+    """``k8s_cluster`` with ``component`` (tests.cluster.keda or .kueue) running: started here when it is not
+    (and stopped afterwards); ``missing`` decides what a missing binary does (skip or fail)."""
     if k8s_cluster.state_dir is None:
-        pytest.fail("the real-KEDA tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
+        pytest.fail(f"the {name} tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)",
                     pytrace=False)
-    if keda.running(k8s_cluster) and "keda" in k8s_cluster.info:
+    if component.running(k8s_cluster) and component.PROCESS_KEY in k8s_cluster.info:
         yield k8s_cluster
         return
     try:
-        keda.locate()
+        component.locate()
     except BinariesMissing as exc:
-        if _skip_allowed():
-            pytest.skip(str(exc))
-        pytest.fail(f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip them outside CI (never when CI=true).",
-                    pytrace=False)
+        missing(exc)
     owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
-    keda.start(k8s_cluster, die_with_parent=owned)
-    log.info("KEDA started", extra={"marks": k8s_cluster.info["keda"].get("startup_marks")})
+    component.start(k8s_cluster, die_with_parent=owned)
+    log.info(f"{name} started", extra={"marks": k8s_cluster.info[component.PROCESS_KEY].get("startup_marks")})
     try:
         yield k8s_cluster
     finally:
-        keda.stop(k8s_cluster)
+        component.stop(k8s_cluster)
+
+
+def _fail_or_skip(exc: BinariesMissing) -> None:
+    if _skip_allowed():
+        pytest.skip(str(exc))
+    pytest.fail(f"{exc}. Set WARMSCALE_ALLOW_SKIP_CLUSTER=1 to skip them outside CI (never when CI=true).",
+                pytrace=False)
+
+
+def _skip(exc: BinariesMissing) -> None:
+    # Kueue is an optional build (~10+ min): its tests skip without it, with the reason.
+    pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def keda_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
+    yield from _with_component(k8s_cluster, keda, "real-KEDA", _fail_or_skip)
 
 
 @pytest.fixture(scope="session")
 def kueue_cluster(k8s_cluster: Cluster) -> Iterator[Cluster]:
-    if k8s_cluster.state_dir is None:
-        pytest.fail("the Kueue tests need a harness cluster (WARMSCALE_KUBECONFIG names a foreign one)", pytrace=False)
-    if kueue.running(k8s_cluster) and "kueue" in k8s_cluster.info:
-        yield k8s_cluster
-        return
-    try:
-        kueue.locate()
-    except BinariesMissing as exc:
-        # Kueue is an optional build (~10 min): its tests skip without it, with the reason.
-        pytest.skip(str(exc))
-    owned = k8s_cluster.state_dir.name.startswith(TEMP_PREFIX)
-    kueue.start(k8s_cluster, die_with_parent=owned)
-    log.info("Kueue started", extra={"marks": k8s_cluster.info["kueue"].get("startup_marks")})
-    try:
-        yield k8s_cluster
-    finally:
-        kueue.stop(k8s_cluster)
+    yield from _with_component(k8s_cluster, kueue, "Kueue", _skip)
 
 
 @pytest.fixture

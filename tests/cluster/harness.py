@@ -197,21 +197,13 @@ class Cluster:
         cluster = _Starter(binaries, cfg, state_dir).run()
         cluster.info["startup_seconds"] = round(time.monotonic() - t0, 2)
         cluster._write_state()
-        if cfg.keda:
-            from . import keda
+        from . import keda, kueue
 
+        for wanted, component in ((cfg.keda, keda), (cfg.kueue, kueue)):
+            if not wanted:
+                continue
             try:
-                keda.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
-            except BaseException:
-                cluster.stop()
-                raise
-            cluster.info["startup_seconds"] = round(time.monotonic() - t0, 2)
-            cluster._write_state()
-        if cfg.kueue:
-            from . import kueue
-
-            try:
-                kueue.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
+                component.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
             except BaseException:
                 cluster.stop()
                 raise

@@ -54,6 +54,7 @@ WRAPPER = REPO_ROOT / "testbed" / "kueue"
 NAMESPACE = "kueue-system"
 SERVICE = "kueue-webhook-service"
 PROCESS_NAME = "kueue"
+PROCESS_KEY = "kueue"  # its entry in the cluster's state (Cluster.info)
 MUTATING = "kueue-mutating-webhook-configuration"
 VALIDATING = "kueue-validating-webhook-configuration"
 # Namespaces Kueue manages in the testbed (label value "true"): the tests label theirs.
@@ -200,7 +201,7 @@ def start(cluster: Cluster, *, die_with_parent: bool = False, within: float = 12
     cluster._write_state()
     try:
         deadline = time.monotonic() + within
-        _wait_ready(handle, f"http://127.0.0.1:{ports.health}/readyz", deadline)
+        processes.wait_http(handle, f"http://127.0.0.1:{ports.health}/readyz", deadline)
         marks["ready"] = time.monotonic() - t0
         run_sync(lambda: _wait_webhook(cluster, handle, deadline))
         marks["webhook"] = time.monotonic() - t0
@@ -243,21 +244,6 @@ def status(cluster: Cluster) -> dict[str, Any] | None:
             pass
     return {"version": info.get("version"), "ports": info.get("ports"), "startup_marks": info.get("startup_marks"),
             "healthy": ready}
-
-
-def _wait_ready(handle: processes.ProcessHandle, url: str, deadline: float) -> None:
-    last = ""
-    while time.monotonic() < deadline:
-        if not handle.alive():
-            raise RuntimeError(f"kueue exited during startup:\n{handle.log_tail(30)}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError) as exc:
-            last = str(exc)
-        time.sleep(0.25)
-    raise TimeoutError(f"kueue not ready at {url}: {last}\n{handle.log_tail(30)}")
 
 
 async def _wait_webhook(cluster: Cluster, handle: processes.ProcessHandle, deadline: float) -> None:
