@@ -1,12 +1,13 @@
 """Warm capacity inside a Kueue queue (pure): placeholders admitted against the workload's ClusterQueue.
 
 A workload opts into Kueue with the label ``kueue.x-k8s.io/queue-name: <LocalQueue>`` (on the
-Deployment/StatefulSet/LeaderWorkerSet or on its pod template). Its placeholders carry the same label,
-so Kueue gates each one until its ClusterQueue admits it: the quota a placeholder holds is quota of
-the same queue, and when a replica of the workload arrives (priority above the placeholders' -5) Kueue
-preempts a placeholder within the ClusterQueue and admits the replica into the quota it held. Without
-the label the placeholders would hold nodes that the queue's quota never counted (they would be
-admitted nowhere, and a replica could be over quota while its warm node sits idle).
+Deployment/StatefulSet/LeaderWorkerSet or on its pod template). Its placeholders carry the same label
+(and the marks Kueue's webhooks put on a queued workload's pods, :data:`MANAGED_LABEL`,
+:data:`SUSPENDING_PARENT_ANN`), so Kueue gates each one until its ClusterQueue admits it: the quota a
+placeholder holds is quota of the same queue, and when a replica of the workload arrives (priority
+above the placeholders' -5) Kueue preempts a placeholder within the ClusterQueue and admits the
+replica into the quota it held. Without them the placeholders would hold nodes that the queue's quota
+never counted (admitted nowhere, and a replica could be over quota while its warm node sits idle).
 
 A gang's placeholders (a LeaderWorkerSet group) are one Kueue pod group (``pod-group-name`` = the
 gang id, ``pod-group-total-count`` = the group size): admitted all or nothing, like the group.
@@ -26,6 +27,14 @@ from warmscale.common.quantity import parse_quantity
 from warmscale.warmpool.matching import GPU
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# What Kueue's Deployment webhook puts on a queued Deployment's pod template (v0.19): its pod webhook
+# then gates the pod as one Workload of its own, although an owner (the Deployment) is in a queue. A
+# placeholder is owned by the workload too, so it needs both, or Kueue leaves it alone (not gated, its
+# quota never counted). "deployment" for every kind: the pod reconciler then admits each placeholder
+# alone (the StatefulSet and LWS reconcilers would take it for one of their own pods).
+MANAGED_LABEL = "kueue.x-k8s.io/managed"
+SUSPENDING_PARENT_ANN = "kueue.x-k8s.io/pod-suspending-parent"
+SUSPENDING_PARENT = "deployment"
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_ANN = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -44,17 +53,21 @@ def placeholder_labels(queue: str, gang_id: str | None = None) -> dict[str, str]
     """Labels that put a placeholder into ``queue`` (and, for a gang member, into its pod group)."""
     if not queue:
         return {}
-    out = {QUEUE_LABEL: queue}
+    out = {QUEUE_LABEL: queue, MANAGED_LABEL: "true"}
     if gang_id is not None:
         out[POD_GROUP_LABEL] = gang_id
     return out
 
 
 def placeholder_annotations(queue: str, group_size: int | None = None) -> dict[str, str]:
-    """A gang member's pod-group size (Kueue admits a pod group once all its members exist)."""
-    if not queue or group_size is None:
+    """Kueue's suspending-parent mark, and a gang member's pod-group size (Kueue admits a pod group once all
+    its members exist)."""
+    if not queue:
         return {}
-    return {POD_GROUP_TOTAL_ANN: str(group_size)}
+    out = {SUSPENDING_PARENT_ANN: SUSPENDING_PARENT}
+    if group_size is not None:
+        out[POD_GROUP_TOTAL_ANN] = str(group_size)
+    return out
 
 
 @dataclass(frozen=True)

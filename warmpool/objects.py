@@ -237,7 +237,7 @@ def placeholder_pod(wl: Workload, index: int, pinned: Sequence[str] | None) -> d
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": placeholder_name(wl, index), "namespace": wl.namespace,
                      "labels": labels(wl, "placeholder", placeholder_labels(wl.queue_name)),
-                     "annotations": {PIN_ANN: pin_hash(pinned)},
+                     "annotations": {PIN_ANN: pin_hash(pinned), **placeholder_annotations(wl.queue_name)},
                      "ownerReferences": [wl.owner_ref()]},
         "spec": _hold_spec(wl.pod_spec, pinned),
     }

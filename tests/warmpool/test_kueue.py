@@ -13,9 +13,11 @@ from tests.warmpool.helpers import node, pod_spec
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.controller import workload_from
 from warmscale.warmpool.kueue import (
+    MANAGED_LABEL,
     POD_GROUP_LABEL,
     POD_GROUP_TOTAL_ANN,
     QUEUE_LABEL,
+    SUSPENDING_PARENT_ANN,
     QueueQuota,
     nominal_quota,
     quota_below_floor,
@@ -64,6 +66,9 @@ def test_placeholders_join_the_workloads_queue(labels: dict[str, str], template_
     assert p.create_placeholders == [0, 1]
     hold = ob.placeholder_pod(wl, 0, p.pinned)
     assert hold["metadata"]["labels"].get(QUEUE_LABEL) == (queue or None)
+    # what Kueue's webhook needs to gate a pod whose owner is in a queue (else it leaves it alone)
+    assert hold["metadata"]["labels"].get(MANAGED_LABEL) == ("true" if queue else None)
+    assert hold["metadata"]["annotations"].get(SUSPENDING_PARENT_ANN) == ("deployment" if queue else None)
     # the placeholder's priority (-5) is below the replicas' (0): Kueue preempts it for a replica
     assert hold["spec"]["priorityClassName"] == ob.PRIORITY_CLASS
 
