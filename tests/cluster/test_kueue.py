@@ -96,7 +96,7 @@ async def test_placeholders_are_admitted_and_a_replica_beyond_quota_is_not_count
 ) -> None:
     ns = k8s_namespace
     core, apps = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin)
-    await k8s_node_pool(replace(H100, count=3))  # room for 3 replicas; the quota admits 2
+    await k8s_node_pool(replace(H100, count=2))  # the quota admits 2 replicas' worth, as many as there are nodes
     q = await queue(2 * GPUS)
     await apps.create_namespaced_deployment(ns, inference(ns, replicas=1, min_ready=1, standby=1))
     warm_pool()
