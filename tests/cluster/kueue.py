@@ -9,10 +9,15 @@ in the Go module cache.
 - configuration ``config.kueue.x-k8s.io/v1beta2``: integrations ``batch/job`` (KEDA ScaledJobs),
   ``pod``, ``deployment``, ``statefulset`` and ``leaderworkerset.x-k8s.io/leaderworkerset``; leader
   election off; health, metrics and webhook on free loopback ports; the visibility API server off;
-- webhooks: our own CA and leaf (``<state>/kueue/certs``, SAN ``kueue-webhook-service.kueue-system.svc``,
-  the name the API server checks) instead of Kueue's internal cert management, served on loopback
-  and reached through Service ``kueue-system/kueue-webhook-service`` of type ExternalName
-  (``localhost``; the API server dials the port the webhook configuration names). Only the webhooks
+- webhooks: Kueue's internal cert management (its CA and leaf in Secret
+  ``kueue-system/kueue-webhook-server-cert``, SAN ``kueue-webhook-service.kueue-system.svc``, the name
+  the API server checks; the Secret's files copied to ``<state>/kueue/certs``, as a mounted Secret
+  volume would have them, which the rotator waits for; the CA injected into the webhook
+  configurations and the conversion webhooks of five CRDs, which get the clientConfig Kueue's own
+  kustomization patches in). Without it Kueue insists on metrics certificates at the fixed path
+  ``/etc/kueue/metrics/certs``. The webhook server listens on loopback, reached through Service
+  ``kueue-system/kueue-webhook-service`` of type ExternalName (``localhost``; the API server dials the
+  port the webhook configuration names). Only the webhooks
   of the enabled integrations and of Kueue's own kinds are installed (a webhook of a disabled
   integration answers 404, which ``failurePolicy: Fail`` turns into a refused object);
 - Kueue manages only namespaces labelled :data:`MANAGED_NAMESPACE_LABEL` (its
@@ -41,7 +46,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from . import crds, pki, processes
+from . import crds, processes
 from .binaries import BUILD_SCRIPT, REPO_ROOT, BinariesMissing, cache_root, pinned_versions
 
 if TYPE_CHECKING:
@@ -53,6 +58,11 @@ MODULE = "sigs.k8s.io/kueue"
 WRAPPER = REPO_ROOT / "testbed" / "kueue"
 NAMESPACE = "kueue-system"
 SERVICE = "kueue-webhook-service"
+SECRET = "kueue-webhook-server-cert"  # Kueue's internal cert management keeps its CA and leaf here
+# The CRDs whose conversion webhook Kueue's cert rotator injects its CA into (pkg/util/cert): it needs a
+# conversion.webhook.clientConfig on each, as Kueue's own kustomization patches in.
+CONVERSION_CRDS = ("localqueues.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io", "workloads.kueue.x-k8s.io",
+                   "cohorts.kueue.x-k8s.io", "multikueueclusters.kueue.x-k8s.io")
 PROCESS_NAME = "kueue"
 PROCESS_KEY = "kueue"  # its entry in the cluster's state (Cluster.info)
 MUTATING = "kueue-mutating-webhook-configuration"
@@ -123,7 +133,7 @@ def configuration(ports: KueuePorts, certs: Path) -> dict[str, Any]:
         "metrics": {"bindAddress": f"127.0.0.1:{ports.metrics}"},
         "webhook": {"port": ports.webhook, "host": "127.0.0.1", "certDir": str(certs)},
         "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
+        "internalCertManagement": {"enable": True, "webhookServiceName": SERVICE, "webhookSecretName": SECRET},
         "manageJobsWithoutQueueName": False,
         "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_NAMESPACE_LABEL: "true"}},
         "integrations": {"frameworks": list(FRAMEWORKS)},
@@ -132,9 +142,9 @@ def configuration(ports: KueuePorts, certs: Path) -> dict[str, Any]:
     }
 
 
-def webhook_configurations(module: Path, port: int, ca_bundle: str) -> list[dict[str, Any]]:
+def webhook_configurations(module: Path, port: int) -> list[dict[str, Any]]:
     """Kueue's Mutating/ValidatingWebhookConfiguration, kept to the enabled integrations and Kueue's own
-    kinds, pointed at :data:`SERVICE` on ``port`` with our CA."""
+    kinds, pointed at :data:`SERVICE` on ``port`` (Kueue's cert rotator fills in the CA)."""
     docs = list(yaml.safe_load_all((module / "config" / "components" / "webhook" / "manifests.yaml").read_text()))
     out: list[dict[str, Any]] = []
     for doc in docs:
@@ -147,8 +157,7 @@ def webhook_configurations(module: Path, port: int, ca_bundle: str) -> list[dict
             own = "kueue-x-k8s-io" in path
             if not own and not any(path.endswith(p) for p in FRAMEWORK_PATHS):
                 continue
-            hook["clientConfig"] = {"caBundle": ca_bundle,
-                                    "service": {"name": SERVICE, "namespace": NAMESPACE, "path": path, "port": port}}
+            hook["clientConfig"] = {"service": {"name": SERVICE, "namespace": NAMESPACE, "path": path, "port": port}}
             if not own:
                 hook["namespaceSelector"] = {"matchLabels": {MANAGED_NAMESPACE_LABEL: "true"}}
             hook["timeoutSeconds"] = 10
@@ -159,13 +168,16 @@ def webhook_configurations(module: Path, port: int, ca_bundle: str) -> list[dict
     return out
 
 
-def make_certs(directory: Path) -> pki.CertPair:
-    """``tls.crt``/``tls.key`` (controller-runtime's names in ``certDir``) and the CA that signed them."""
-    ca = pki.make_ca(directory, "ca", "warmscale-testbed-kueue-ca")
-    svc = f"{SERVICE}.{NAMESPACE}.svc"
-    pki.issue_leaf(directory, "tls", ca, svc, dns=(svc, f"{svc}.cluster.local", "localhost"), ips=("127.0.0.1",),
-                   client=False)
-    return ca
+def crds_for(module: Path, port: int) -> list[dict[str, Any]]:
+    """Kueue's CRDs; those of :data:`CONVERSION_CRDS` with their conversion webhook on :data:`SERVICE`."""
+    out = crds.load_crds(crd_dir(module))
+    for crd in out:
+        if crd["metadata"]["name"] in CONVERSION_CRDS:
+            crd["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"service": {"name": SERVICE, "namespace": NAMESPACE, "path": "/convert",
+                                             "port": port}}}}
+    return out
 
 
 def running(cluster: Cluster) -> bool:
@@ -184,14 +196,14 @@ def start(cluster: Cluster, *, die_with_parent: bool = False, within: float = 12
     path = locate(build=build)
     t0 = time.monotonic()
     state = cluster.state_dir / "kueue"
-    certs = state / "certs"
-    ca = make_certs(certs)
+    certs = state / "certs"  # Kueue's cert rotator writes the webhook's leaf here
+    certs.mkdir(parents=True, exist_ok=True)
     ports = KueuePorts.allocate()
     config = state / "config.yaml"
     config.write_text(yaml.safe_dump(configuration(ports, certs), sort_keys=False))
     module = module_dir()
     marks: dict[str, float] = {}
-    run_sync(lambda: _install(cluster, module, ports, ca, within))
+    run_sync(lambda: _install(cluster, module, ports, within))
     marks["crds_webhooks"] = time.monotonic() - t0
     handle = processes.start(PROCESS_NAME, [str(path), f"--config={config}", f"--kubeconfig={cluster.kubeconfig}"],
                              cluster.state_dir / "logs", die_with_parent=die_with_parent)
@@ -201,6 +213,8 @@ def start(cluster: Cluster, *, die_with_parent: bool = False, within: float = 12
     cluster._write_state()
     try:
         deadline = time.monotonic() + within
+        run_sync(lambda: _mount_certs(cluster, handle, certs, deadline))
+        marks["certs"] = time.monotonic() - t0
         processes.wait_http(handle, f"http://127.0.0.1:{ports.health}/readyz", deadline)
         marks["ready"] = time.monotonic() - t0
         run_sync(lambda: _wait_webhook(cluster, handle, deadline))
@@ -246,6 +260,25 @@ def status(cluster: Cluster) -> dict[str, Any] | None:
             "healthy": ready}
 
 
+async def _mount_certs(cluster: Cluster, handle: processes.ProcessHandle, certs: Path, deadline: float) -> None:
+    """What the kubelet does in cluster: Kueue's cert rotator writes its leaf into the Secret and waits until
+    the Secret's files appear in ``certDir`` (a mounted Secret volume); out of cluster we write them."""
+    async with cluster.admin_client() as api:
+        core = client.CoreV1Api(api)
+        while time.monotonic() < deadline:
+            if not handle.alive():
+                raise RuntimeError(f"kueue exited during startup:\n{handle.log_tail(30)}")
+            data = (await core.read_namespaced_secret(SECRET, NAMESPACE)).data or {}
+            if all(data.get(k) for k in ("ca.crt", "tls.crt", "tls.key")):
+                for name in ("ca.crt", "tls.crt", "tls.key"):
+                    tmp = certs / f".{name}.tmp"
+                    tmp.write_bytes(base64.b64decode(data[name]))
+                    tmp.replace(certs / name)
+                return
+            await asyncio.sleep(0.5)
+    raise TimeoutError(f"Kueue's cert rotator wrote no certificate into Secret {NAMESPACE}/{SECRET}")
+
+
 async def _wait_webhook(cluster: Cluster, handle: processes.ProcessHandle, deadline: float) -> None:
     """A server-side dry run of a ResourceFlavor goes through Kueue's webhooks: it passes once they serve."""
     body = {"apiVersion": "/".join(KUEUE_API), "kind": "ResourceFlavor", "metadata": {"name": "warmscale-probe"}}
@@ -266,8 +299,7 @@ async def _wait_webhook(cluster: Cluster, handle: processes.ProcessHandle, deadl
     raise TimeoutError(f"Kueue's webhooks do not serve yet: {last}\n{handle.log_tail(30)}")
 
 
-async def _install(cluster: Cluster, module: Path, ports: KueuePorts, ca: pki.CertPair, within: float) -> None:
-    ca_bundle = base64.b64encode(ca.cert.read_bytes()).decode()
+async def _install(cluster: Cluster, module: Path, ports: KueuePorts, within: float) -> None:
     async with cluster.admin_client() as api:
         core = client.CoreV1Api(api)
         try:
@@ -275,7 +307,13 @@ async def _install(cluster: Cluster, module: Path, ports: KueuePorts, ca: pki.Ce
         except ApiException as exc:
             if exc.status != 409:
                 raise
-        await crds.install(api, crds.load_crds(crd_dir(module)), within)
+        await crds.install(api, crds_for(module, ports.webhook), within)
+        try:
+            await core.create_namespaced_secret(NAMESPACE, {"apiVersion": "v1", "kind": "Secret",
+                                                            "metadata": {"name": SECRET, "namespace": NAMESPACE}})
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
         try:
             await core.delete_namespaced_service(SERVICE, NAMESPACE)
         except ApiException as exc:
@@ -287,7 +325,7 @@ async def _install(cluster: Cluster, module: Path, ports: KueuePorts, ca: pki.Ce
                      "ports": [{"name": "https", "port": ports.webhook, "protocol": "TCP"}]}})
         adm = client.AdmissionregistrationV1Api(api)
         await _delete_webhooks_with(adm)
-        for body in webhook_configurations(module, ports.webhook, ca_bundle):
+        for body in webhook_configurations(module, ports.webhook):
             if body["kind"] == "MutatingWebhookConfiguration":
                 await adm.create_mutating_webhook_configuration(body)
             else:
