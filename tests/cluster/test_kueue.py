@@ -116,7 +116,7 @@ async def test_placeholders_are_admitted_and_a_replica_beyond_quota_is_not_count
     assert hold.metadata.labels[QUEUE_LABEL] == "online" and hold.spec.priority_class_name == ob.PRIORITY_CLASS
 
     # 1 -> 3: the 2nd replica takes the placeholder's quota (and its node); the 3rd is over the quota
-    await apps.patch_namespaced_deployment_scale(ns, "llm", {"spec": {"replicas": 3}})
+    await apps.patch_namespaced_deployment_scale("llm", ns, {"spec": {"replicas": 3}})
 
     async def two_ready_one_gated() -> list[client.V1Pod] | None:
         ps = await pods(core, ns, "app=llm")
