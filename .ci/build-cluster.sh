@@ -124,7 +124,7 @@ if [[ $want_keda == 1 ]]; then
     keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
 fi
 
-# Kueue (the queueing/quota controller of `up --kueue` and the marker-kueue tests); its CRDs are
+# Kueue (the queueing/quota controller of `up --kueue` and the Kueue cluster tests); its CRDs are
 # read at run time from the module cache (config/components/crd/bases of the same module zip).
 if [[ $want_kueue == 1 ]]; then
   kueue_dir="$cache/bin/kueue-$KUEUE_VERSION"

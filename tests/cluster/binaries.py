@@ -30,7 +30,7 @@ K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sched
 # caches); only the progress bar's ETA reads them. KEDA: ~10 min for both, most in the operator.
 BUILD_SECONDS = {"etcd": 37, "kube-apiserver": 254, "kwok": 74, "kube-scheduler": 52, "kube-controller-manager": 50,
                  "kubectl": 19, "helm": 145, "keda-operator": 480, "keda-adapter": 120,
-                 "kueue": 1611}
+                 "kueue": 1611}  # kueue: measured with -p 1 on cores shared by other builds (load ~14)
 _BUILT = re.compile(r"build-cluster: built (\S+) in ")
 
 
