@@ -3,27 +3,29 @@
 # kube-scheduler, kwok), KEDA (operator, metrics adapter) and Volcano (scheduler, controller-manager)
 # from Go modules, only those that are missing from the cache.
 #
-# Usage:  build-cluster.sh [--no-keda] [--volcano] | --keda-only | --volcano-only
-#         (Volcano only when asked: see the Volcano section below)
+# Usage:  build-cluster.sh [--no-keda] [--volcano] | --keda-only | --kueue-only | --volcano-only
+#         (Kueue with KEDA unless --no-keda; Volcano only when asked: see the Volcano section below)
 # Output: ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/k8s-<version>/{etcd,kube-apiserver,...}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kwok-<version>/kwok
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/helm-<version>/helm
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/keda-<version>/{keda-operator,keda-adapter}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/volcano-<version>/{vc-scheduler,vc-controller-manager}
+#         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kueue-<version>/kueue
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
 #         GOMODCACHE/GOCACHE/GOPROXY are honoured (Go defaults otherwise).
 set -euo pipefail
 
-want_cluster=1 want_keda=1 want_volcano=0
+want_cluster=1 want_keda=1 want_kueue=1 want_volcano=0
 for arg in "$@"; do
   case "$arg" in
-    --no-keda) want_keda=0 ;;
+    --no-keda) want_keda=0 want_kueue=0 ;;
     --volcano) want_volcano=1 ;;
-    --keda-only) want_cluster=0 want_volcano=0 ;;
-    --volcano-only) want_cluster=0 want_keda=0 want_volcano=1 ;;
-    *) echo "usage: $0 [--no-keda] [--volcano] | --keda-only | --volcano-only" >&2; exit 2 ;;
+    --keda-only) want_cluster=0 want_kueue=0 want_volcano=0 ;;
+    --kueue-only) want_cluster=0 want_keda=0 want_volcano=0 ;;
+    --volcano-only) want_cluster=0 want_keda=0 want_kueue=0 want_volcano=1 ;;
+    *) echo "usage: $0 [--no-keda] [--volcano] | --keda-only | --kueue-only | --volcano-only" >&2; exit 2 ;;
   esac
 done
 
@@ -59,6 +61,7 @@ check_pin "$repo/testbed/helm/go.mod" helm.sh/helm/v4 "$HELM_VERSION"
 check_pin "$repo/testbed/keda/go.mod" github.com/kedacore/keda/v2 "$KEDA_VERSION"
 check_pin "$repo/testbed/volcano/go.mod" volcano.sh/volcano "$VOLCANO_VERSION"
 check_pin "$repo/testbed/volcano/go.mod" volcano.sh/apis "$VOLCANO_VERSION"
+check_pin "$repo/testbed/kueue/go.mod" sigs.k8s.io/kueue "$KUEUE_VERSION"
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -127,6 +130,15 @@ if [[ $want_keda == 1 ]]; then
   build "$repo/testbed/keda" "$keda_dir" "$kedaldf" \
     keda-operator=github.com/kedacore/keda/v2/cmd/operator \
     keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+fi
+
+# Kueue (the queueing/quota controller of `up --kueue` and the Kueue cluster tests); its CRDs are
+# read at run time from the module cache (config/components/crd/bases of the same module zip).
+if [[ $want_kueue == 1 ]]; then
+  kueue_dir="$cache/bin/kueue-$KUEUE_VERSION"
+  kueueldf="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  kueueldf+=" -X sigs.k8s.io/kueue/pkg/version.GitCommit=none"
+  build "$repo/testbed/kueue" "$kueue_dir" "$kueueldf" kueue=sigs.k8s.io/kueue/cmd/kueue
 fi
 
 # Volcano (scheduler, controller-manager; its own k8s v0.35.3 libraries), only when asked (--volcano): needed

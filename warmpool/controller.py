@@ -26,6 +26,7 @@ from warmscale import buildinfo
 from warmscale.common.diagnostics.events import workload_events
 from warmscale.scaler.metrics import SO_LABEL
 from warmscale.scaler.warm_status import WarmStatus
+from warmscale.signals.podstate import is_gated
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, STATUS_KEY, AnnotationError, is_enabled, parse_annotations
 from warmscale.warmpool.cache_roots import DEFAULT_ALLOWED, DEFAULT_FILE_SOURCES
@@ -33,6 +34,15 @@ from warmscale.warmpool.deletion_cost_writer import PASS_SECONDS as DELETION_COS
 from warmscale.warmpool.deletion_cost_writer import DeletionCostWriter
 from warmscale.warmpool.gangs import groups
 from warmscale.warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
+from warmscale.warmpool.kueue import (
+    CLUSTER_QUEUES,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCAL_QUEUES,
+    QueueQuota,
+    nominal_quota,
+    queue_name,
+)
 from warmscale.warmpool.model_uri import CacheKey, ModelURIError, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import (
     GPU_PRODUCT_LABEL,
@@ -147,12 +157,14 @@ def workload_from(kind: str, o: Mapping[str, Any]) -> ob.Workload:
             selector={ob.LWS_NAME_LABEL: m.get("name", "")},
             group_size=max(1, int(lwt.get("size") or 1)), leader_template=lwt.get("leaderTemplate"),
             topology_key=str(annotations.get(ob.LWS_EXCLUSIVE_TOPOLOGY) or "").strip(),
+            queue_name=queue_name(m.get("labels"), lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}),
         )
     return ob.Workload(
         kind=kind, namespace=m.get("namespace", ""), name=m.get("name", ""), uid=m.get("uid", ""),
         replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
         template=spec.get("template") or {}, annotations=m.get("annotations") or {},
         selector=(spec.get("selector") or {}).get("matchLabels") or {},
+        queue_name=queue_name(m.get("labels"), spec.get("template") or {}),
     )
 
 
@@ -451,7 +463,8 @@ class Controller:
         p = plan(wl, nodes, pods, jobs, so, now, scaler_address=self.opts.scaler_address,
                  allowed_roots=self.opts.cache_root_allow, file_sources=self.opts.file_source_allow,
                  trigger_authentication=self.opts.trigger_authentication,
-                 standby=await self._standby_evidence(wl), pod_groups=groups)
+                 standby=await self._standby_evidence(wl), pod_groups=groups,
+                 queue_quota=await self._queue_quota(wl))
         if p.config is not None and p.config.enabled and p.config.standby_auto:
             self.standby_last[wl.key] = p.standby
         inv = self._involved(wl)
@@ -535,6 +548,28 @@ class Controller:
             await self.events.emit(inv, "Warning", reason, message)
         return p
 
+    async def _queue_quota(self, wl: ob.Workload) -> QueueQuota | None:
+        """The workload's Kueue LocalQueue -> ClusterQueue -> nominal GPU quota (None: not in a queue, or
+        unreadable: Kueue not installed, no RBAC, the queue missing - then nothing is checked)."""
+        if not wl.queue_name:
+            return None
+        try:
+            lq = await self.custom.get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, wl.namespace, LOCAL_QUEUES, wl.queue_name)
+            cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
+            if not cq_name:
+                return None
+            cq = await self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, CLUSTER_QUEUES, cq_name)
+        except ApiException as exc:
+            log.debug("kueue queue not readable", extra={"workload": wl.key, "queue": wl.queue_name,
+                                                       "status": exc.status})
+            return None
+        try:
+            gpus = nominal_quota(cq)
+        except ValueError:
+            return None  # a quantity Kueue's own validation would refuse: not ours to judge
+        return QueueQuota(local_queue=wl.queue_name, cluster_queue=cq_name, gpus=gpus)
+
     async def _write_status(self, wl: ob.Workload, p: Plan) -> None:
         text = p.status_json()
         if wl.annotations.get(STATUS_KEY) == text:
@@ -609,6 +644,8 @@ class Controller:
                     continue
                 if m.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     continue
+                if is_gated(pod):
+                    continue  # held at a scheduling gate (Kueue quota): asked for, not starting
                 replicas.append((pod, pod_time_to_ready(pod)))
         for pod, secs in replicas:
             m = pod.get("metadata") or {}

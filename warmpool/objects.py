@@ -16,6 +16,7 @@ from typing import Any
 
 from warmscale.warmpool.annotations import WarmConfig
 from warmscale.warmpool.cache_roots import system_path_conflict
+from warmscale.warmpool.kueue import placeholder_annotations, placeholder_labels
 from warmscale.warmpool.matching import replica_requests
 from warmscale.warmpool.model_uri import CacheKey
 
@@ -75,6 +76,7 @@ class Workload:
     group_size: int = 1  # pods per replica (LWS spec.leaderWorkerTemplate.size)
     leader_template: Mapping[str, Any] | None = None
     topology_key: str = ""
+    queue_name: str = ""  # the Kueue LocalQueue (label kueue.x-k8s.io/queue-name; warmpool.kueue), "" for none
 
     @property
     def is_gang(self) -> bool:
@@ -256,8 +258,8 @@ def placeholder_pod(wl: Workload, index: int, pinned: Sequence[str] | None) -> d
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": placeholder_name(wl, index), "namespace": wl.namespace,
-                     "labels": labels(wl, "placeholder"),
-                     "annotations": {PIN_ANN: pin_hash(pinned)},
+                     "labels": labels(wl, "placeholder", placeholder_labels(wl.queue_name)),
+                     "annotations": {PIN_ANN: pin_hash(pinned), **placeholder_annotations(wl.queue_name)},
                      "ownerReferences": [wl.owner_ref()]},
         "spec": _hold_spec(wl.pod_spec, pinned),
     }
@@ -335,15 +337,15 @@ def gang_placeholder_pod(wl: Workload, gang: int, member: int, pinned: Sequence[
             na["requiredDuringSchedulingIgnoredDuringExecution"] = req
             aff["nodeAffinity"] = na
         spec["affinity"] = aff
-    annotations = {PIN_ANN: pin_hash(pinned), GANG_ANN: gang_record(wl, gang)}
+    annotations: dict[str, str] = {PIN_ANN: pin_hash(pinned), GANG_ANN: gang_record(wl, gang)}
     if wl.volcano:  # one PodGroup per gang: Volcano binds its members together or not at all
         spec["schedulerName"] = VOLCANO_SCHEDULER
         annotations[PG_ANN] = pod_group_name(wl, gang)
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": gang_placeholder_name(wl, gang, member), "namespace": wl.namespace,
-                     "labels": labels(wl, "placeholder", {GANG_LABEL: gid}),
-                     "annotations": annotations,
+                     "labels": labels(wl, "placeholder", {GANG_LABEL: gid, **placeholder_labels(wl.queue_name, gid)}),
+                     "annotations": {**annotations, **placeholder_annotations(wl.queue_name, wl.group_size)},
                      "ownerReferences": [wl.owner_ref()]},
         "spec": spec,
     }

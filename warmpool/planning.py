@@ -27,7 +27,8 @@ from warmscale.warmpool.cache_roots import (
     file_source_problem,
 )
 from warmscale.warmpool.gangs import plan_gangs
-from warmscale.warmpool.matching import free_fit, matching_nodes
+from warmscale.warmpool.kueue import QueueQuota, quota_below_floor
+from warmscale.warmpool.matching import GPU, free_fit, matching_nodes, replica_requests
 from warmscale.warmpool.model_uri import staged_label_key
 
 Obj = Mapping[str, Any]
@@ -272,14 +273,17 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
          scaledobject: Obj | None, now: datetime, *, scaler_address: str = "warmscale-scaler.warmscale:9090",
          retry_cooldown_s: float = RETRY_COOLDOWN_S, allowed_roots: Sequence[str] = DEFAULT_ALLOWED,
          trigger_authentication: str = "", standby: StandbyEvidence | None = None,
-         file_sources: Sequence[str] = DEFAULT_FILE_SOURCES, pod_groups: Sequence[Obj] = ()) -> Plan:
+         file_sources: Sequence[str] = DEFAULT_FILE_SOURCES, pod_groups: Sequence[Obj] = (),
+         queue_quota: QueueQuota | None = None) -> Plan:
     """The whole desired state for one workload. ``pods``/``jobs``/``pod_groups`` (Volcano's) are those
     of its namespace.
 
     ``allowed_roots``: where cache roots may lie (the controller's ``--cache-root-allow``);
     ``file_sources``: where ``file://`` model sources may lie (``--file-source-allow``);
     ``trigger_authentication``: the ClusterTriggerAuthentication owned ScaledObjects reference;
-    ``standby``: what ``standby: auto`` is sized from (None: no evidence, 0 placeholders)."""
+    ``standby``: what ``standby: auto`` is sized from (None: no evidence, 0 placeholders);
+    ``queue_quota``: the workload's Kueue queue as the controller read it (None: not in a queue, or
+    unreadable: nothing is checked)."""
     try:
         cfg = parse_annotations(wl.annotations)
     except AnnotationError as exc:
@@ -416,6 +420,11 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
         p.events.append(Event("Normal", "ScaleToZeroRefused",
                               "min-ready floor is 0 but scale-to-zero is not allowed now: keeping 1 replica "
                               "(the scaler refuses zero until an allowed window)"))
+    if queue_quota is not None:
+        per_replica = sum(replica_requests(wl.member_spec(m)).get(GPU, 0.0) for m in range(wl.group_size))
+        short = quota_below_floor(queue_quota, p.floor, per_replica)
+        if short is not None:
+            p.events.append(Event("Warning", "KueueQuotaBelowFloor", short))
     desired = ob.scaled_object(wl, cfg, p.floor, scaler_address, trigger_authentication) if cfg.autoscale else None
     p.scaledobject, p.scaledobject_body = scaledobject_action(scaledobject, desired)
     if p.scaledobject == "foreign" and cfg.autoscale:

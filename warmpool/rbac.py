@@ -71,6 +71,8 @@ WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
     ("the workload's own ScaledObject (warmscale.io/autoscale)",
      {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "create", "patch", "delete"]}),
     *HOT_WORKLOAD_RULES,
+    ("a workload in a Kueue queue (label kueue.x-k8s.io/queue-name): read its LocalQueue (which ClusterQueue)",
+     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]}),
 )
 # Cluster-scoped by nature (a ClusterRole in both modes).
 CLUSTER_RULES: tuple[tuple[str, Rule], ...] = (
@@ -81,6 +83,8 @@ CLUSTER_RULES: tuple[tuple[str, Rule], ...] = (
      {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "resourceNames": [PRIORITY_CLASS],
       "verbs": ["get"]}),
     *HOT_CLUSTER_RULES,
+    ("a workload in a Kueue queue: read its ClusterQueue's nominal GPU quota (the quota-below-floor Event)",
+     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"]}),
 )
 # In the Lease's namespace.
 LEASE_RULES: tuple[tuple[str, Rule], ...] = (

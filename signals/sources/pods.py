@@ -15,7 +15,8 @@ counts pods (:meth:`PodEndpoints.counts`):
 
 - *ready*: Ready condition True (and not terminating);
 - *starting*: not terminating, not finished, not Ready (Pending pods included: they are replicas
-  the HPA already asked for);
+  the HPA already asked for), except pods held at a scheduling gate (Kueue's admission gate while
+  the quota is used up): those are *gated*, not counted as coming (:mod:`signals.podstate`);
 - *current*: the scale target's ``spec.replicas`` when it can be read;
 - *gpu_product*: the GPU product the replicas run on (:mod:`signals.gpus`): the one the target's pod
   template pins, else the GFD label ``nvidia.com/gpu.product`` most of the pods' nodes carry. Nodes
@@ -53,6 +54,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from warmscale.signals.gpus import fleet_gpu_product, node_gpu_product, template_gpu_product
+from warmscale.signals.podstate import lws_group_counts, pod_state
 from warmscale.signals.sources.base import Endpoint
 
 log = logging.getLogger("warmscale.signals.pods")
@@ -67,21 +69,9 @@ SUPPORTED_TARGETS = {("apps", "Deployment"): "deployments", ("apps", "StatefulSe
                      (LWS_GROUP, LWS_KIND): "leaderworkersets"}
 # Labels the LeaderWorkerSet controller puts on every pod of a group (sigs.k8s.io/lws, v0.10.0).
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # "0": the leader
 
 
-def lws_group_counts(pods: Sequence[Obj], size: int) -> tuple[int, int]:
-    """(ready, starting) groups of a LeaderWorkerSet among its pods: a group is ready only when all its
-    ``size`` pods are Ready; a group with any live pod that is not is starting."""
-    by_group: dict[str, list[str]] = {}
-    for pod in pods:
-        state = pod_state(pod)
-        if state in ("ready", "starting"):
-            labels = (pod.get("metadata") or {}).get("labels") or {}
-            by_group.setdefault(str(labels.get(LWS_GROUP_INDEX, "")), []).append(state)
-    ready = sum(1 for states in by_group.values() if len(states) >= size and all(s == "ready" for s in states))
-    return ready, len(by_group) - ready
 # A node's GPU product changes only when the node is re-imaged or replaced (then it has a new name as
 # a rule): re-read each node this often. A failed read is retried after NODE_RETRY_S.
 NODE_PRODUCT_TTL_S = 600.0
@@ -96,26 +86,6 @@ class DiscoveryError(Exception):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def _condition(pod: Obj, kind: str) -> str | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return str(cond.get("status"))
-    return None
-
-
-def pod_state(pod: Obj) -> str:
-    """``ready``, ``starting``, ``terminating`` or ``finished``."""
-    meta = pod.get("metadata") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    if meta.get("deletionTimestamp"):
-        return "terminating"
-    if phase in ("Succeeded", "Failed"):
-        return "finished"
-    if phase == "Running" and _condition(pod, "Ready") == "True":
-        return "ready"
-    return "starting"
 
 
 def selector_string(selector: Mapping[str, Any] | None) -> str:
@@ -339,6 +309,7 @@ class PodCounts:
     current: int | None  # the scale target's spec.replicas (None: target not readable)
     pods: tuple[str, ...] = ()  # names of the ready + starting pods
     gpu_product: str | None = None  # the replicas' GPU product (signals.gpus; None: unknown)
+    gated: int = 0  # pods held at a scheduling gate (Kueue quota): asked for, not coming (signals.podstate)
 
 
 @dataclass(frozen=True)
@@ -608,7 +579,7 @@ class PodEndpoints:
     async def counts(self) -> PodCounts:
         """Ready and starting pods, and the target's spec.replicas. Raises :class:`DiscoveryError`."""
         pods, cache, current = await self._pods()
-        ready = starting = 0
+        ready = starting = gated = 0
         names: list[str] = []
         nodes: list[str] = []
         was_ready = self.discovery.was_ready(cache)
@@ -620,6 +591,7 @@ class PodEndpoints:
             elif state == "starting":
                 starting += 1
             else:
+                gated += state == "gated"
                 continue
             names.append(str(pod["metadata"].get("name", "")))
             nodes.append(str((pod.get("spec") or {}).get("nodeName") or ""))
@@ -628,7 +600,8 @@ class PodEndpoints:
             # a LeaderWorkerSet's replicas are its groups, ready only when all their pods are
             ready, starting = lws_group_counts(pods, self.group_size)
         product = await self._gpu_product(nodes)
-        return PodCounts(ready=ready, starting=starting, current=current, pods=tuple(names), gpu_product=product)
+        return PodCounts(ready=ready, starting=starting, current=current, pods=tuple(names), gpu_product=product,
+                         gated=gated)
 
     async def _gpu_product(self, nodes: Sequence[str]) -> str | None:
         """The replicas' GPU product: the template's pin needs no node read (signals.gpus)."""

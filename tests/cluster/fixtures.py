@@ -16,6 +16,8 @@ Fixtures
   volcano_cluster    session: ``k8s_cluster`` with the real Volcano scheduler + controller-manager
                      running (started on it if needed, stopped at the end if started here); skipped,
                      even in CI, when its binaries are missing (built only by ``build-cluster.sh --volcano``).
+  kueue_cluster      session: ``k8s_cluster`` with the real Kueue controller running (likewise); skips
+                     with the reason when the Kueue binary is not built (``build-cluster.sh --kueue-only``).
 
 Missing binaries fail the tests; they skip instead when ``WARMSCALE_ALLOW_SKIP_CLUSTER=1``
 and ``CI`` is not ``true``.
@@ -36,7 +38,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from warmscale.localcluster import fleet, keda, volcano
+from warmscale.localcluster import fleet, keda, kueue, volcano
 from warmscale.localcluster.binaries import BinariesMissing
 from warmscale.localcluster.fleet import NodePool
 from warmscale.localcluster.harness import (
@@ -150,6 +152,18 @@ def volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
         pytest.skip(str(exc))
     k8s_cluster: Cluster = request.getfixturevalue("k8s_cluster")
     yield from _started_beside(k8s_cluster, volcano, "volcano")
+
+
+@pytest.fixture(scope="session")
+def kueue_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    try:
+        kueue.locate()
+    except BinariesMissing as exc:
+        # Kueue is an optional build (build-cluster.sh --kueue-only; a plain build makes it too): its tests
+        # skip without it, with the reason, checked before any cluster is started.
+        pytest.skip(str(exc))
+    k8s_cluster: Cluster = request.getfixturevalue("k8s_cluster")
+    yield from _started_beside(k8s_cluster, kueue, "kueue")
 
 
 @pytest.fixture

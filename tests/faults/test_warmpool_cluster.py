@@ -30,10 +30,11 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.faults import warmpool_support as s
-from warmscale.localcluster import crds, volcano
+from warmscale.localcluster import crds, kueue, volcano
 from warmscale.localcluster.harness import Cluster
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool import rbac
+from warmscale.warmpool.kueue import QUEUE_LABEL
 from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 
 pytestmark = pytest.mark.cluster
@@ -159,6 +160,16 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         await apps.create_namespaced_deployment(ns, s.gpu_deployment("llm", 1, ann))
         await apps.create_namespaced_stateful_set(ns_b, s.statefulset("sts", 1, {P + "enabled": "true",
                                                                               P + "min-ready": "1"}))
+        # in a Kueue queue (its CRDs only, no Kueue controller): the controller reads the LocalQueue and
+        # the ClusterQueue's GPU quota (warmpool.kueue)
+        await crds.install(admin, crds.load_crds(await asyncio.to_thread(kueue.crd_dir)))
+        q = kueue.Queue(ns_b, f"{ns_b}-flavor", f"{ns_b}-cq", "online")
+        for plural, body in kueue.queue_objects(q, gpus=8):
+            if plural == "localqueues":
+                await custom.create_namespaced_custom_object(*kueue.KUEUE_API, ns_b, plural, body)
+            else:
+                await custom.create_cluster_custom_object(*kueue.KUEUE_API, plural, body)
+        await apps.patch_namespaced_stateful_set("sts", ns_b, {"metadata": {"labels": {QUEUE_LABEL: "online"}}})
         # a LeaderWorkerSet (the real CRD; no LWS controller: no pods needed) gets its status annotation
         await custom.create_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, ns_b, ob.LWS_PLURAL, {
             "apiVersion": f"{ob.LWS_GROUP}/{ob.LWS_VERSION}", "kind": ob.LWS_KIND,

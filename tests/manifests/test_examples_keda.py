@@ -31,7 +31,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from warmscale.localcluster import crds, keda, pki
+from warmscale.localcluster import crds, keda, kueue, pki
 from warmscale.localcluster.harness import Cluster
 from warmscale.localcluster.scaling import ScalerProcess, read_hpa, so_condition
 from warmscale.warmpool import objects as ob
@@ -85,6 +85,8 @@ async def setup(keda_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory)
         # the LeaderWorkerSet CRD (vllm-lws): KEDA scales it through the scale subresource the API server
         # serves from the CRD alone
         await crds.install(api, crds.load_crds(crds.lws_crd_dir()))
+        # Kueue's CRDs (vllm-kueue: its queues), from the Kueue module pinned in testbed/kueue
+        await crds.install(api, crds.load_crds(await asyncio.to_thread(kueue.crd_dir)))
         try:
             yield Setup(keda_cluster, api, scaler)
         finally:
@@ -181,6 +183,17 @@ async def _delete(api: client.ApiClient, custom: client.CustomObjectsApi, o: dic
                                                          m["name"])
         elif o["kind"] == "Deployment":
             await client.AppsV1Api(api).delete_namespaced_deployment(m["name"], m["namespace"])
+        elif o["kind"] == "ScaledJob":
+            await custom.delete_namespaced_custom_object("keda.sh", "v1alpha1", m["namespace"], "scaledjobs",
+                                                         m["name"])
+        elif o["apiVersion"] == "/".join(kueue.KUEUE_API):
+            plural = o["kind"].lower() + ("es" if o["kind"].endswith("s") else "s")
+            if "namespace" in m:
+                await custom.delete_namespaced_custom_object(*kueue.KUEUE_API, m["namespace"], plural, m["name"])
+            else:
+                await custom.delete_cluster_custom_object(*kueue.KUEUE_API, plural, m["name"])
+        elif o["kind"] == "PriorityClass":
+            await client.SchedulingV1Api(api).delete_priority_class(m["name"])
         elif o["kind"] == ob.LWS_KIND:
             await custom.delete_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, m["namespace"], ob.LWS_PLURAL,
                                                          m["name"])

@@ -45,8 +45,9 @@ def test_namespaced_mode_has_no_cluster_wide_workload_access() -> None:
     objs = rbac.render(["a", "b"])
     cluster = [o for o in objs if o["kind"] == "ClusterRole"]
     assert len(cluster) == 1
+    # cluster-scoped by nature only (a Kueue ClusterQueue is; the workloads' LocalQueues are in the Roles)
     assert {res for r in cluster[0]["rules"] for res in r["resources"]} == {
-        "nodes", "priorityclasses", "resourceslices"}
+        "nodes", "priorityclasses", "resourceslices", "clusterqueues"}
     roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Role"}
     assert roles == {("a", "warmscale-warmpool"), ("b", "warmscale-warmpool"), ("a", "warmscale-warmpool-leader")}
     bindings = [o for o in objs if o["kind"] == "RoleBinding"]

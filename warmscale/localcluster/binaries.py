@@ -32,7 +32,8 @@ K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sched
 # controller-manager 100 s.
 BUILD_SECONDS = {"etcd": 37, "kube-apiserver": 254, "kwok": 74, "kube-scheduler": 52, "kube-controller-manager": 50,
                  "kubectl": 19, "helm": 145, "keda-operator": 480, "keda-adapter": 120,
-                 "vc-scheduler": 1080, "vc-controller-manager": 100}
+                 "vc-scheduler": 1080, "vc-controller-manager": 100,
+                 "kueue": 1611}  # kueue: measured with -p 1 on cores shared by other builds (load ~14)
 _BUILT = re.compile(r"build-cluster: built (\S+) in ")
 
 
@@ -116,12 +117,15 @@ def planned(script_args: list[str], root: Path | None = None) -> dict[str, Path]
                "helm": bins / f"helm-{v['HELM_VERSION']}" / "helm"}
     keda = {n: bins / f"keda-{v['KEDA_VERSION']}" / n for n in ("keda-operator", "keda-adapter")}
     volcano = {n: bins / f"volcano-{v['VOLCANO_VERSION']}" / n for n in ("vc-scheduler", "vc-controller-manager")}
+    kueue = {"kueue": bins / f"kueue-{v['KUEUE_VERSION']}" / "kueue"}
     if "--keda-only" in script_args:
         chosen = keda
     elif "--volcano-only" in script_args:
         chosen = volcano
-    else:  # Volcano only when asked (build-cluster.sh --volcano)
-        chosen = {**cluster, **({} if "--no-keda" in script_args else keda),
+    elif "--kueue-only" in script_args:
+        chosen = kueue
+    else:  # Volcano only when asked (build-cluster.sh --volcano); Kueue with KEDA unless --no-keda
+        chosen = {**cluster, **({} if "--no-keda" in script_args else {**keda, **kueue}),
                   **(volcano if "--volcano" in script_args else {})}
     return {n: p for n, p in chosen.items() if not os.access(p, os.X_OK)}
 

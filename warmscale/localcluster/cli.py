@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from . import keda, volcano
+from . import keda, kueue, volcano
 from .binaries import BinariesMissing, locate
 from .fleet import DEFAULT_POOLS, default_fleet
 from .harness import STATE_FILE, Cluster, ClusterConfig, ClusterStartError, default_state_dir
@@ -38,6 +38,8 @@ def _up(args: argparse.Namespace) -> int:
                     keda.start(existing, build=args.build, within=args.timeout)
                 if args.volcano:
                     volcano.start(existing, build=args.build, within=args.timeout)
+                if args.kueue:
+                    kueue.start(existing, build=args.build, within=args.timeout)
             except (BinariesMissing, RuntimeError, TimeoutError) as exc:
                 print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
                 return 1
@@ -49,7 +51,7 @@ def _up(args: argparse.Namespace) -> int:
     try:
         cluster = Cluster.start(
             ClusterConfig(pools=pools, state_dir=state_dir, build_missing=args.build, startup_timeout=args.timeout,
-                          keda=args.keda, hpa_sync_period=args.hpa_sync_period)
+                          keda=args.keda, kueue=args.kueue, hpa_sync_period=args.hpa_sync_period)
         )
     except (BinariesMissing, ClusterStartError, RuntimeError, TimeoutError) as exc:
         print(f"error: {exc}\n(process logs: {state_dir / 'logs'})", file=sys.stderr)
@@ -94,6 +96,10 @@ def _status(args: argparse.Namespace) -> int:
     if volcano_status is not None:
         body["volcano"] = volcano_status
         healthy = healthy and volcano_status["healthy"]
+    kueue_status = kueue.status(cluster) if healthy else None
+    if kueue_status is not None:
+        body["kueue"] = kueue_status
+        healthy = healthy and kueue_status["healthy"]
     print(json.dumps(body, indent=2))
     return 0 if healthy else 3
 
@@ -116,6 +122,8 @@ def _build(args: argparse.Namespace) -> int:
         vb = volcano.locate(build=True)
         print(vb.scheduler)
         print(vb.controller_manager)
+    if args.kueue:
+        print(kueue.locate(build=True))
     return 0
 
 
@@ -150,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run the real KEDA operator + metrics adapter (also on an already running cluster)")
     up.add_argument("--volcano", action="store_true",
                     help="also run the real Volcano scheduler + controller-manager (also on a running cluster)")
+    up.add_argument("--kueue", action="store_true",
+                    help="also run the real Kueue controller (v0.19.2; also on an already running cluster)")
     up.add_argument("--hpa-sync-period", default="5s", help="controller-manager HPA sync period (default 5s)")
     up.add_argument("--timeout", type=float, default=180.0, help="startup timeout in seconds")
     up.set_defaults(func=_up)
@@ -159,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build", help="build missing binaries, print their paths")
     build.add_argument("--keda", action="store_true", help="also KEDA (operator, metrics adapter)")
     build.add_argument("--volcano", action="store_true", help="also Volcano (scheduler, controller-manager)")
+    build.add_argument("--kueue", action="store_true", help="also Kueue (the controller)")
     build.set_defaults(func=_build)
 
     token = sub.add_parser("token", help="mint a TokenRequest token for a ServiceAccount")

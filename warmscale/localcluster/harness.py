@@ -118,6 +118,7 @@ class ClusterConfig:
     audit: bool = True
     extra_apiserver_args: list[str] = field(default_factory=list)  # e.g. ["--watch-cache=false"]
     keda: bool = False  # also start the real KEDA operator + metrics adapter (tests/cluster/keda.py)
+    kueue: bool = False  # also start the real Kueue controller (tests/cluster/kueue.py)
     pod_cidr: str | None = None  # None: a random 127.X.0.0/16
 
 
@@ -196,11 +197,13 @@ class Cluster:
         cluster = _Starter(binaries, cfg, state_dir).run()
         cluster.info["startup_seconds"] = round(time.monotonic() - t0, 2)
         cluster._write_state()
-        if cfg.keda:
-            from . import keda
+        from . import keda, kueue
 
+        for wanted, component in ((cfg.keda, keda), (cfg.kueue, kueue)):
+            if not wanted:
+                continue
             try:
-                keda.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
+                component.start(cluster, die_with_parent=cfg.die_with_parent, build=cfg.build_missing)
             except BaseException:
                 cluster.stop()
                 raise

@@ -49,6 +49,7 @@ APISERVICE = "v1beta1.external.metrics.k8s.io"
 SERVICE = "keda-metrics-apiserver"
 HPA_ROLE = "warmscale-testbed:keda-external-metrics-reader"
 PROCESS_NAMES = ("keda-operator", "keda-adapter")
+PROCESS_KEY = "keda"  # its entry in the cluster's state (Cluster.info)
 CRD_NAMES = (
     "scaledobjects.keda.sh",
     "scaledjobs.keda.sh",
@@ -205,7 +206,7 @@ def start(
         cluster.info["keda"] = {"version": version(), "ports": ports.__dict__, "certs": str(certs)}
         cluster._write_state()
         deadline = time.monotonic() + within
-        _wait_http(op, f"http://127.0.0.1:{ports.operator_health}/readyz", deadline)
+        processes.wait_http(op, f"http://127.0.0.1:{ports.operator_health}/readyz", deadline)
         marks["operator_ready"] = time.monotonic() - t0
         run_sync(lambda: _wait_apiservice(cluster, handles, deadline))
         marks["apiservice_available"] = time.monotonic() - t0
@@ -236,21 +237,6 @@ def stop(cluster: Cluster) -> None:
     cluster.info.pop("keda", None)
     if cluster.state_dir is not None:
         cluster._write_state()
-
-
-def _wait_http(handle: processes.ProcessHandle, url: str, deadline: float) -> None:
-    last = ""
-    while time.monotonic() < deadline:
-        if not handle.alive():
-            raise RuntimeError(f"{handle.name} exited during startup:\n{handle.log_tail(30)}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError) as exc:
-            last = str(exc)
-        time.sleep(0.25)
-    raise TimeoutError(f"{handle.name} not ready at {url}: {last}\n{handle.log_tail(30)}")
 
 
 async def _install(cluster: Cluster, ports: KedaPorts, certs: Path, within: float) -> None:

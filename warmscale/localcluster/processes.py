@@ -17,6 +17,8 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,3 +130,19 @@ def start(
     # from another Python process. Silence the "still running" ResourceWarning.
     proc.returncode = 0
     return ProcessHandle(name, proc.pid, log_path)
+
+
+def wait_http(handle: ProcessHandle, url: str, deadline: float) -> None:
+    """Poll ``url`` until it answers 200 (before the monotonic ``deadline``); fail early if the process exits."""
+    last = ""
+    while time.monotonic() < deadline:
+        if not handle.alive():
+            raise RuntimeError(f"{handle.name} exited during startup:\n{handle.log_tail(30)}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        time.sleep(0.25)
+    raise TimeoutError(f"{handle.name} not ready at {url}: {last}\n{handle.log_tail(30)}")
