@@ -33,7 +33,6 @@ from warmscale.warmpool.gangs import groups
 from warmscale.warmpool.kube import Cache, EventRecorder, MergedCache, ignore_status, wait_event, with_retries
 from warmscale.warmpool.model_uri import CacheKey, ModelURIError, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import (
-    GPU_PRODUCT_LABEL,
     CleanupPlan,
     Plan,
     StandbyEvidence,
@@ -43,6 +42,7 @@ from warmscale.warmpool.planning import (
     parse_time,
     plan,
     pod_time_to_ready,
+    replica_gpu_product,
     standby_time_to_ready,
     warm_state,
 )
@@ -586,7 +586,7 @@ class Controller:
             state = warm_state(staged, took)
             if ttr.observe(str(m.get("uid")), state, secs):
                 self.metrics.startup.labels(wl.namespace, wl.name, state).observe(secs)
-            ttr_gpu.observe(str(node_labels.get(GPU_PRODUCT_LABEL) or ""), str(m.get("uid")), state, secs)
+            ttr_gpu.observe(replica_gpu_product(node_labels, pod.get("spec")), str(m.get("uid")), state, secs)
         lab = (wl.namespace, wl.name)
         self.metrics.warm_capacity.labels(*lab).set(p.placeholders_ready)
         self.metrics.staged_nodes.labels(*lab).set(len(p.staged_nodes))

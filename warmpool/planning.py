@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from warmscale.common.gpu_resources import effective_gpu_product, node_product
 from warmscale.scaler.bursts import MAX_LEVEL, BurstStats, warm_and_cold
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, AnnotationError, WarmConfig, parse_annotations
@@ -483,7 +484,11 @@ class TimeToReady:
                 self._samples.setdefault(state, deque(maxlen=self.window)).append(float(seconds))
 
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by GPU Feature Discovery on each GPU node
+def replica_gpu_product(node_labels: Mapping[str, str], pod_spec: Mapping[str, Any] | None) -> str:
+    """The row a replica's time-to-ready is learned in: its node's GPU product as the replica gets it
+    (``<GPU>-MIG-<profile>`` for a mixed-strategy slice, ``<GPU>-SHARED`` time-sliced; "" unlabelled),
+    the same key the scaler reads (:mod:`warmscale.signals.gpus`)."""
+    return effective_gpu_product(node_product(node_labels), pod_spec) or ""
 
 
 class TimeToReadyByGpu:
