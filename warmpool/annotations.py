@@ -66,6 +66,7 @@ class WarmConfig:
     stage_pod_annotations: Mapping[str, str] = field(default_factory=dict)
     role: str = "both"
     pd_group: str | None = None
+    ray_worker_group: str | None = None  # a RayCluster's target group (None: its only one)
 
     def cache_key(self, namespace: str) -> CacheKey:
         """The cache identity of this workload's model in ``namespace`` (see :class:`CacheKey`)."""
@@ -206,6 +207,8 @@ KEYS: tuple[Key, ...] = (
         "Disaggregated serving: `prefill`, `decode` or `both`; passed to the owned ScaledObject's trigger (`role`)."),
     Key("pd-group", "pd_group", _parse_group, "(none)",
         "Name shared by the prefill and decode workloads of one deployment; passed as `pdGroup` (needs a role)."),
+    Key("ray-worker-group", "ray_worker_group", _parse_group, "(the only group)",
+        "RayCluster targets: the `workerGroupSpecs[].groupName` kept warm (needed when the cluster has several)."),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 

@@ -18,6 +18,7 @@ from warmscale.warmpool.annotations import WarmConfig
 from warmscale.warmpool.cache_roots import system_path_conflict
 from warmscale.warmpool.matching import replica_requests
 from warmscale.warmpool.model_uri import CacheKey
+from warmscale.warmpool.raycluster import RAY_GROUP, RAY_VERSION, RAYCLUSTER_KIND
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "warmscale"
@@ -51,7 +52,7 @@ GANG_LABEL = "warmscale.io/gang-id"  # the gang's members share it (pod affinity
 
 @dataclass(frozen=True)
 class Workload:
-    """A Deployment, StatefulSet or LeaderWorkerSet, reduced to what planning needs.
+    """A Deployment, StatefulSet, LeaderWorkerSet or RayCluster worker group, reduced to what planning needs.
 
     A LeaderWorkerSet replica is a *group* of ``group_size`` pods (a leader and ``group_size - 1``
     workers): ``template`` is its worker template, ``leader_template`` its leader template (None: the
@@ -69,6 +70,7 @@ class Workload:
     group_size: int = 1  # pods per replica (LWS spec.leaderWorkerTemplate.size)
     leader_template: Mapping[str, Any] | None = None
     topology_key: str = ""
+    invalid: str = ""  # why it cannot be planned, naming the key (a RayCluster's worker group); "" if it can
 
     @property
     def is_gang(self) -> bool:
@@ -95,7 +97,11 @@ class Workload:
 
     @property
     def api_version(self) -> str:
-        return f"{LWS_GROUP}/{LWS_VERSION}" if self.kind == LWS_KIND else "apps/v1"
+        if self.kind == LWS_KIND:
+            return f"{LWS_GROUP}/{LWS_VERSION}"
+        if self.kind == RAYCLUSTER_KIND:
+            return f"{RAY_GROUP}/{RAY_VERSION}"
+        return "apps/v1"
 
     def owner_ref(self) -> dict[str, Any]:
         return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,

@@ -30,6 +30,8 @@ from warmscale.warmpool.cache_roots import (
 from warmscale.warmpool.gangs import plan_gangs
 from warmscale.warmpool.matching import free_fit, matching_nodes
 from warmscale.warmpool.model_uri import staged_label_key
+from warmscale.warmpool.raycluster import GROUP_ANNOTATION as RAY_GROUP_KEY
+from warmscale.warmpool.raycluster import RAYCLUSTER_KIND
 
 Obj = Mapping[str, Any]
 RETRY_COOLDOWN_S = 900.0  # a Job/pull pod that failed for good is retried after this long
@@ -280,6 +282,11 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     ``standby``: what ``standby: auto`` is sized from (None: no evidence, 0 placeholders)."""
     try:
         cfg = parse_annotations(wl.annotations)
+        if cfg.enabled and wl.invalid:
+            raise AnnotationError(RAY_GROUP_KEY, wl.invalid)
+        if cfg.enabled and cfg.autoscale and wl.kind == RAYCLUSTER_KIND:
+            raise AnnotationError(PREFIX + "autoscale", "a RayCluster has no scale subresource, so KEDA cannot scale "
+                                  "it: scale Serve replicas with warmscale.rayserve.policy (docs/gangs-queues.md)")
     except AnnotationError as exc:
         # Invalid input changes nothing: no creates, no deletes, no patches; only an Event.
         return Plan(error=exc, events=[Event("Warning", "InvalidAnnotation", str(exc))])
@@ -418,8 +425,8 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     if p.scaledobject == "foreign" and cfg.autoscale:
         p.events.append(Event("Warning", "ScaledObjectNotOwned",
                               f"ScaledObject {wl.name} exists and was not created by warmscale: left unchanged"))
-    if scaledobject is None and not cfg.autoscale and wl.replicas < p.floor:
-        p.scale_replicas_to = p.floor
+    if scaledobject is None and not cfg.autoscale and wl.replicas < p.floor and wl.kind != RAYCLUSTER_KIND:
+        p.scale_replicas_to = p.floor  # (a RayCluster group's replicas are KubeRay's and the Ray autoscaler's)
 
     p.status = {
         "floor": p.floor,

@@ -47,6 +47,9 @@ WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
     ("annotated LeaderWorkerSets (one replica = one group): the same as Deployments",
      {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
       "verbs": ["list", "watch", "patch"]}),
+    ("annotated RayClusters (a worker group as the target): watch them; patch the status annotation and the "
+     "clean-up finalizer (never their replicas: KubeRay and the Ray autoscaler own those)",
+     {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "watch", "patch"]}),
     ("placeholder and pre-pull pods (all pods watched for time-to-ready)",
      {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete"]}),
     ("staging Jobs and cache evict Jobs",
