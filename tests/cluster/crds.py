@@ -1,6 +1,7 @@
 """Install CustomResourceDefinitions: KEDA's (from the shared reference directory), the Gateway API
-Inference Extension's (InferencePool, ...: from its Go module, pinned in ``testbed/gaie/go.mod``) and
-LeaderWorkerSet's (a copy of the v0.10.0 CRD in ``testbed/lws``: its module is not served here)."""
+Inference Extension's (InferencePool, ...: from its Go module, pinned in ``testbed/gaie/go.mod``),
+LeaderWorkerSet's (a copy of the v0.10.0 CRD in ``testbed/lws``: its module is not served here) and
+KubeRay's (RayCluster, RayJob, RayService: from its Go module, pinned in ``testbed/kuberay/go.mod``)."""
 
 from __future__ import annotations
 
@@ -40,28 +41,42 @@ GAIE_MODULE = "sigs.k8s.io/gateway-api-inference-extension"
 GAIE_WRAPPER = REPO_ROOT / "testbed" / "gaie"
 
 
-def gaie_crd_dir(timeout: float = 300.0) -> Path:
-    """``config/crd/bases`` of the Gateway API Inference Extension module pinned in ``testbed/gaie``:
-    ``go mod download -json`` puts it in the Go module cache (a no-op once there) and names its directory.
-    Read-only: nothing is built from the module, nothing of it is committed."""
+KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
+KUBERAY_WRAPPER = REPO_ROOT / "testbed" / "kuberay"
+
+
+def module_crd_dir(module: str, wrapper: Path, timeout: float = 300.0) -> Path:
+    """``config/crd/bases`` of ``module`` as pinned in the wrapper module ``wrapper``: ``go mod download
+    -json`` puts it in the Go module cache (a no-op once there) and names its directory. Read-only:
+    nothing of the module is committed."""
     go = shutil.which("go") or "/usr/local/go/bin/go"
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
     try:
-        out = subprocess.run([go, "mod", "download", "-json", GAIE_MODULE], cwd=GAIE_WRAPPER, env=env,
+        out = subprocess.run([go, "mod", "download", "-json", module], cwd=wrapper, env=env,
                              capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"cannot fetch {GAIE_MODULE} with go mod download: {exc}") from None
+        raise RuntimeError(f"cannot fetch {module} with go mod download: {exc}") from None
     try:
         info = json.loads(out.stdout)
     except ValueError:
         info = {}
     if out.returncode != 0 or "Dir" not in info:
         detail = info.get("Error") or out.stderr.strip()
-        raise RuntimeError(f"go mod download {GAIE_MODULE} (in {GAIE_WRAPPER}) failed: {detail}")
+        raise RuntimeError(f"go mod download {module} (in {wrapper}) failed: {detail}")
     bases = Path(info["Dir"]) / "config" / "crd" / "bases"
     if not bases.is_dir():
-        raise RuntimeError(f"{bases} missing from the {GAIE_MODULE} module")
+        raise RuntimeError(f"{bases} missing from the {module} module")
     return bases
+
+
+def gaie_crd_dir(timeout: float = 300.0) -> Path:
+    """The Gateway API Inference Extension's CRDs (``testbed/gaie``; nothing is built from it)."""
+    return module_crd_dir(GAIE_MODULE, GAIE_WRAPPER, timeout)
+
+
+def kuberay_crd_dir(timeout: float = 300.0) -> Path:
+    """KubeRay's CRDs (RayCluster, RayJob, RayService) from the operator module of ``testbed/kuberay``."""
+    return module_crd_dir(KUBERAY_MODULE, KUBERAY_WRAPPER, timeout)
 
 
 def load_crds(directory: Path) -> list[dict[str, Any]]:
