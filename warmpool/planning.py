@@ -409,7 +409,11 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
 
     # --- the webhook sees only pods labelled warmscale.io/enabled=true (its objectSelector)
     tmpl_labels = ((wl.template.get("metadata") or {}).get("labels") or {})
-    if uri is not None and tmpl_labels.get(WEBHOOK_POD_LABEL) != "true":
+    if uri is not None and wl.kind == RAYCLUSTER_KIND:
+        p.events.append(Event("Warning", "StagedCopyNotMounted",
+                              "the webhook does not mutate RayCluster worker pods yet: the weights are staged in the "
+                              "nodes' cache root, but the workers load them only if they mount it themselves"))
+    elif uri is not None and tmpl_labels.get(WEBHOOK_POD_LABEL) != "true":
         p.events.append(Event("Warning", "PodsNotSentToWebhook",
                               f"the pod template lacks the label {WEBHOOK_POD_LABEL}: \"true\", so new pods do not "
                               "prefer staged nodes and do not load the staged copy (WARMSCALE_MODEL_PATH)"))
