@@ -7,9 +7,7 @@ slice when time-sliced) and labels (``nvidia.com/mig.strategy``, ``nvidia.com/gp
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,31 +24,14 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     wait_for,
 )
 from tests.cluster.fleet import GPU_RESOURCE, H100, H100_MIG_1G, H100_MIG_3G, L4_SHARED
+from tests.warmpool.conftest import placeholders
 from warmscale.warmpool import objects as ob
-from warmscale.warmpool.controller import Controller, Options, install_priority_class
 
 pytestmark = pytest.mark.cluster
 P = "warmscale.io/"
 MIG1 = "nvidia.com/mig-1g.10gb"
 MANAGED = f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}"
 URI = "hf://org/model@rev1"
-
-
-@pytest.fixture
-async def warm_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
-    running: list[asyncio.Task[None]] = []
-    await install_priority_class(k8s_admin)
-
-    async def start() -> Controller:
-        ctl = Controller(k8s_admin, Options(namespace=k8s_namespace, resync_s=2.0, stager_image="warmscale:test",
-                                            scaler_address="scaler.test:9090"))
-        running.append(asyncio.create_task(ctl.run()))
-        return ctl
-
-    yield start
-    for t in running:
-        t.cancel()
-    await asyncio.gather(*running, return_exceptions=True)
 
 
 def sliced_deployment(ns: str, name: str, resource: str, annotations: dict[str, str],
@@ -68,11 +49,6 @@ def sliced_deployment(ns: str, name: str, resource: str, annotations: dict[str, 
 
 async def ready_pods(core: client.CoreV1Api, ns: str, app: str) -> list[client.V1Pod]:
     return [p for p in (await core.list_namespaced_pod(ns, label_selector=f"app={app}")).items if w.is_ready(p)]
-
-
-async def placeholders(core: client.CoreV1Api, ns: str) -> list[client.V1Pod]:
-    pods = (await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}=placeholder")).items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
 async def test_mig_slices_are_staged_held_and_measured_per_profile(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,8 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
 )
 from tests.cluster.fleet import CPU, GPU_RESOURCE, H100, H100_MIG_1G
 from tests.cluster.harness import Cluster
+from tests.warmpool.conftest import placeholders
 from warmscale.warmpool import objects as ob
-from warmscale.warmpool.controller import Controller, Options, install_priority_class
 from warmscale.warmpool.raycluster import RAY_GROUP, RAY_PLURAL, RAY_VERSION, RAYCLUSTER_KIND
 
 pytestmark = pytest.mark.cluster
@@ -48,23 +48,6 @@ async def operator(k8s_cluster: Cluster, k8s_admin: client.ApiClient, k8s_namesp
     await kuberay.install_crds(k8s_admin)
     async with kuberay.running(k8s_cluster.kubeconfig, k8s_namespace, tmp_path) as handle:
         yield handle
-
-
-@pytest.fixture
-async def warm_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
-    running: list[asyncio.Task[None]] = []
-    await install_priority_class(k8s_admin)
-
-    async def start() -> Controller:
-        ctl = Controller(k8s_admin, Options(namespace=k8s_namespace, resync_s=2.0, stager_image="warmscale:test",
-                                            scaler_address="scaler.test:9090"))
-        running.append(asyncio.create_task(ctl.run()))
-        return ctl
-
-    yield start
-    for t in running:
-        t.cancel()
-    await asyncio.gather(*running, return_exceptions=True)
 
 
 def raycluster(ns: str, workers: int, annotations: dict[str, str]) -> dict[str, Any]:
@@ -91,11 +74,6 @@ def raycluster(ns: str, workers: int, annotations: dict[str, str]) -> dict[str, 
 async def ready_workers(core: client.CoreV1Api, ns: str, group: str) -> list[client.V1Pod]:
     pods = (await core.list_namespaced_pod(ns, label_selector=f"ray.io/cluster=rc,ray.io/group={group}")).items
     return [p for p in pods if p.metadata.deletion_timestamp is None and w.is_ready(p)]
-
-
-async def placeholders(core: client.CoreV1Api, ns: str) -> list[client.V1Pod]:
-    pods = (await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}=placeholder")).items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
 async def test_worker_group_is_held_and_its_scale_up_lands_on_the_held_slices(
