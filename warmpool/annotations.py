@@ -129,6 +129,15 @@ def _parse_group(raw: str) -> str:
     return s
 
 
+def _parse_label_value(raw: str) -> str:
+    """A Kubernetes label value (KubeRay labels a group's pods ``ray.io/group=<groupName>``)."""
+    s = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", s):
+        raise ValueError(f"expected a worker group name (a label value: 1-63 letters, digits, '-', '_', '.'), "
+                         f"got {raw!r}")
+    return s
+
+
 def _parse_str_map(raw: str) -> dict[str, str]:
     try:
         d = json.loads(raw)
@@ -207,7 +216,7 @@ KEYS: tuple[Key, ...] = (
         "Disaggregated serving: `prefill`, `decode` or `both`; passed to the owned ScaledObject's trigger (`role`)."),
     Key("pd-group", "pd_group", _parse_group, "(none)",
         "Name shared by the prefill and decode workloads of one deployment; passed as `pdGroup` (needs a role)."),
-    Key("ray-worker-group", "ray_worker_group", _parse_group, "(the only group)",
+    Key("ray-worker-group", "ray_worker_group", _parse_label_value, "(the only group)",
         "RayCluster targets: the `workerGroupSpecs[].groupName` kept warm (needed when the cluster has several)."),
 )
 _BY_NAME = {k.name: k for k in KEYS}

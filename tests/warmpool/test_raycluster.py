@@ -35,6 +35,7 @@ def raycluster(groups: list[dict[str, Any]], annotations: dict[str, str] | None 
 @pytest.mark.parametrize(("groups", "annotations", "name", "problem"), [
     ([group("gpu")], {}, "gpu", ""),
     ([group("cpu"), group("gpu")], {P + "ray-worker-group": "gpu"}, "gpu", ""),
+    ([group("cpu"), group("GPU_H100")], {P + "ray-worker-group": "GPU_H100"}, "GPU_H100", ""),
     ([group("cpu"), group("gpu")], {}, "", "warmscale.io/ray-worker-group must name one of the worker groups"),
     ([group("gpu")], {P + "ray-worker-group": "tpu"}, "tpu", "no worker group 'tpu'; the groups are ['gpu']"),
     ([group("gpu", numOfHosts=2)], {}, "gpu", "numOfHosts 2: multi-host groups are not kept warm yet"),
@@ -86,6 +87,7 @@ def test_plan_holds_and_stages_what_the_group_requests_and_never_touches_replica
     ([group("gpu")], {P + "autoscale": "true"}, P + "autoscale"),
     ([group("a"), group("b")], {}, P + "ray-worker-group"),
     ([group("gpu")], {P + "ray-worker-group": "tpu"}, P + "ray-worker-group"),
+    ([group("gpu")], {P + "ray-worker-group": "gpu group"}, P + "ray-worker-group"),  # not a label value
 ])
 def test_bad_input_is_an_event_naming_the_key_and_changes_nothing(
     groups: list[dict[str, Any]], annotations: dict[str, str], key: str
