@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Build the local test cluster binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) and KEDA (operator, metrics adapter) from Go modules, only those that
-# are missing from the cache.
+# kube-scheduler, kwok), KEDA (operator, metrics adapter) and the KubeRay operator from Go modules,
+# only those that are missing from the cache.
 #
 # Usage:  build-cluster.sh [--no-keda | --keda-only]
 # Output: ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/k8s-<version>/{etcd,kube-apiserver,...}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kwok-<version>/kwok
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/helm-<version>/helm
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/keda-<version>/{keda-operator,keda-adapter}
+#         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kuberay-<version>/ray-operator (with KEDA's flags)
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
@@ -30,6 +31,7 @@ cache="${WARMSCALE_CACHE:-$HOME/.cache/warmscale}"
 k8s_dir="$cache/bin/k8s-$KUBERNETES_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
 keda_dir="$cache/bin/keda-$KEDA_VERSION"
+kuberay_dir="$cache/bin/kuberay-$KUBERAY_VERSION"
 nice_level="${WARMSCALE_BUILD_NICE:-10}"
 jobs="${WARMSCALE_BUILD_JOBS:-2}"
 
@@ -51,6 +53,7 @@ check_pin "$repo/testbed/k8s/go.mod" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check_pin "$repo/testbed/kwok/go.mod" sigs.k8s.io/kwok "$KWOK_VERSION"
 check_pin "$repo/testbed/helm/go.mod" helm.sh/helm/v4 "$HELM_VERSION"
 check_pin "$repo/testbed/keda/go.mod" github.com/kedacore/keda/v2 "$KEDA_VERSION"
+check_pin "$repo/testbed/kuberay/go.mod" github.com/ray-project/kuberay/ray-operator "$KUBERAY_VERSION"
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -119,6 +122,9 @@ if [[ $want_keda == 1 ]]; then
   build "$repo/testbed/keda" "$keda_dir" "$kedaldf" \
     keda-operator=github.com/kedacore/keda/v2/cmd/operator \
     keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+  # The KubeRay operator (~13 min cold on 2 shared cores), for the RayCluster worker-group test
+  # (tests/warmpool/test_raycluster_cluster.py).
+  build "$repo/testbed/kuberay" "$kuberay_dir" "-s -w" ray-operator=github.com/ray-project/kuberay/ray-operator
 fi
 
 log "done in $((SECONDS - start))s"

@@ -1,7 +1,8 @@
 """The real KubeRay operator (v1.5.0) next to the local control plane, as a plain process out of cluster.
 
-Built from the ``testbed/kuberay`` wrapper module (the Go module proxy serves
-``github.com/ray-project/kuberay/ray-operator`` v1.5.0; nothing of it is committed)::
+Built by ``.ci/build-cluster.sh`` (with KEDA, last) from the ``testbed/kuberay`` wrapper module (the Go
+module proxy serves ``github.com/ray-project/kuberay/ray-operator`` v1.5.0; nothing of it is
+committed), or by hand::
 
     cd testbed/kuberay && nice -n 10 go build -p 1 \\
         -o ${WARMSCALE_CACHE:-~/.cache/warmscale}/bin/kuberay-v1.5.0/ray-operator \\
@@ -24,9 +25,9 @@ from pathlib import Path
 from kubernetes_asyncio import client
 
 from . import crds, processes
-from .binaries import cache_root
+from .binaries import cache_root, pinned_versions
 
-KUBERAY_VERSION = "v1.5.0"
+KUBERAY_VERSION = pinned_versions().get("KUBERAY_VERSION", "v1.5.0")  # testbed/versions.env
 BUILD_HINT = ("cd testbed/kuberay && nice -n 10 go build -p 1 -o "
               f"$HOME/.cache/warmscale/bin/kuberay-{KUBERAY_VERSION}/ray-operator "
               "github.com/ray-project/kuberay/ray-operator")
