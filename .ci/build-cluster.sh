@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the local test cluster binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok), KEDA (operator, metrics adapter) and Volcano (scheduler, controller-manager)
-# from Go modules, only those that are missing from the cache.
+# kube-scheduler, kwok), KEDA (operator, metrics adapter), the KubeRay operator, Kueue and (when asked)
+# Volcano (scheduler, controller-manager) from Go modules, only those that are missing from the cache.
 #
 # Usage:  build-cluster.sh [--no-keda] [--volcano] | --keda-only | --kueue-only | --volcano-only
 #         (Kueue with KEDA unless --no-keda; Volcano only when asked: see the Volcano section below)
@@ -11,6 +11,7 @@
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/keda-<version>/{keda-operator,keda-adapter}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/volcano-<version>/{vc-scheduler,vc-controller-manager}
 #         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kueue-<version>/kueue
+#         ${WARMSCALE_CACHE:-$HOME/.cache/warmscale}/bin/kuberay-<version>/ray-operator (with KEDA's flags)
 # Env:    WARMSCALE_CACHE   cache root (default $HOME/.cache/warmscale)
 #         WARMSCALE_BUILD_NICE  nice level for the compiler (default 10)
 #         WARMSCALE_BUILD_JOBS  go build -p (default 2)
@@ -38,6 +39,7 @@ k8s_dir="$cache/bin/k8s-$KUBERNETES_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
 keda_dir="$cache/bin/keda-$KEDA_VERSION"
 volcano_dir="$cache/bin/volcano-$VOLCANO_VERSION"
+kuberay_dir="$cache/bin/kuberay-$KUBERAY_VERSION"
 nice_level="${WARMSCALE_BUILD_NICE:-10}"
 jobs="${WARMSCALE_BUILD_JOBS:-2}"
 
@@ -62,6 +64,7 @@ check_pin "$repo/testbed/keda/go.mod" github.com/kedacore/keda/v2 "$KEDA_VERSION
 check_pin "$repo/testbed/volcano/go.mod" volcano.sh/volcano "$VOLCANO_VERSION"
 check_pin "$repo/testbed/volcano/go.mod" volcano.sh/apis "$VOLCANO_VERSION"
 check_pin "$repo/testbed/kueue/go.mod" sigs.k8s.io/kueue "$KUEUE_VERSION"
+check_pin "$repo/testbed/kuberay/go.mod" github.com/ray-project/kuberay/ray-operator "$KUBERAY_VERSION"
 
 # Build into a temporary directory next to the target and rename, so an interrupted
 # build never leaves a half-written binary that looks complete.
@@ -130,6 +133,9 @@ if [[ $want_keda == 1 ]]; then
   build "$repo/testbed/keda" "$keda_dir" "$kedaldf" \
     keda-operator=github.com/kedacore/keda/v2/cmd/operator \
     keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+  # The KubeRay operator (~13 min cold on 2 shared cores), for the RayCluster worker-group test
+  # (tests/warmpool/test_raycluster_cluster.py).
+  build "$repo/testbed/kuberay" "$kuberay_dir" "-s -w" ray-operator=github.com/ray-project/kuberay/ray-operator
 fi
 
 # Kueue (the queueing/quota controller of `up --kueue` and the Kueue cluster tests); its CRDs are

@@ -10,6 +10,10 @@ and the warm pool's measured time-to-ready per product, so it needs the product 
    by name, so the choice is stable); nodes without the label are not counted;
 3. else ``None`` (unknown: the per-product tables use their "" entry, as before discovery).
 
+The product is the *effective* one (:mod:`warmscale.common.gpu_resources`): a template requesting a
+MIG slice under the mixed strategy (``nvidia.com/mig-1g.10gb``) runs on ``<GPU>-MIG-1g.10gb``, and a
+time-sliced node's GPU is ``<GPU>-SHARED``, so a slice never shares a row with a whole GPU.
+
 The ``gpuProduct`` metadata key overrides all of this (the scaler reads ``cfg.gpu_product`` first).
 """
 
@@ -19,8 +23,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from warmscale.common.gpu_resources import PRODUCT_LABEL, effective_gpu_product, node_product
+
 # Set by GPU Feature Discovery on every GPU node (the same label the warm-pool controller reads).
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_PRODUCT_LABEL = PRODUCT_LABEL
 
 
 def _affinity_products(pod_spec: Mapping[str, Any]) -> set[str] | None:
@@ -45,17 +51,16 @@ def template_gpu_product(pod_spec: Mapping[str, Any] | None) -> str | None:
         return None
     selected = (pod_spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
     if selected:
-        return str(selected)
+        return effective_gpu_product(str(selected), pod_spec)
     allowed = _affinity_products(pod_spec)
     if allowed is not None and len(allowed) == 1:
-        return next(iter(allowed))
+        return effective_gpu_product(next(iter(allowed)), pod_spec)
     return None
 
 
 def node_gpu_product(node: Mapping[str, Any]) -> str | None:
-    """A node's GFD product label (``None`` when unlabelled or empty)."""
-    value = ((node.get("metadata") or {}).get("labels") or {}).get(GPU_PRODUCT_LABEL)
-    return str(value) if value else None
+    """A node's GFD product label, ``-SHARED`` when time-sliced (``None`` when unlabelled or empty)."""
+    return node_product((node.get("metadata") or {}).get("labels") or {})
 
 
 def fleet_gpu_product(pod_spec: Mapping[str, Any] | None, pod_products: Iterable[str | None]) -> str | None:
@@ -68,4 +73,4 @@ def fleet_gpu_product(pod_spec: Mapping[str, Any] | None, pod_products: Iterable
     counts = Counter(p for p in pod_products if p)
     if not counts:
         return None
-    return min(counts, key=lambda p: (-counts[p], p))
+    return effective_gpu_product(min(counts, key=lambda p: (-counts[p], p)), pod_spec)

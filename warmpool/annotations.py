@@ -66,6 +66,7 @@ class WarmConfig:
     stage_pod_annotations: Mapping[str, str] = field(default_factory=dict)
     role: str = "both"
     pd_group: str | None = None
+    ray_worker_group: str | None = None  # a RayCluster's target group (None: its only one)
 
     def cache_key(self, namespace: str) -> CacheKey:
         """The cache identity of this workload's model in ``namespace`` (see :class:`CacheKey`)."""
@@ -125,6 +126,15 @@ def _parse_group(raw: str) -> str:
     s = raw.strip()
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", s):
         raise ValueError(f"expected a lowercase DNS name, got {raw!r}")
+    return s
+
+
+def _parse_label_value(raw: str) -> str:
+    """A Kubernetes label value (KubeRay labels a group's pods ``ray.io/group=<groupName>``)."""
+    s = raw.strip()
+    if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", s):
+        raise ValueError(f"expected a worker group name (a label value: 1-63 letters, digits, '-', '_', '.'), "
+                         f"got {raw!r}")
     return s
 
 
@@ -206,6 +216,8 @@ KEYS: tuple[Key, ...] = (
         "Disaggregated serving: `prefill`, `decode` or `both`; passed to the owned ScaledObject's trigger (`role`)."),
     Key("pd-group", "pd_group", _parse_group, "(none)",
         "Name shared by the prefill and decode workloads of one deployment; passed as `pdGroup` (needs a role)."),
+    Key("ray-worker-group", "ray_worker_group", _parse_label_value, "(the only group)",
+        "RayCluster targets: the `workerGroupSpecs[].groupName` kept warm (needed when the cluster has several)."),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 

@@ -45,7 +45,6 @@ from warmscale.warmpool.kueue import (
 )
 from warmscale.warmpool.model_uri import CacheKey, ModelURIError, parse_model_uri, staged_label_key
 from warmscale.warmpool.planning import (
-    GPU_PRODUCT_LABEL,
     CleanupPlan,
     Plan,
     StandbyEvidence,
@@ -55,8 +54,17 @@ from warmscale.warmpool.planning import (
     parse_time,
     plan,
     pod_time_to_ready,
+    replica_gpu_product,
     standby_time_to_ready,
     warm_state,
+)
+from warmscale.warmpool.raycluster import (
+    RAY_GROUP,
+    RAY_PLURAL,
+    RAY_VERSION,
+    RAYCLUSTER_KIND,
+    group_selector,
+    worker_group,
 )
 
 log = logging.getLogger("warmscale.warmpool")
@@ -64,6 +72,7 @@ KEDA = ("keda.sh", "v1alpha1", "scaledobjects")
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+APPS_KINDS = ("Deployment", "StatefulSet")  # apps/v1: strategic merge patches; the rest are custom resources
 PLACEHOLDER_WINDOW_S = 120.0  # a replica bound to a node this soon after a placeholder left it took its place
 
 
@@ -159,6 +168,14 @@ def workload_from(kind: str, o: Mapping[str, Any]) -> ob.Workload:
             topology_key=str(annotations.get(ob.LWS_EXCLUSIVE_TOPOLOGY) or "").strip(),
             queue_name=queue_name(m.get("labels"), lwt.get("leaderTemplate") or lwt.get("workerTemplate") or {}),
         )
+    if kind == RAYCLUSTER_KIND:
+        # one replica = one worker pod of the target group (warmpool.raycluster)
+        g = worker_group(o)
+        return ob.Workload(
+            kind=kind, namespace=m.get("namespace", ""), name=m.get("name", ""), uid=m.get("uid", ""),
+            replicas=g.replicas, template=g.template, annotations=m.get("annotations") or {},
+            selector=group_selector(m.get("name", ""), g.name) if g.name else {}, invalid=g.problem,
+        )
     return ob.Workload(
         kind=kind, namespace=m.get("namespace", ""), name=m.get("name", ""), uid=m.get("uid", ""),
         replicas=int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1),
@@ -171,7 +188,7 @@ def workload_from(kind: str, o: Mapping[str, Any]) -> ob.Workload:
 def finalizer_patch(kind: str, finalizers: list[str] | None) -> tuple[Any, str]:
     """(body, content type) adding the clean-up finalizer: a strategic merge for apps/v1 kinds; a JSON
     patch for a custom resource (no strategic merge there, and a merge patch would replace the list)."""
-    if kind != ob.LWS_KIND:
+    if kind in APPS_KINDS:
         return {"metadata": {"finalizers": [ob.FINALIZER]}}, STRATEGIC
     if finalizers:
         return [{"op": "add", "path": "/metadata/finalizers/-", "value": ob.FINALIZER}], JSON_PATCH
@@ -230,6 +247,12 @@ class Controller:
                                 functools.partial(self.custom.list_cluster_custom_object, ob.PG_GROUP, ob.PG_VERSION,
                                                   ob.PG_PLURAL), self._changed, optional=True,
                                 label_selector=f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE},{ob.ROLE}={ob.PG_ROLE}")
+        # RayClusters (a worker group as the target): optional too (KubeRay's CRD may not be installed)
+        self.rayclusters = cache("rayclusters",
+                                 functools.partial(self.custom.list_namespaced_custom_object, RAY_GROUP, RAY_VERSION,
+                                                   plural=RAY_PLURAL),
+                                 functools.partial(self.custom.list_cluster_custom_object, RAY_GROUP, RAY_VERSION,
+                                                   RAY_PLURAL), self._changed, optional=True)
         self.nodes = Cache("nodes", self.core.list_node, self._changed, watch_timeout_s=wt)
         self.caches.append(self.nodes)
         self.pods = cache("pods", self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces,
@@ -313,7 +336,8 @@ class Controller:
         return True
 
     def _kinds(self) -> tuple[tuple[str, Any], ...]:
-        return (("Deployment", self.deployments), ("StatefulSet", self.statefulsets), (ob.LWS_KIND, self.lws))
+        return (("Deployment", self.deployments), ("StatefulSet", self.statefulsets), (ob.LWS_KIND, self.lws),
+                (RAYCLUSTER_KIND, self.rayclusters))
 
     def raw_workloads(self) -> list[tuple[str, dict[str, Any]]]:
         return [(kind, o) for kind, cache in self._kinds() for o in cache.items.values()]
@@ -336,6 +360,9 @@ class Controller:
         if kind == ob.LWS_KIND:
             return lambda name, ns, body, **kw: self.custom.patch_namespaced_custom_object(
                 ob.LWS_GROUP, ob.LWS_VERSION, ns, ob.LWS_PLURAL, name, body, **kw)
+        if kind == RAYCLUSTER_KIND:
+            return lambda name, ns, body, **kw: self.custom.patch_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, ns, RAY_PLURAL, name, body, **kw)
         return self.apps.patch_namespaced_deployment if kind == "Deployment" \
             else self.apps.patch_namespaced_stateful_set
 
@@ -665,7 +692,7 @@ class Controller:
             state = warm_state(staged, took)
             if ttr.observe(str(m.get("uid")), state, secs):
                 self.metrics.startup.labels(wl.namespace, wl.name, state).observe(secs)
-            ttr_gpu.observe(str(node_labels.get(GPU_PRODUCT_LABEL) or ""), str(m.get("uid")), state, secs)
+            ttr_gpu.observe(replica_gpu_product(node_labels, pod.get("spec")), str(m.get("uid")), state, secs)
         lab = (wl.namespace, wl.name)
         self.metrics.warm_capacity.labels(*lab).set(p.placeholders_ready)
         self.metrics.staged_nodes.labels(*lab).set(len(p.staged_nodes))

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warmscale.common.gpu_resources import NVIDIA_GPU as GPU
 from warmscale.common.quantity import parse_quantity
-from warmscale.warmpool.matching import GPU
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # What Kueue's Deployment webhook puts on a queued Deployment's pod template (v0.19): its pod webhook

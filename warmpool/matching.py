@@ -6,6 +6,12 @@ A node fits when it satisfies the pod template's ``nodeSelector``, its required 
 Ready, and its allocatable resources (GPUs, CPU, memory; the GPU product comes in through the
 selector/affinity on ``nvidia.com/gpu.product``) hold one replica's requests. ``free_fit`` also
 subtracts what the node's running pods request.
+
+GPUs are matched by resource name, whatever the sharing mode (:mod:`warmscale.common.gpu_resources`):
+a MIG slice under the mixed strategy (``nvidia.com/mig-1g.10gb``) fits only a node offering that
+profile; a time-sliced node's ``nvidia.com/gpu`` counts its slices (``nvidia.com/gpu.replicas`` per
+GPU), as the scheduler counts them. Placeholders request what the replica requests, so they hold
+the same slices.
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ from typing import Any
 
 from warmscale.common.quantity import parse_quantity
 
-GPU = "nvidia.com/gpu"
 Obj = Mapping[str, Any]
 
 
@@ -126,13 +131,14 @@ def allocatable(node: Obj) -> dict[str, float]:
     return {k: parse_quantity(v) for k, v in ((node.get("status") or {}).get("allocatable") or {}).items()}
 
 
+def short_resources(req: Mapping[str, float], avail: Mapping[str, float]) -> list[str]:
+    """The requested resources ``avail`` does not hold, by name."""
+    return sorted(k for k, v in req.items()
+                  if v > 0 and k not in ("ephemeral-storage",) and avail.get(k, 0.0) + 1e-9 < v)
+
+
 def resources_fit(req: Mapping[str, float], avail: Mapping[str, float]) -> bool:
-    for k, v in req.items():
-        if v <= 0 or k in ("ephemeral-storage",):
-            continue
-        if avail.get(k, 0.0) + 1e-9 < v:
-            return False
-    return True
+    return not short_resources(req, avail)
 
 
 @dataclass(frozen=True)
@@ -150,8 +156,9 @@ def fits(pod_spec: Obj, node: Obj, require_ready: bool = True) -> FitResult:
     bad = untolerated_taints(pod_spec, node)
     if bad:
         return FitResult(False, f"taint {bad[0].get('key')}={bad[0].get('value', '')}:{bad[0].get('effect')}")
-    if not resources_fit(replica_requests(pod_spec), allocatable(node)):
-        return FitResult(False, "allocatable resources (GPU/CPU/memory)")
+    short = short_resources(replica_requests(pod_spec), allocatable(node))
+    if short:
+        return FitResult(False, f"allocatable resources ({', '.join(short)})")
     return FitResult(True)
 
 

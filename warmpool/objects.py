@@ -19,6 +19,7 @@ from warmscale.warmpool.cache_roots import system_path_conflict
 from warmscale.warmpool.kueue import placeholder_annotations, placeholder_labels
 from warmscale.warmpool.matching import replica_requests
 from warmscale.warmpool.model_uri import CacheKey
+from warmscale.warmpool.raycluster import RAY_GROUP, RAY_VERSION, RAYCLUSTER_KIND
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "warmscale"
@@ -58,7 +59,7 @@ PG_ROLE = "placeholder-group"  # warmscale.io/role of the placeholder gangs' Pod
 
 @dataclass(frozen=True)
 class Workload:
-    """A Deployment, StatefulSet or LeaderWorkerSet, reduced to what planning needs.
+    """A Deployment, StatefulSet, LeaderWorkerSet or RayCluster worker group, reduced to what planning needs.
 
     A LeaderWorkerSet replica is a *group* of ``group_size`` pods (a leader and ``group_size - 1``
     workers): ``template`` is its worker template, ``leader_template`` its leader template (None: the
@@ -77,6 +78,7 @@ class Workload:
     leader_template: Mapping[str, Any] | None = None
     topology_key: str = ""
     queue_name: str = ""  # the Kueue LocalQueue (label kueue.x-k8s.io/queue-name; warmpool.kueue), "" for none
+    invalid: str = ""  # why it cannot be planned, naming the key (a RayCluster's worker group); "" if it can
 
     @property
     def is_gang(self) -> bool:
@@ -119,7 +121,11 @@ class Workload:
 
     @property
     def api_version(self) -> str:
-        return f"{LWS_GROUP}/{LWS_VERSION}" if self.kind == LWS_KIND else "apps/v1"
+        if self.kind == LWS_KIND:
+            return f"{LWS_GROUP}/{LWS_VERSION}"
+        if self.kind == RAYCLUSTER_KIND:
+            return f"{RAY_GROUP}/{RAY_VERSION}"
+        return "apps/v1"
 
     def owner_ref(self) -> dict[str, Any]:
         return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,

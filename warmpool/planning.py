@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from warmscale.common.gpu_resources import NVIDIA_GPU, effective_gpu_product, node_product
 from warmscale.scaler.bursts import MAX_LEVEL, BurstStats, warm_and_cold
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.annotations import PREFIX, AnnotationError, WarmConfig, parse_annotations
@@ -28,8 +29,10 @@ from warmscale.warmpool.cache_roots import (
 )
 from warmscale.warmpool.gangs import plan_gangs
 from warmscale.warmpool.kueue import QueueQuota, quota_below_floor
-from warmscale.warmpool.matching import GPU, free_fit, matching_nodes, replica_requests
+from warmscale.warmpool.matching import free_fit, matching_nodes, replica_requests
 from warmscale.warmpool.model_uri import staged_label_key
+from warmscale.warmpool.raycluster import GROUP_ANNOTATION as RAY_GROUP_KEY
+from warmscale.warmpool.raycluster import RAYCLUSTER_KIND
 
 Obj = Mapping[str, Any]
 RETRY_COOLDOWN_S = 900.0  # a Job/pull pod that failed for good is retried after this long
@@ -286,6 +289,11 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     unreadable: nothing is checked)."""
     try:
         cfg = parse_annotations(wl.annotations)
+        if cfg.enabled and wl.invalid:
+            raise AnnotationError(RAY_GROUP_KEY, wl.invalid)
+        if cfg.enabled and cfg.autoscale and wl.kind == RAYCLUSTER_KIND:
+            raise AnnotationError(PREFIX + "autoscale", "a RayCluster has no scale subresource, so KEDA cannot scale "
+                                  "it: scale Serve replicas with warmscale.rayserve.policy (docs/gangs-queues.md)")
     except AnnotationError as exc:
         # Invalid input changes nothing: no creates, no deletes, no patches; only an Event.
         return Plan(error=exc, events=[Event("Warning", "InvalidAnnotation", str(exc))])
@@ -409,7 +417,11 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
 
     # --- the webhook sees only pods labelled warmscale.io/enabled=true (its objectSelector)
     tmpl_labels = ((wl.template.get("metadata") or {}).get("labels") or {})
-    if uri is not None and tmpl_labels.get(WEBHOOK_POD_LABEL) != "true":
+    if uri is not None and wl.kind == RAYCLUSTER_KIND:
+        p.events.append(Event("Warning", "StagedCopyNotMounted",
+                              "the webhook does not mutate RayCluster worker pods yet: the weights are staged in the "
+                              "nodes' cache root, but the workers load them only if they mount it themselves"))
+    elif uri is not None and tmpl_labels.get(WEBHOOK_POD_LABEL) != "true":
         p.events.append(Event("Warning", "PodsNotSentToWebhook",
                               f"the pod template lacks the label {WEBHOOK_POD_LABEL}: \"true\", so new pods do not "
                               "prefer staged nodes and do not load the staged copy (WARMSCALE_MODEL_PATH)"))
@@ -421,7 +433,7 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
                               "min-ready floor is 0 but scale-to-zero is not allowed now: keeping 1 replica "
                               "(the scaler refuses zero until an allowed window)"))
     if queue_quota is not None:
-        per_replica = sum(replica_requests(wl.member_spec(m)).get(GPU, 0.0) for m in range(wl.group_size))
+        per_replica = sum(replica_requests(wl.member_spec(m)).get(NVIDIA_GPU, 0.0) for m in range(wl.group_size))
         short = quota_below_floor(queue_quota, p.floor, per_replica)
         if short is not None:
             p.events.append(Event("Warning", "KueueQuotaBelowFloor", short))
@@ -430,8 +442,8 @@ def plan(wl: ob.Workload, nodes: Sequence[Obj], pods: Sequence[Obj], jobs: Seque
     if p.scaledobject == "foreign" and cfg.autoscale:
         p.events.append(Event("Warning", "ScaledObjectNotOwned",
                               f"ScaledObject {wl.name} exists and was not created by warmscale: left unchanged"))
-    if scaledobject is None and not cfg.autoscale and wl.replicas < p.floor:
-        p.scale_replicas_to = p.floor
+    if scaledobject is None and not cfg.autoscale and wl.replicas < p.floor and wl.kind != RAYCLUSTER_KIND:
+        p.scale_replicas_to = p.floor  # (a RayCluster group's replicas are KubeRay's and the Ray autoscaler's)
 
     p.status = {
         "floor": p.floor,
@@ -496,7 +508,11 @@ class TimeToReady:
                 self._samples.setdefault(state, deque(maxlen=self.window)).append(float(seconds))
 
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"  # set by GPU Feature Discovery on each GPU node
+def replica_gpu_product(node_labels: Mapping[str, str], pod_spec: Mapping[str, Any] | None) -> str:
+    """The row a replica's time-to-ready is learned in: its node's GPU product as the replica gets it
+    (``<GPU>-MIG-<profile>`` for a mixed-strategy slice, ``<GPU>-SHARED`` time-sliced; "" unlabelled),
+    the same key the scaler reads (:mod:`warmscale.signals.gpus`)."""
+    return effective_gpu_product(node_product(node_labels), pod_spec) or ""
 
 
 class TimeToReadyByGpu:

@@ -61,6 +61,9 @@ WORKLOAD_RULES: tuple[tuple[str, Rule], ...] = (
      "nothing",
      {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["list", "watch", "create",
                                                                                     "delete"]}),
+    ("annotated RayClusters (a worker group as the target): watch them; patch the status annotation and the "
+     "clean-up finalizer (never their replicas: KubeRay and the Ray autoscaler own those)",
+     {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["list", "watch", "patch"]}),
     ("placeholder and pre-pull pods (all pods watched for time-to-ready); patch: the pod-deletion-cost "
      "annotation on managed Deployments' ready pods (the least loaded goes first on scale-in)",
      {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create", "delete", "patch"]}),

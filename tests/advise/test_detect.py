@@ -210,3 +210,16 @@ def test_gang_quota_and_parallelism_findings_point_at_the_gangs_page() -> None:
     assert (Path(__file__).resolve().parents[2] / "docs" / "gangs-queues.md").is_file()
     for kind in (PARTIAL_GANG, QUOTA_CONTENTION, ENGINE_OOM):
         assert "docs/gangs-queues.md" in NEXT_LAYER[kind], kind
+
+
+def test_findings_point_at_examples_that_exist() -> None:
+    """Every example directory a finding names is shipped (MIG slices for quota contention, Ray Serve
+    for cold starts)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    named = {m for text in NEXT_LAYER.values() for m in re.findall(r"manifests/examples/[a-z0-9-]+/", text)}
+    assert {"manifests/examples/vllm-mig/", "manifests/examples/rayservice/"} <= named
+    for path in named:
+        assert (root / path / "kustomization.yaml").is_file(), path

@@ -69,7 +69,7 @@ def test_the_cluster_build_plans_only_what_is_missing(tmp_path: Path) -> None:
     etcd.write_text("")
     os.chmod(etcd, 0o755)
     assert "etcd" not in planned([], tmp_path)
-    assert set(planned(["--keda-only"], tmp_path)) == {"keda-operator", "keda-adapter"}
+    assert set(planned(["--keda-only"], tmp_path)) == {"keda-operator", "keda-adapter", "ray-operator"}
     assert pinned_versions()["KEDA_VERSION"] in str(planned(["--keda-only"], tmp_path)["keda-operator"])
     assert set(planned(["--volcano-only"], tmp_path)) == {"vc-scheduler", "vc-controller-manager"}
     assert not {"vc-scheduler", "keda-operator"} & set(planned(["--no-keda"], tmp_path))

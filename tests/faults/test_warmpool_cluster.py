@@ -36,6 +36,7 @@ from warmscale.warmpool import objects as ob
 from warmscale.warmpool import rbac
 from warmscale.warmpool.kueue import QUEUE_LABEL
 from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
+from warmscale.warmpool.raycluster import RAY_GROUP, RAY_PLURAL, RAY_VERSION, RAYCLUSTER_KIND
 
 pytestmark = pytest.mark.cluster
 P = s.P
@@ -187,6 +188,16 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
                 "metadata": {}, "spec": {"schedulerName": ob.VOLCANO_SCHEDULER,
                                          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                                          "containers": [{"name": "c", "image": "registry.invalid/x"}]}}}}})
+        # a RayCluster worker group (KubeRay's CRD from its module; no operator: no pods needed), likewise
+        await crds.install(admin, crds.load_crds(crds.kuberay_crd_dir()))
+        await custom.create_namespaced_custom_object(RAY_GROUP, RAY_VERSION, ns_b, RAY_PLURAL, {
+            "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}", "kind": RAYCLUSTER_KIND,
+            "metadata": {"name": "rc", "annotations": {P + "enabled": "true", P + "min-ready": "1"}},
+            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                {"name": "head", "image": "registry.invalid/ray"}]}}},
+                "workerGroupSpecs": [{"groupName": "llm", "replicas": 1, "minReplicas": 0, "maxReplicas": 2,
+                                      "rayStartParams": {}, "template": {"spec": {"containers": [
+                                          {"name": "worker", "image": "registry.invalid/ray"}]}}}]}})
         # a cache root on a system path: an Event, nothing created or changed for it
         bad = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI2,
                P + "cache-root": "/var/lib/kubelet"}
@@ -281,7 +292,9 @@ async def _has_status(apps: client.AppsV1Api, ns: str, ns_sts: str) -> bool:
     st = await apps.read_namespaced_stateful_set("sts", ns_sts)
     lws = await client.CustomObjectsApi(apps.api_client).get_namespaced_custom_object(
         ob.LWS_GROUP, ob.LWS_VERSION, ns_sts, ob.LWS_PLURAL, "pp")
-    if P + "status" not in (lws["metadata"].get("annotations") or {}):
+    rc = await client.CustomObjectsApi(apps.api_client).get_namespaced_custom_object(
+        RAY_GROUP, RAY_VERSION, ns_sts, RAY_PLURAL, "rc")
+    if any(P + "status" not in (o["metadata"].get("annotations") or {}) for o in (lws, rc)):
         return False
     return all(P + "status" in (o.metadata.annotations or {}) for o in (d, st)) and \
         "warmscale.io/cache-cleanup" in (d.metadata.finalizers or [])

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.cluster.fixtures import wait_for
+from warmscale.localcluster import kuberay
 from warmscale.localcluster.harness import Cluster
 
 from .helpers import INSTALLS, kubectl, render
@@ -66,6 +67,7 @@ async def _installed(k8s_cluster: Cluster, k8s_admin: client.ApiClient) -> Async
         await wait_for(lambda ns=ns: _gone(core, ns), within=90, what=f"namespace {ns} deleted")
     await ensure_keda_namespace(core)
     apply(k8s_cluster, render("manifests"))
+    await kuberay.install_crds(k8s_admin)  # the rayservice example (KubeRay's CRDs, from its module)
     apply(k8s_cluster, render("manifests/examples"))
     try:
         yield k8s_cluster

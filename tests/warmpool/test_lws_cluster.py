@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +29,6 @@ from warmscale.localcluster import crds
 from warmscale.localcluster import workloads as w
 from warmscale.localcluster.fleet import H100
 from warmscale.warmpool import objects as ob
-from warmscale.warmpool.controller import Controller, Options, install_priority_class
 
 pytestmark = pytest.mark.cluster
 P = "warmscale.io/"
@@ -45,23 +44,6 @@ async def lws_controller(k8s_admin: client.ApiClient, k8s_namespace: str) -> Asy
     await crds.install(k8s_admin, crds.load_crds(crds.lws_crd_dir()))
     async with lws_standin.running(k8s_admin, k8s_namespace) as standin:
         yield standin
-
-
-@pytest.fixture
-async def warm_pool(k8s_admin: client.ApiClient, k8s_namespace: str) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
-    running: list[asyncio.Task[None]] = []
-    await install_priority_class(k8s_admin)
-
-    async def start() -> Controller:
-        ctl = Controller(k8s_admin, Options(namespace=k8s_namespace, resync_s=2.0, stager_image="warmscale:test",
-                                            scaler_address="scaler.test:9090"))
-        running.append(asyncio.create_task(ctl.run()))
-        return ctl
-
-    yield start
-    for t in running:
-        t.cancel()
-    await asyncio.gather(*running, return_exceptions=True)
 
 
 def lws(ns: str, name: str, replicas: int, size: int, annotations: dict[str, str]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Install CustomResourceDefinitions: KEDA's (from the shared reference directory), the Gateway API
-Inference Extension's (InferencePool, ...: from its Go module, pinned in ``testbed/gaie/go.mod``) and
-LeaderWorkerSet's (a copy of the v0.10.0 CRD in ``testbed/lws``: its module is not served here).
-Volcano's come from its module too (``tests/cluster/volcano.py``)."""
+Inference Extension's (InferencePool, ...: from its Go module, pinned in ``testbed/gaie/go.mod``),
+LeaderWorkerSet's (a copy of the v0.10.0 CRD in ``testbed/lws``: its module is not served here) and
+KubeRay's (RayCluster, RayJob, RayService: from its Go module, pinned in ``testbed/kuberay/go.mod``).
+Volcano's and Kueue's come from their modules too (``volcano.py``, ``kueue.py``)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ GAIE_MODULE = "sigs.k8s.io/gateway-api-inference-extension"
 GAIE_WRAPPER = REPO_ROOT / "testbed" / "gaie"
 
 
+KUBERAY_MODULE = "github.com/ray-project/kuberay/ray-operator"
+KUBERAY_WRAPPER = REPO_ROOT / "testbed" / "kuberay"
+
+
 def go_module_dir(module: str, wrapper: Path, timeout: float = 300.0) -> Path:
     """The directory of ``module`` (at the version ``wrapper``'s go.mod pins) in the Go module cache:
     ``go mod download -json`` puts it there (a no-op once there) and names it. Read-only: nothing is
@@ -62,12 +67,22 @@ def go_module_dir(module: str, wrapper: Path, timeout: float = 300.0) -> Path:
     return Path(info["Dir"])
 
 
-def gaie_crd_dir(timeout: float = 300.0) -> Path:
-    """``config/crd/bases`` of the Gateway API Inference Extension module pinned in ``testbed/gaie``."""
-    bases = go_module_dir(GAIE_MODULE, GAIE_WRAPPER, timeout) / "config" / "crd" / "bases"
+def module_crd_dir(module: str, wrapper: Path, timeout: float = 300.0) -> Path:
+    """``config/crd/bases`` of ``module`` as pinned in the wrapper module ``wrapper`` (``go_module_dir``)."""
+    bases = go_module_dir(module, wrapper, timeout) / "config" / "crd" / "bases"
     if not bases.is_dir():
-        raise RuntimeError(f"{bases} missing from the {GAIE_MODULE} module")
+        raise RuntimeError(f"{bases} missing from the {module} module")
     return bases
+
+
+def gaie_crd_dir(timeout: float = 300.0) -> Path:
+    """The Gateway API Inference Extension's CRDs (``testbed/gaie``; nothing is built from it)."""
+    return module_crd_dir(GAIE_MODULE, GAIE_WRAPPER, timeout)
+
+
+def kuberay_crd_dir(timeout: float = 300.0) -> Path:
+    """KubeRay's CRDs (RayCluster, RayJob, RayService) from the operator module of ``testbed/kuberay``."""
+    return module_crd_dir(KUBERAY_MODULE, KUBERAY_WRAPPER, timeout)
 
 
 def load_crds(directory: Path) -> list[dict[str, Any]]:

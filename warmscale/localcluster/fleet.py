@@ -2,7 +2,10 @@
 
 Every node carries ``type=kwok`` (the label selector kwok manages) and
 ``warmscale.io/pool=<pool>``. GPU nodes get the ``nvidia.com/gpu.*`` labels,
-``nvidia.com/gpu`` capacity and the ``nvidia.com/gpu=present:NoSchedule`` taint.
+``nvidia.com/gpu`` capacity and the ``nvidia.com/gpu=present:NoSchedule`` taint. MIG and time-sliced
+pools (``H100_MIG_1G``, ``H100_MIG_3G``, ``L4_SHARED``) carry the GPU Operator's labels
+(``nvidia.com/mig.strategy``, ``nvidia.com/gpu.replicas``) and its resources (``nvidia.com/mig-<profile>``
+under the mixed strategy; ``nvidia.com/gpu`` counted per slice when time-sliced) via ``extra_resources``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class NodePool:
     pods: int = 110
     zone: str = "sim-a"
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    # Set after the GPUs: MIG profiles (nvidia.com/mig-1g.10gb: "7"), or nvidia.com/gpu overridden ("0"
+    # when a mixed-strategy node's GPUs are all partitioned; N x replicas when time-sliced).
+    extra_resources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:
@@ -82,6 +88,7 @@ class NodePool:
         resources = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
         if self.has_gpu:
             resources[GPU_RESOURCE] = str(self.gpu_count)
+        resources.update(self.extra_resources)
         spec: dict[str, Any] = {}
         if self.has_gpu:
             spec["taints"] = [dict(GPU_TAINT)]
@@ -134,6 +141,15 @@ L4 = NodePool(
     gpu_memory_mib=23034,
     gpu_family="ada-lovelace",
 )
+# MIG, mixed strategy (GPU Operator): one H100 partitioned into 7 1g.10gb slices, or 2 3g.40gb;
+# GFD keeps the whole GPU's product label and the device plugin reports no whole GPU.
+H100_MIG_1G = replace(H100, name="h100-mig1g", gpu_count=1, extra_labels={"nvidia.com/mig.strategy": "mixed"},
+                      extra_resources={GPU_RESOURCE: "0", "nvidia.com/mig-1g.10gb": "7"})
+H100_MIG_3G = replace(H100, name="h100-mig3g", gpu_count=1, extra_labels={"nvidia.com/mig.strategy": "mixed"},
+                      extra_resources={GPU_RESOURCE: "0", "nvidia.com/mig-3g.40gb": "2"})
+# Time-slicing: 4 L4s advertised 4 times each; GFD appends -SHARED to the product.
+L4_SHARED = replace(L4, name="l4-shared", gpu_product="NVIDIA-L4-SHARED",
+                    extra_labels={"nvidia.com/gpu.replicas": "4"}, extra_resources={GPU_RESOURCE: "16"})
 CPU = NodePool(name="cpu", count=2, instance_type="m7i.4xlarge", cpu="16", memory="64Gi")
 
 DEFAULT_POOLS: tuple[NodePool, ...] = (H100, A100, L4, CPU)

@@ -16,11 +16,14 @@ KINDS = (COLD_START, PREFILL_INTERFERENCE, QUOTA_CONTENTION, PARTIAL_GANG, ENGIN
 
 NEXT_LAYER = {
     COLD_START: "warm capacity: a warm pool (warmscale.io/min-ready, standby, prestage-nodes) so that scale-ups "
-                "land on ready or pre-staged capacity",
+                "land on ready or pre-staged capacity; for Ray Serve, the warmscale Ray Serve policy and a RayCluster "
+                "worker group kept warm (manifests/examples/rayservice/, docs/gangs-queues.md)",
     PREFILL_INTERFERENCE: "a chunked-prefill budget first (vLLM --max-num-batched-tokens, SGLang "
                           "--chunked-prefill-size), then prefill/decode disaggregation (role: prefill|decode)",
     QUOTA_CONTENTION: "quotas: a GPU ResourceQuota per namespace, or Kueue ClusterQueues with borrowing "
-                      "(what warmscale does and does not do with them yet: docs/gangs-queues.md)",
+                      "(what warmscale does and does not do with them yet: docs/gangs-queues.md); small models on "
+                      "MIG slices or time-sliced GPUs instead of whole ones (manifests/examples/vllm-mig/, "
+                      "docs/warmpool.md)",
     PARTIAL_GANG: "gang admission: all pods of a replica admitted together (Kueue, Volcano, scheduler-plugins "
                   "coscheduling PodGroup); a LeaderWorkerSet's warm capacity held as whole placeholder gangs "
                   "(docs/gangs-queues.md)",

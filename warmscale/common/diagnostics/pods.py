@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from warmscale.common.diagnostics.model import PodRecord, Termination
+from warmscale.common.gpu_resources import is_gpu_quota_key, is_gpu_resource
 from warmscale.common.quantity import parse_quantity
 
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915")
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
@@ -40,13 +40,12 @@ def _quantity(raw: Any) -> float:
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> float:
+    """GPUs a pod asks for: whole GPUs, time-slices and MIG slices (each slice counts one)."""
     total = 0.0
     for c in (pod.get("spec") or {}).get("containers") or []:
         res = c.get("resources") or {}
-        for name in GPU_RESOURCES:
-            v = (res.get("limits") or {}).get(name, (res.get("requests") or {}).get(name))
-            if v is not None:
-                total += _quantity(v)
+        merged = {**(res.get("requests") or {}), **(res.get("limits") or {})}
+        total += sum(_quantity(v) for k, v in merged.items() if is_gpu_resource(k))
     return total
 
 
@@ -114,10 +113,11 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord:
 
 
 def gpu_quota_namespaces(quotas: Iterable[Mapping[str, Any]]) -> frozenset[str]:
-    """Namespaces with a ResourceQuota that bounds GPUs (``requests.nvidia.com/gpu`` and the like)."""
+    """Namespaces with a ResourceQuota that bounds GPUs (``requests.nvidia.com/gpu``,
+    ``requests.nvidia.com/mig-1g.10gb`` and the like)."""
     out = set()
     for q in quotas:
         hard = ((q.get("spec") or {}).get("hard")) or {}
-        if any(any(g in k for g in GPU_RESOURCES) for k in hard):
+        if any(is_gpu_quota_key(k) for k in hard):
             out.add(str((q.get("metadata") or {}).get("namespace") or ""))
     return frozenset(out)
