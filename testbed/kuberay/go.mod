@@ -1,5 +1,5 @@
 // Wrapper module: pins the KubeRay operator v1.5.0 (the newest the Go module proxy serves here; v1.7.0
-// is not), built for the RayCluster cluster test (tests/cluster/kuberay.py has the command) and the
+// is not), built for the RayCluster cluster test (warmscale/localcluster/kuberay.py has the command) and the
 // source of its CRDs (config/crd/bases, read by tests/cluster/crds.py). Nothing of KubeRay is committed.
 module warmscale.invalid/testbed/kuberay
 

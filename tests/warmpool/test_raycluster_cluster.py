@@ -1,5 +1,5 @@
 """A RayCluster worker group kept warm, against the real local control plane and the real KubeRay
-operator v1.5.0 (built from its Go module: tests/cluster/kuberay.py), KWOK running the pods it makes."""
+operator v1.5.0 (built from its Go module: warmscale/localcluster/kuberay.py), KWOK running the pods it makes."""
 
 # ruff: noqa: F811  (fixtures imported from tests.cluster.fixtures are used by name)
 
