@@ -278,10 +278,11 @@ class Tracker:
             if first:
                 first = False
                 # Spread the trackers' ticks over the interval (no thundering herd every second).
-                await asyncio.sleep(interval * source_phase(self.cfg))
-                continue
+                wait = interval * source_phase(self.cfg)
+            else:
+                wait = max(0.0, started + interval - time.monotonic())
             with contextlib.suppress(TimeoutError):  # the next tick, or at once on an onset
-                await asyncio.wait_for(self._tick_now.wait(), max(0.0, started + interval - time.monotonic()))
+                await asyncio.wait_for(self._tick_now.wait(), wait)
 
     async def _onset_loop(self) -> None:
         """While the last decision asks for it (scaler/onset.py ``watch_onset``), read the queues every
