@@ -36,6 +36,7 @@ from warmscale.benchmarks.sim.cluster import Cluster
 from warmscale.benchmarks.sim.engine import Engine, EngineProfile, Request
 from warmscale.simulation.engine import CANARY_TEXT
 from warmscale.simulation.engine import EngineProfile as DemoEngineProfile
+from warmscale.warmpool.hot.auto_size import sleepers_wanted
 from warmscale.warmpool.hot.canary import judge
 from warmscale.warmpool.hot.config import (
     ENGINE,
@@ -356,7 +357,8 @@ def build_pool(models: list[tuple[str, str, EngineProfile, HotCluster]], level: 
             cfg = parse_hot(hot_annotations(name, level))
             assert cfg is not None
             ram = SLEEP_TIMES[profile].host_ram_gib[cfg.level]
-            wants.append(SleeperWant(wname, cfg.count, ram, value_per_gib=1.0 / max(ram, 1.0),
+            # (`auto` without the scaler's burst statistics, which this replay does not publish: the prior)
+            wants.append(SleeperWant(wname, sleepers_wanted(cfg, None, 1).count, ram, value_per_gib=1.0 / max(ram, 1.0),
                                      sleeper_hbm_gib=SLEEPER_HBM_GIB_DEFAULT * tp, awake_hbm_gib=AWAKE_HBM_GIB * tp))
             hot[wname] = HotModel(wname, profile, cfg, cluster, ep)
         pools[name] = pool
