@@ -158,3 +158,37 @@ async def test_a_wake_whose_canary_fails_is_never_routed(rig: Rig) -> None:
     wakes = rig.waker.metrics.wakes
     assert wakes.labels(f"{NS}/{NAME}", "failed")._value.get() == 1
     assert wakes.labels(f"{NS}/{NAME}", "ready")._value.get() == 1
+
+
+async def test_a_held_request_is_queued_for_the_scaler_and_bounded(redis_server: RedisServer) -> None:
+    """Without any backend: the held request's token is on the queue (the onset the scaler reads)
+    with an expiry (a dead gateway leaves no demand behind); past the hold bound it gets 504, past
+    the held-request bound 429 + Retry-After; never 503, and the token leaves the queue."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    queue = f"{prefix}:gateway:{NAME}"
+    store = RedisStore(redis_server.url, prefix=prefix)
+    r = aioredis.from_url(redis_server.url)
+    session = aiohttp.ClientSession()
+    gateway = HoldGateway(store, r, queue, NS, NAME, session, max_seconds=1.0, max_requests=1)
+    runner = web.AppRunner(gateway.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    try:
+        first = asyncio.create_task(complete(session, url))
+
+        async def queued() -> bool:
+            return await r.llen(queue) == 1
+        await eventually(queued)
+        assert 0 < await r.ttl(queue) <= 10
+        status, _ = await complete(session, url)  # the one held already fills the bound
+        assert status == 429
+        assert (await first)[0] == 504
+        assert gateway.answered == {429: 1, 504: 1}
+        assert await r.llen(queue) == 0
+    finally:
+        await runner.cleanup()
+        await session.close()
+        await store.close()
+        await r.aclose()
