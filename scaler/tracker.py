@@ -246,7 +246,8 @@ class Tracker:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name=f"tracker {self.id}")
-        if self._onset_task is None and self.manager.onset is not None and self.cfg.redis_queue:
+        if self._onset_task is None and self.manager.onset is not None and (self.cfg.redis_queue or
+                                                                             self.cfg.epp_address):
             self._onset_task = asyncio.create_task(self._onset_loop(), name=f"onset {self.id}")
 
     async def stop(self) -> None:
@@ -523,7 +524,9 @@ class Tracker:
         self._observe_metrics(obs, snapshot, now)
         self._adopt(decision, now, computed=True)
         self._watch = watch_onset(active=decision.active, hot_target=decision.hot_target,
-                                  queues_seen=[q.length for q in snapshot.queues],
+                                  queues_seen=[*(q.length for q in snapshot.queues),
+                                               *(g.signal.queue if g.signal is not None else None
+                                                 for g in snapshot.gateways)],
                                   interval_s=self.cfg.scrape_interval_seconds)
         await self._publish_intent(decision, now)
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None

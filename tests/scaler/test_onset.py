@@ -1,7 +1,7 @@
 """Onset between ticks (scaler/onset.py): the pure rules as a table, and the tracker's fast poll of a
 cold workload's Redis queue against a real Redis through the production reader (SourcesReader): a
 queue's first request ticks the tracker long before its next regular tick; a poll that cannot read
-the queue (Redis down) changes nothing."""
+the queue (Redis down) changes nothing; the endpoint picker's flow-control queue likewise."""
 
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
+from tests.gateway.test_epp_grpc import (
+    FakePicker,
+    picker,  # noqa: F401  (the loopback picker fixture)
+)
+from tests.gateway.test_epp_grpc import meta as epp_meta
 from tests.scaler.conftest import eventually
 from tests.servers import RedisServer
 from warmscale.scaler.cli import SourcesReader
@@ -103,3 +108,25 @@ async def test_an_unreadable_queue_ticks_nothing_early() -> None:
 
 async def _true(v: bool) -> bool:
     return v
+
+
+async def test_the_pickers_first_held_request_ticks_at_once(picker: tuple[FakePicker, str]) -> None:  # noqa: F811
+    fake, url = picker
+    reader = SourcesReader()
+    metrics = ScalerMetrics()
+    m = TrackerManager(MemoryStore(), reader, metrics, DecisionLog(50), instance_id="t", onset=reader.onset)
+    try:
+        tracker = m.get("llm", "chat", {**epp_meta(url, SLOW_INTERVAL_S), "scrapeTimeoutSeconds": "1"})
+        d = await tracker.current()
+        assert not d.active
+        await eventually(lambda: _true(tracker._watch))
+        fake.queue = 1  # the picker's flow control holds a request
+
+        async def active() -> bool:
+            return (await tracker.current()).active
+
+        await eventually(active, within=ONSET_BOUND_S)
+        assert metrics.onset_ticks._value.get() == 1
+    finally:
+        await m.stop()
+        await reader.aclose()
