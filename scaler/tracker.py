@@ -210,6 +210,7 @@ class Tracker:
         # Onset between ticks (scaler/onset.py): whether the last decision asks for the fast poll of
         # the queues, and the event that starts the next tick at once.
         self._watch = False
+        self._armed = asyncio.Event()  # set when _watch becomes true (the poll sleeps on it otherwise)
         self._tick_now = asyncio.Event()
         self._onset_task: asyncio.Task[None] | None = None
 
@@ -293,6 +294,10 @@ class Tracker:
         assert read is not None
         key = (self.namespace, self.name)
         while not self._stopping:
+            if not self._watch:  # a warm workload costs no poll, not even a timer
+                self._armed.clear()
+                await self._armed.wait()
+                continue
             await asyncio.sleep(ONSET_POLL_SECONDS)
             if not self._watch:
                 continue
@@ -528,6 +533,8 @@ class Tracker:
                                                *(g.signal.queue if g.signal is not None else None
                                                  for g in snapshot.gateways)],
                                   interval_s=self.cfg.scrape_interval_seconds)
+        if self._watch:
+            self._armed.set()
         await self._publish_intent(decision, now)
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
         m.advice.record(self.namespace, self.name, now, desired=decision.desired, ready=decision.ready, ttft_s=q,
