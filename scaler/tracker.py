@@ -56,15 +56,15 @@ ScaledObjectKey = tuple[str, str]
 """(namespace, name) of a ScaledObject."""
 
 SnapshotReader = Callable[[ScalerConfig, float, ScaledObjectKey], Awaitable[Snapshot]]
-OnsetReader = Callable[[ScalerConfig, ScaledObjectKey], Awaitable[float | None]]
-"""``await onset(cfg, key)``: the summed length of the ScaledObject's queues, read cheaply between
-ticks (scaler/onset.py); None: unknown or not read."""
 """Reads one fresh snapshot of the ScaledObject's signals at ``now`` (unix seconds); the key says
 which ScaledObject asks (pod discovery resolves its target from it).
 
 The real implementation builds the sources described by the config (endpoints, Prometheus, Redis
 queue, pods) and gathers them; tests inject scripted fakes. It may raise; the tracker then keeps
 its last decision and counts a scrape error."""
+OnsetReader = Callable[[ScalerConfig, ScaledObjectKey], Awaitable[float | None]]
+"""``await onset(cfg, key)``: the summed length of the ScaledObject's queues, read cheaply between
+ticks (scaler/onset.py); None: unknown or not read."""
 
 MetaKey = tuple[str, str, tuple[tuple[str, str], ...]]
 
