@@ -127,6 +127,35 @@ class SourcesReader:
             snapshot = await self._with_counts(snapshot, provider, cfg)
         return with_attributed_gpus(snapshot, namespace)
 
+    async def onset(self, cfg: ScalerConfig, scope: ScaledObjectKey) -> float | None:
+        """The summed length of ``cfg``'s Redis queues and of its endpoint picker's flow-control queue
+        (``eppAddress``), from the sources of its collector (their own connections; ``--allow-targets``
+        checked as for a tick): the cheap onset read between ticks (scaler/onset.py). None: no collector
+        yet (the first tick makes it), no queue, or any read failed (unknown)."""
+        from warmscale.signals.sources.gateway import EppScrapeSource
+        from warmscale.signals.sources.redis_queue import RedisQueueSource
+
+        entry = self._collectors.get((scope if self.discovery is not None else None, cfg))
+        if entry is None:
+            return None
+        queues = [s for s in entry[0].sources if isinstance(s, RedisQueueSource)]
+        pickers = [s for s in entry[0].sources if isinstance(s, EppScrapeSource)]
+        if not queues and not pickers:
+            return None
+        total = 0.0
+        try:
+            async with asyncio.timeout(cfg.scrape_timeout_seconds):
+                for q in queues:
+                    total += await q.length()
+                for p in pickers:  # the picker's flow-control queue: its held requests
+                    for g in (await p.read(time.time())).gateways:
+                        if g.signal is None:
+                            return None
+                        total += g.signal.queue
+        except Exception:  # unknown: no onset (a Redis restart, a timeout, a wrong key type, a bad payload)
+            return None
+        return total
+
     @staticmethod
     async def _with_counts(snapshot: Snapshot, provider: Any, cfg: ScalerConfig) -> Snapshot:
         from warmscale.signals.sources.pods import DiscoveryError

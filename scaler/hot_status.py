@@ -34,6 +34,7 @@ class HotStatus:
     # Measured median seconds from the wake request to a passing canary, per GPU product ("" unlabelled).
     wake_s: dict[str, float] = field(default_factory=dict)
     awake_pods: list[str] = field(default_factory=list)  # the awake sleepers (namespace/pod), for routing
+    awake_urls: list[str] = field(default_factory=list)  # their base URLs (http://IP:PORT): what a gateway routes to
     # Requests running or waiting in the awake sleepers (their /metrics); None: unknown (never idle).
     awake_load: float | None = None
     version: int = 1
@@ -56,6 +57,7 @@ class HotStatus:
                    waking=max(0, int(d.get("waking", 0))), failed=max(0, int(d.get("failed", 0))),
                    wake_s={str(k): float(v) for k, v in dict(d.get("wake_s") or {}).items()},
                    awake_pods=[str(p) for p in d.get("awake_pods") or []],
+                   awake_urls=[str(u) for u in d.get("awake_urls") or []],
                    awake_load=None if d.get("awake_load") is None else float(d["awake_load"]),
                    version=int(d.get("version", 1)))
 

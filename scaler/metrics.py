@@ -105,6 +105,10 @@ class ScalerMetrics:
         self.streams = Gauge("warmscale_open_streams", "Open server streams by method.", ("method",), registry=r)
         self.trackers = Gauge("warmscale_trackers", "ScaledObjects tracked by this instance.", registry=r)
         self.store_errors = Counter("warmscale_store_errors_total", "Failed store operations.", ("op",), registry=r)
+        # Onset between ticks (scaler/onset.py): ticks started early by the fast poll of a cold queue.
+        self.onset_ticks = Counter("warmscale_onset_ticks_total",
+                                   "Ticks started at once by the fast poll of a cold workload's queues (an onset).",
+                                   registry=r)
         # Next-layer diagnosis (scaler.advice): episodes within the window of each finding that repeated.
         self.advice = Gauge("warmscale_advice",
                             "Next-layer findings that repeated (episodes within the window): see `warmscale advise`.",

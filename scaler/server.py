@@ -204,6 +204,8 @@ class ScalerServer:
             # Decisions are timed on a clock that does not jump with the wall clock (``clock``: the wall
             # clock it follows, time.time by default): scaler/clock.py.
             instance_id=options.instance_id, clock=SteadyClock(wall=clock), guard=guard,
+            # The reader's cheap read of the queues between ticks, where it has one (scaler/onset.py).
+            onset=getattr(reader, "onset", None),
         )
         self.manager.on_refused = on_refused  # the Event on a ScaledObject refused for size
         self.service = ExternalScalerService(

@@ -36,6 +36,7 @@ from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus, WakeInten
 from warmscale.scaler.metric_target import PublishedTarget, retarget, value_for, wanted_target
 from warmscale.scaler.metrics import ScalerMetrics
 from warmscale.scaler.observation import Observation, observe
+from warmscale.scaler.onset import ONSET_POLL_SECONDS, is_onset, watch_onset
 from warmscale.scaler.pdgroup import Member, peer, ratio_floor
 from warmscale.scaler.policy import Decision, decide
 from warmscale.scaler.slo_ledger import WINDOWS as SLO_WINDOWS
@@ -61,6 +62,9 @@ which ScaledObject asks (pod discovery resolves its target from it).
 The real implementation builds the sources described by the config (endpoints, Prometheus, Redis
 queue, pods) and gathers them; tests inject scripted fakes. It may raise; the tracker then keeps
 its last decision and counts a scrape error."""
+OnsetReader = Callable[[ScalerConfig, ScaledObjectKey], Awaitable[float | None]]
+"""``await onset(cfg, key)``: the summed length of the ScaledObject's queues, read cheaply between
+ticks (scaler/onset.py); None: unknown or not read."""
 
 MetaKey = tuple[str, str, tuple[tuple[str, str], ...]]
 
@@ -203,6 +207,12 @@ class Tracker:
         self._bad_decision_logged = False
         self._hot: HotStatus | None = None  # the waker's last status read (kept while fresh)
         self._intent_sent: tuple[int, float] | None = None  # (target, when) last published
+        # Onset between ticks (scaler/onset.py): whether the last decision asks for the fast poll of
+        # the queues, and the event that starts the next tick at once.
+        self._watch = False
+        self._armed = asyncio.Event()  # set when _watch becomes true (the poll sleeps on it otherwise)
+        self._tick_now = asyncio.Event()
+        self._onset_task: asyncio.Task[None] | None = None
 
     # -- RPC side -------------------------------------------------------------------------------
     def touch(self) -> None:
@@ -237,11 +247,15 @@ class Tracker:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name=f"tracker {self.id}")
+        if self._onset_task is None and self.manager.onset is not None and (self.cfg.redis_queue or
+                                                                             self.cfg.epp_address):
+            self._onset_task = asyncio.create_task(self._onset_loop(), name=f"onset {self.id}")
 
     async def stop(self) -> None:
         self._stopping = True
         task, self._task = self._task, None
-        for t in (task, self._probe):
+        onset, self._onset_task = self._onset_task, None
+        for t in (task, self._probe, onset):
             if t is not None:
                 await _cancel(t)
         self._probe = None
@@ -266,9 +280,38 @@ class Tracker:
             if first:
                 first = False
                 # Spread the trackers' ticks over the interval (no thundering herd every second).
-                await asyncio.sleep(interval * source_phase(self.cfg))
+                wait = interval * source_phase(self.cfg)
+            else:
+                wait = max(0.0, started + interval - time.monotonic())
+            with contextlib.suppress(TimeoutError):  # the next tick, or at once on an onset
+                await asyncio.wait_for(self._tick_now.wait(), wait)
+
+    async def _onset_loop(self) -> None:
+        """While the last decision asks for it (scaler/onset.py ``watch_onset``), read the queues every
+        ONSET_POLL_SECONDS and start the next tick at once on the first non-empty read. A failed or
+        late read is unknown: no early tick, nothing else changes."""
+        read = self.manager.onset
+        assert read is not None
+        key = (self.namespace, self.name)
+        while not self._stopping:
+            if not self._watch:  # a warm workload costs no poll, not even a timer
+                self._armed.clear()
+                await self._armed.wait()
                 continue
-            await asyncio.sleep(max(0.0, started + interval - time.monotonic()))
+            await asyncio.sleep(ONSET_POLL_SECONDS)
+            if not self._watch:
+                continue
+            try:
+                async with asyncio.timeout(self.cfg.read_budget_seconds):
+                    polled = await read(self.cfg, key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                polled = None
+            if self._watch and is_onset(polled):
+                self._watch = False
+                self.manager.metrics.onset_ticks.inc()
+                self._tick_now.set()
 
     def _store_error(self, op: str, exc: Exception) -> None:
         self.manager.metrics.store_errors.labels(op).inc()
@@ -358,6 +401,8 @@ class Tracker:
 
     async def tick(self) -> None:
         m = self.manager
+        self._watch = False  # until this tick's own decision says otherwise
+        self._tick_now.clear()
         now = m.clock()
         ttl = self._ttl()
         if self.local:
@@ -483,6 +528,13 @@ class Tracker:
         self._last_computed = now
         self._observe_metrics(obs, snapshot, now)
         self._adopt(decision, now, computed=True)
+        self._watch = watch_onset(active=decision.active, hot_target=decision.hot_target,
+                                  queues_seen=[*(q.length for q in snapshot.queues),
+                                               *(g.signal.queue if g.signal is not None else None
+                                                 for g in snapshot.gateways)],
+                                  interval_s=self.cfg.scrape_interval_seconds)
+        if self._watch:
+            self._armed.set()
         await self._publish_intent(decision, now)
         q = obs.ttft_window.quantile(self.cfg.ttft_quantile) if obs.ttft_window is not None else None
         m.advice.record(self.namespace, self.name, now, desired=decision.desired, ready=decision.ready, ttft_s=q,
@@ -840,9 +892,11 @@ class TrackerManager:
         instance_id: str | None = None,
         clock: Callable[[], float] = time.time,
         guard: TargetGuard | None = None,
+        onset: OnsetReader | None = None,
     ) -> None:
         self.store = store
         self.reader = reader
+        self.onset = onset  # the cheap read of the queues between ticks (scaler/onset.py); None: no fast poll
         self.metrics = metrics
         self.decisions = decisions
         self.advice = AdviceBook(metrics.advice)

@@ -44,6 +44,7 @@ from warmscale.simulation.hotpool import (
     pool_node_annotations,
 )
 from warmscale.simulation.hotpool import SleepTimes as SleepTimes
+from warmscale.warmpool.hot.auto_size import sleepers_wanted
 from warmscale.warmpool.hot.canary import judge
 from warmscale.warmpool.hot.config import (
     HotConfig,
@@ -303,7 +304,8 @@ def build_pool(models: list[tuple[str, str, EngineProfile, HotCluster]], level: 
             cfg = parse_hot(hot_annotations(name, level))
             assert cfg is not None
             ram = SLEEP_TIMES[profile].host_ram_gib[cfg.level]
-            wants.append(SleeperWant(wname, cfg.count, ram, value_per_gib=1.0 / max(ram, 1.0),
+            # (`auto` without the scaler's burst statistics, which this replay does not publish: the prior)
+            wants.append(SleeperWant(wname, sleepers_wanted(cfg, None, 1).count, ram, value_per_gib=1.0 / max(ram, 1.0),
                                      sleeper_hbm_gib=SLEEPER_HBM_GIB_DEFAULT * tp, awake_hbm_gib=AWAKE_HBM_GIB * tp))
             hot[wname] = HotModel(wname, profile, cfg, cluster, ep)
         pools[name] = pool

@@ -23,17 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from warmscale.scaler.bursts import BurstStats
 from warmscale.scaler.kube import EventRecorder
 from warmscale.signals.engines.dcgm import attributions
 from warmscale.signals.parsing import parse_text
 from warmscale.warmpool.annotations import AnnotationError
 from warmscale.warmpool.controller import workload_from
+from warmscale.warmpool.hot.auto_size import HotEvidence, sleepers_wanted
 from warmscale.warmpool.hot.config import (
     ENGINE,
     HOT_STANDBY,
@@ -68,8 +70,6 @@ RESYNC_SECONDS = 10.0
 # A sleeper the plan keeps costs its share of the pool; without recorded bursts every sleeper of an
 # explicit count is worth the same per GiB of host RAM it holds.
 VALUE_EXPLICIT = 1.0
-# `hot-standby: auto` keeps one sleeper until the bursts size it (not built: docs/hot-tier.md).
-AUTO_SLEEPERS = 1
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 KINDS = (("Deployment", "deployment"), ("StatefulSet", "stateful_set"))
 
@@ -77,6 +77,9 @@ DcgmSource = Callable[[], Awaitable[str | None]]
 """The dcgm-exporter payload(s) of the pool's nodes (Prometheus text), or ``None`` when unavailable."""
 FailedSource = Callable[[], Iterable[str]]
 """The sleepers (namespace/pod) that failed to wake twice (the waker's ``failed_pods``)."""
+BurstSource = Callable[[str, str], Awaitable[BurstStats | None]]
+"""The scaler's burst statistics of a workload (namespace, name) from the store (``get_burst_stats``);
+it raises when the store cannot be read."""
 BusySource = Callable[[], Iterable[str]]
 """The sleepers (namespace/pod) awake, waking or draining (the waker's ``busy_pods``): never deleted
 by a pass; a later pass deletes them once they sleep."""
@@ -104,7 +107,7 @@ def _involved(wl: Workload) -> dict[str, Any]:
 class HotReconciler:
     def __init__(self, api: client.ApiClient, *, namespace: str | None = None, events: EventRecorder | None = None,
                  dcgm: DcgmSource | None = None, failed: FailedSource | None = None,
-                 busy: BusySource | None = None) -> None:
+                 busy: BusySource | None = None, bursts: BurstSource | None = None) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
@@ -114,7 +117,29 @@ class HotReconciler:
         self.dcgm = dcgm
         self.failed = failed
         self.busy = busy
+        self.bursts = bursts
+        self._auto_last: dict[str, int] = {}  # `hot-standby: auto`: the size chosen before, per workload
         self._attribution = DcgmAttribution((), {})
+
+    async def _want(self, wl: Workload, cfg: HotConfig, pool_gpus: int, pool_workloads: int) -> SleeperWant:
+        """The sleepers a workload asks for: its count, or with ``auto`` the size its recorded bursts
+        justify against its share of the pool (warmpool/hot/auto_size.py); an unreadable store keeps the
+        last size. The kept sleeper's value per GiB orders the pool's evictions."""
+        key = f"{wl.namespace}/{wl.name}"
+        value = VALUE_EXPLICIT
+        count = cfg.count
+        if cfg.auto:
+            ev = HotEvidence(last=self._auto_last.get(key), pool_gpus=pool_gpus, pool_sleepers=pool_workloads)
+            if self.bursts is not None:
+                try:
+                    ev = replace(ev, bursts=await self.bursts(wl.namespace, wl.name))
+                except Exception as exc:  # a store outage: unknown, the last size is kept
+                    log.warning("burst statistics unreadable", extra={"workload": key, "error": str(exc)})
+                    ev = replace(ev, readable=False)
+            size = sleepers_wanted(cfg, ev, fleet=wl.replicas)
+            self._auto_last[key] = count = size.count
+            value = size.value or VALUE_EXPLICIT
+        return SleeperWant(key, count, cfg.host_ram_gib, value / max(cfg.host_ram_gib, 1.0))
 
     def device_of(self, namespace: str, pod: str) -> str | None:
         """DCGM's attribution of a time-sliced sleeper (for the waker's sleeper source)."""
@@ -256,8 +281,7 @@ class HotReconciler:
                 continue
             pool_obj = Pool(pool, tuple(gpus), {n: c.host_ram_gib - ram_used.get(n, 0.0) for n, c in nodes.items()},
                             awake_per_gpu=min(c.awake_per_gpu for c in nodes.values()))
-            wants = [SleeperWant(f"{wl.namespace}/{wl.name}", AUTO_SLEEPERS if cfg.auto else cfg.count,
-                                 cfg.host_ram_gib, VALUE_EXPLICIT / max(cfg.host_ram_gib, 1.0)) for wl, cfg in members]
+            wants = [await self._want(wl, cfg, len(gpus), len(members)) for wl, cfg in members]
             current = [_placement(p, self.device_of) for wl, _ in members
                        for p in by_wl.get(f"{wl.namespace}/{wl.name}", [])]
             plan = plan_pool(pool_obj, wants, [c for c in current if c is not None])

@@ -364,7 +364,8 @@ class Waker:
             namespace=ns, name=name, updated_at=self.clock(),
             asleep=sum(1 for t in states if t.asleep is True and not t.op and not t.failed),
             awake=len(awake), waking=sum(1 for t in states if t.op == "wake"),
-            failed=sum(1 for t in states if t.failed), wake_s=wake_s, awake_pods=sorted(t.sleeper.pod for t in awake))
+            failed=sum(1 for t in states if t.failed), wake_s=wake_s, awake_pods=sorted(t.sleeper.pod for t in awake),
+            awake_urls=sorted(t.sleeper.base_url for t in awake))
 
     async def publish(self, key: str) -> None:
         wl = self._workloads[key]
