@@ -4,6 +4,7 @@ with each component's own ServiceAccount token."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
@@ -15,7 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.cluster.fixtures import wait_for
-from warmscale.localcluster import kuberay
+from warmscale.localcluster import crds, kuberay, kueue
 from warmscale.localcluster.harness import Cluster
 
 from .helpers import INSTALLS, kubectl, render
@@ -68,6 +69,8 @@ async def _installed(k8s_cluster: Cluster, k8s_admin: client.ApiClient) -> Async
     await ensure_keda_namespace(core)
     apply(k8s_cluster, render("manifests"))
     await kuberay.install_crds(k8s_admin)  # the rayservice example (KubeRay's CRDs, from its module)
+    # the vllm-kueue example's queues (Kueue's CRDs, from the module pinned in testbed/kueue)
+    await crds.install(k8s_admin, crds.load_crds(await asyncio.to_thread(kueue.crd_dir)))
     apply(k8s_cluster, render("manifests/examples"))
     try:
         yield k8s_cluster
@@ -75,6 +78,20 @@ async def _installed(k8s_cluster: Cluster, k8s_admin: client.ApiClient) -> Async
         await _delete_namespace(core, EXAMPLE_NS)
         await _delete_namespace(core, INSTALL_NS)
         await uninstall_cluster_objects(k8s_admin)
+        await _delete_kueue_cluster_objects(k8s_admin, render("manifests/examples"))
+
+
+async def _delete_kueue_cluster_objects(api: client.ApiClient, objs: list[dict[str, Any]]) -> None:
+    """The vllm-kueue example's cluster-scoped queue objects (ClusterQueue, ResourceFlavor, ...)."""
+    custom = client.CustomObjectsApi(api)
+    for o in objs:
+        if o["apiVersion"] == "/".join(kueue.KUEUE_API) and "namespace" not in o["metadata"]:
+            plural = o["kind"].lower() + ("es" if o["kind"].endswith("s") else "s")
+            try:
+                await custom.delete_cluster_custom_object(*kueue.KUEUE_API, plural, o["metadata"]["name"])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
 
 async def ensure_keda_namespace(core: client.CoreV1Api) -> None:
