@@ -66,6 +66,39 @@ def test_awake_sleepers_are_ready_capacity_and_asleep_ones_the_hot_rung() -> Non
     assert (g.ready, g.hot_awake) == (2, 0) and g.ladder[0][0] != HOT
 
 
+@pytest.mark.parametrize(("own", "awake", "starting", "provisioned"), [
+    (1, 3, 3, 4),  # the 3 starting replicas the 3 awake sleepers bridge: counted once
+    (1, 3, 5, 6),  # more starting than awake: the starting ones
+    (1, 3, 0, 4),  # nothing starting: the awake sleepers
+    (2, 0, 3, 5),  # no hot tier: ready + starting as before
+])
+def test_an_awake_sleeper_and_the_starting_replica_it_bridges_are_provisioned_once(
+        own: int, awake: int, starting: int, provisioned: int) -> None:
+    assert fleet(own, awake, starting).provisioned == provisioned
+
+
+def test_awake_sleepers_do_not_ratchet_the_count_while_the_scale_target_starts_their_replacements() -> None:
+    """The demo's hot row: 1 own replica, 3 sleepers awake, the first tokens a little over the SLO.
+    Each decision's count goes to the HPA, which starts the scale target's own replicas for it; with
+    the sleepers counted as well as those starting replicas, the TTFT rule's ``max(provisioned, ...)``
+    grew the count by 3 at every decision (4 -> 7 -> 10: 5 cold starts in the demo)."""
+    from warmscale.signals.histogram import Histogram
+
+    run = Run(cfg(maxReplicas="20", ttftSloSeconds="2"))
+    hot_snap = {"hot_asleep": 0, "hot_awake": 3, "hot_wake_s": WAKE_S}
+    desired = 4
+    seen = []
+    for i in range(1, 8):
+        # 40 first tokens per decision, p95 ~2.35 s; the scale target runs what was decided last:
+        # 1 ready, the rest starting.
+        slow = Histogram.from_buckets([(1.0, 20.0 * i), (2.5, 40.0 * i), (float("inf"), 40.0 * i)], 60.0 * i)
+        d = run.step([replica("a", running=20, hist=slow)], ready_replicas=1, starting_replicas=desired - 1,
+                     current_replicas=desired, **hot_snap)
+        desired = d.desired
+        seen.append((desired, d.reason))
+    assert max(n for n, _ in seen) <= 6, seen
+
+
 def test_the_hot_rung_on_the_ladder() -> None:
     ladder = with_hot((("placeholder+staged", 1, 90.0), ("cold", 0, COLD_S)), 2, WAKE_S)
     assert [time_to_ready(ladder, k) for k in (1, 2, 3, 4)] == [WAKE_S, WAKE_S, 90.0, COLD_S]
