@@ -52,6 +52,24 @@ def test_hot_step(name: str, desired: int, active: bool, own: int, awake: int, a
     assert plan.step.inputs["hot"] == what and plan.step.inputs["because"]
 
 
+# (desired, rules' need, own ready, awake, target, release, hot)
+HELD = [
+    (5, 1, 3, 3, 0, 3, "release"),  # a lull under the burst hold: the own replicas cover the need
+    (5, 4, 3, 3, 3, 0, "bridge"),   # the need still beyond the own replicas: no early release
+    (5, 9, 2, 0, 3, 0, "wake"),     # a need beyond the count (confirmation pending): the count bounds it
+]
+
+
+@pytest.mark.parametrize(("desired", "needed", "own", "awake", "target", "release", "what"), HELD)
+def test_sleepers_bridge_the_need_not_a_count_only_a_hold_keeps(desired: int, needed: int, own: int, awake: int,
+                                                               target: int, release: int, what: str) -> None:
+    """The demo's hot row kept 3 sleepers awake for 4 idle minutes because the burst hold kept the count
+    above the own ready replicas (1,321 awake GPU-seconds)."""
+    plan = hot(desired, True, obs(hot_asleep=3 - awake, hot_awake=awake, hot_wake_s=WAKE_S),
+               ScalerState(last_increase_at=NOW - 10.0), fleet(own, awake, 2), NOW, needed=needed)
+    assert (plan.target, plan.release, plan.step.inputs["hot"]) == (target, release, what)
+
+
 def test_without_a_hot_status_the_step_is_off_and_publishes_nothing() -> None:
     plan = hot(4, True, obs(), ScalerState(), fleet(1), NOW)
     assert plan.target is None and plan.wake == plan.release == 0 and plan.step.inputs == {"hot": "off"}
