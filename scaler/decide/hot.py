@@ -5,9 +5,10 @@ It runs after the holds and before ``landing`` and never changes the count: the 
 scale target through KEDA. A wake bridges (phase 1) the need the scale target's own replicas do not
 cover yet, beyond the ready ones and the starting ones that are ready sooner than a sleeper would be;
 once the target's own ready replicas cover the count, every awake sleeper is released (phase 2: it
-drains and sleeps again). The count bridged is the rules' (the need), not one only a hold keeps: a
-lull under the burst hold puts the sleepers back to sleep, the next rise wakes them in a wake time. While bridging no sleeper is released early: a sleep costs seconds of GPU
-time (about 10 s for an 8B at level 1) and the next wake seconds more.
+drains and sleeps again). While bridging no sleeper is released early: a sleep costs seconds of GPU
+time (about 10 s for an 8B at level 1) and the next wake seconds more. Once the count has not risen
+for ``idleWindowSeconds``, the count bridged is the rules' (the need), not one only a hold keeps: a
+lull under the burst hold puts the sleepers back to sleep, the next rise wakes them in a wake time.
 
 The awake sleepers are already ready capacity in the fleet (decide/fleet.py) and the asleep ones the
 ladder's ``hot`` rung (scaler/ladder.py); without a hot status (no sleepers, or their status unknown)
