@@ -175,3 +175,25 @@ def test_a_wake_in_progress_counts_as_on_its_way(desired: int, own: int, waking:
     plan = hot(desired, True, obs(hot_asleep=asleep, hot_waking=waking, hot_wake_s=WAKE_S), ScalerState(),
                fleet(own), NOW)
     assert (plan.target, plan.wake, plan.release, plan.step.inputs["hot"]) == (target, wake, release, what)
+
+
+def test_in_a_lull_the_sleepers_go_back_to_sleep_while_the_hold_keeps_the_count() -> None:
+    """A wave lifts the count to 4 with 3 sleepers awake; the queue empties. Within idleWindowSeconds
+    of the last rise they keep bridging (a dip within a wave); after it the rules' need (1) is covered
+    by the own ready replica, so they are released while the holds keep the count for the own replicas."""
+    run = Run(cfg(maxReplicas="8", targetInflightPerReplica="10"))
+    hot_snap = {"hot_asleep": 0, "hot_awake": 3, "hot_wake_s": WAKE_S}
+    run.step([replica("a", running=1)], ready_replicas=1, starting_replicas=0, current_replicas=1,
+             **{**hot_snap, "hot_awake": 0, "hot_asleep": 3})
+    d = run.step([replica("a", running=10, waiting=30)], dt=5, ready_replicas=1, starting_replicas=0,
+                 current_replicas=1, **hot_snap)
+    peak = d.desired
+    assert peak >= 4 and d.hot_target == 3
+    plans = []
+    for _ in range(20):  # 100 s of an idle lull, the scale target's replicas still starting
+        d = run.step([replica("a", running=0, waiting=0)], dt=5, ready_replicas=1, starting_replicas=peak - 1,
+                     current_replicas=peak, **hot_snap)
+        plans.append((run.clock.now, d.desired, d.hot_target))
+    early = [p for p in plans if p[0] - plans[0][0] < 50.0]
+    assert all(t == 3 for _, _, t in early), plans  # within the idle window: still bridging
+    assert plans[-1][2] == 0 and plans[-1][1] > 1, plans  # then released, the count still held
