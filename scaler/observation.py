@@ -361,6 +361,11 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
             if stepped and span_s >= (cap.SATURATED_MIN_SECONDS if saturated else cap.SERVED_MIN_SECONDS):
                 if prev.sample_aligned:
                     estimate = _learn_sample(estimate, prev, sig, totals, span_s, saturated)
+            elif stepped and bound and not saturated:
+                # A queue formed within an unsaturated sample too short to be a served one: a saturated
+                # sample starts at this step (the fresh ``start``), else a burst shorter than
+                # SERVED_MIN_SECONDS that begins after an idle scrape never teaches the prefill rate.
+                pass
             else:
                 start = _SampleStart(prev.sample_at, prev.sample_prompt, saturated, prev.sample_aligned,
                                      prev.sample_lead, prev.sample_prefill)

@@ -95,7 +95,11 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     desired, active, reason, state, step = lost_state_hold(desired, active, reason, obs, state, cfg, now, fleet,
                                                            last)
     trace.append(step)
-    plan = hot(desired, active, obs, state, fleet, now)
+    # Sleepers bridge the rules' count (at least the floor) once the count has not risen for
+    # idleWindowSeconds (a lull, not a dip within a wave: a sleeper put back to sleep mid-wave is gone
+    # for its sleep time); before, or with no rise on record, the count.
+    settled = state.last_increase_at is not None and now - state.last_increase_at >= cfg.idle_window_seconds
+    plan = hot(desired, active, obs, state, fleet, now, needed=max(n.count, fleet.floor) if settled else None)
     trace.append(plan.step)
     decision, state = _land(desired, active, reason, n.rules, obs, state, cfg, now, fleet, trace, horizon=n.horizon)
     return replace(decision, hot_target=plan.target, hot_wake=plan.wake, hot_release=plan.release), state

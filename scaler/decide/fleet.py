@@ -31,7 +31,13 @@ class Fleet:
 
     @property
     def provisioned(self) -> int:
-        return self.ready + self.starting
+        """Ready plus starting replicas, an awake sleeper and the starting replica it bridges counted
+        once: the hot step keeps a sleeper awake only for a shortfall of the scale target's own
+        replicas (decide/hot.py) and releases it when they are ready, so ``hot_awake`` sleepers stand in
+        for up to as many starting ones. Counted twice, every rule that holds at least the provisioned
+        count (TTFT, KV, queue) raised the count by the awake sleepers at each decision while the scale
+        target started replicas for them: 4 -> 7 -> 10 on the demo's first wave."""
+        return self.own_ready + max(self.starting, self.hot_awake)
 
     @property
     def floor(self) -> int:

@@ -6,7 +6,9 @@ scale target through KEDA. A wake bridges (phase 1) the need the scale target's 
 cover yet, beyond the ready ones and the starting ones that are ready sooner than a sleeper would be;
 once the target's own ready replicas cover the count, every awake sleeper is released (phase 2: it
 drains and sleeps again). While bridging no sleeper is released early: a sleep costs seconds of GPU
-time (about 10 s for an 8B at level 1) and the next wake seconds more.
+time (about 10 s for an 8B at level 1) and the next wake seconds more. Once the count has not risen
+for ``idleWindowSeconds``, the count bridged is the rules' (the need), not one only a hold keeps: a
+lull under the burst hold puts the sleepers back to sleep, the next rise wakes them in a wake time.
 
 The awake sleepers are already ready capacity in the fleet (decide/fleet.py) and the asleep ones the
 ladder's ``hot`` rung (scaler/ladder.py); without a hot status (no sleepers, or their status unknown)
@@ -40,7 +42,13 @@ def _starting_soon(fleet: Fleet, state: ScalerState, now: float, wake_s: float) 
     return fleet.starting if state.last_increase_at + fleet.own_ttr <= now + wake_s else 0
 
 
-def hot(desired: int, active: bool, obs: Observation, state: ScalerState, fleet: Fleet, now: float) -> HotPlan:
+def hot(desired: int, active: bool, obs: Observation, state: ScalerState, fleet: Fleet, now: float,
+        needed: int | None = None) -> HotPlan:
+    """``needed``: the rules' count (the need step's, before confirmation and the holds), given once the
+    count has settled (scaler/policy.py). Sleepers bridge the smaller of it and ``desired``: a count
+    only a hold keeps (the burst hold, scale-down stabilisation) is kept by the scale target's own
+    replicas, not by sleepers held awake through a lull; the next rise of the need wakes them again
+    within a wake time."""
     if obs.hot_asleep is None:
         return HotPlan(None, 0, 0, Step("hot", desired, desired, "ok", {"hot": "off"}))
     awake = fleet.hot_awake
@@ -50,7 +58,7 @@ def hot(desired: int, active: bool, obs: Observation, state: ScalerState, fleet:
     own = fleet.own_ready
     wake_s = obs.hot_wake_s if obs.hot_wake_s is not None else 0.0
     soon = _starting_soon(fleet, state, now, wake_s)
-    want = desired if active else 0
+    want = (desired if needed is None else min(desired, needed)) if active else 0
     shortfall = max(0, want - own - soon)
     available = on + obs.hot_asleep
     if own >= want:
@@ -62,7 +70,7 @@ def hot(desired: int, active: bool, obs: Observation, state: ScalerState, fleet:
         what = "wake" if target > on else ("bridge" if target > 0 else "none")
         because = (f"{want} wanted, {own} own ready, {soon} starting sooner than a {wake_s:g} s wake: "
                    f"{shortfall} short, {available} sleepers")
-    inputs: Inputs = {"hot": what, "because": because, "own_ready": own, "starting": fleet.starting,
+    inputs: Inputs = {"hot": what, "because": because, "wanted": want, "own_ready": own, "starting": fleet.starting,
                       "starting_soon": soon, "awake": awake, "waking": obs.hot_waking,
                       "asleep": obs.hot_asleep, "wake_s": wake_s,
                       "shortfall": shortfall, "target": target}

@@ -73,6 +73,9 @@ def test_options_follow_the_speed_up() -> None:
     md = DemoOptions(speed=8.0).metadata()
     assert float(md["scaleDownStabilizationSeconds"]) == 300.0 / 8 and float(md["ttftWindowSeconds"]) == 60.0 / 8
     assert md["ttftSloSeconds"] == "2" and md["hpaTolerance"] == "0"
+    # The burst window is the newer part of the TTFT window and the prefill rule's prompt window: at the
+    # production 10 s it spanned 80 trace seconds, more than the 60-s TTFT window it is part of.
+    assert float(md["burstWindowSeconds"]) == 10.0 / 8 < float(md["ttftWindowSeconds"])
     # The capacity prior is a rate: the modelProfile's documented prefill prior, per wall second.
     assert md["modelProfile"] == "8b-h100" and float(md["prefillTpsPrior"]) == 16_000.0 * 8
     assert float(DemoOptions(speed=30.0).metadata()["prefillTpsPrior"]) == 16_000.0 * 30

@@ -52,6 +52,24 @@ def test_hot_step(name: str, desired: int, active: bool, own: int, awake: int, a
     assert plan.step.inputs["hot"] == what and plan.step.inputs["because"]
 
 
+# (desired, rules' need, own ready, awake, target, release, hot)
+HELD = [
+    (5, 1, 3, 3, 0, 3, "release"),  # a lull under the burst hold: the own replicas cover the need
+    (5, 4, 3, 3, 3, 0, "bridge"),   # the need still beyond the own replicas: no early release
+    (5, 9, 2, 0, 3, 0, "wake"),     # a need beyond the count (confirmation pending): the count bounds it
+]
+
+
+@pytest.mark.parametrize(("desired", "needed", "own", "awake", "target", "release", "what"), HELD)
+def test_sleepers_bridge_the_need_not_a_count_only_a_hold_keeps(desired: int, needed: int, own: int, awake: int,
+                                                               target: int, release: int, what: str) -> None:
+    """The demo's hot row kept 3 sleepers awake for 4 idle minutes because the burst hold kept the count
+    above the own ready replicas (1,321 awake GPU-seconds)."""
+    plan = hot(desired, True, obs(hot_asleep=3 - awake, hot_awake=awake, hot_wake_s=WAKE_S),
+               ScalerState(last_increase_at=NOW - 10.0), fleet(own, awake, 2), NOW, needed=needed)
+    assert (plan.target, plan.release, plan.step.inputs["hot"]) == (target, release, what)
+
+
 def test_without_a_hot_status_the_step_is_off_and_publishes_nothing() -> None:
     plan = hot(4, True, obs(), ScalerState(), fleet(1), NOW)
     assert plan.target is None and plan.wake == plan.release == 0 and plan.step.inputs == {"hot": "off"}
@@ -64,6 +82,39 @@ def test_awake_sleepers_are_ready_capacity_and_asleep_ones_the_hot_rung() -> Non
     # Unknown hot status (hot_asleep None): awake counts are not trusted, the ladder has no hot rung.
     g = fleet_of(obs(ready_replicas=2, hot_awake=1), ScalerState(), cfg(), NOW)
     assert (g.ready, g.hot_awake) == (2, 0) and g.ladder[0][0] != HOT
+
+
+@pytest.mark.parametrize(("own", "awake", "starting", "provisioned"), [
+    (1, 3, 3, 4),  # the 3 starting replicas the 3 awake sleepers bridge: counted once
+    (1, 3, 5, 6),  # more starting than awake: the starting ones
+    (1, 3, 0, 4),  # nothing starting: the awake sleepers
+    (2, 0, 3, 5),  # no hot tier: ready + starting as before
+])
+def test_an_awake_sleeper_and_the_starting_replica_it_bridges_are_provisioned_once(
+        own: int, awake: int, starting: int, provisioned: int) -> None:
+    assert fleet(own, awake, starting).provisioned == provisioned
+
+
+def test_awake_sleepers_do_not_ratchet_the_count_while_the_scale_target_starts_their_replacements() -> None:
+    """The demo's hot row: 1 own replica, 3 sleepers awake, the first tokens a little over the SLO.
+    Each decision's count goes to the HPA, which starts the scale target's own replicas for it; with
+    the sleepers counted as well as those starting replicas, the TTFT rule's ``max(provisioned, ...)``
+    grew the count by 3 at every decision (4 -> 7 -> 10: 5 cold starts in the demo)."""
+    from warmscale.signals.histogram import Histogram
+
+    run = Run(cfg(maxReplicas="20", ttftSloSeconds="2"))
+    hot_snap = {"hot_asleep": 0, "hot_awake": 3, "hot_wake_s": WAKE_S}
+    desired = 4
+    seen = []
+    for i in range(1, 8):
+        # 40 first tokens per decision, p95 ~2.35 s; the scale target runs what was decided last:
+        # 1 ready, the rest starting.
+        slow = Histogram.from_buckets([(1.0, 20.0 * i), (2.5, 40.0 * i), (float("inf"), 40.0 * i)], 60.0 * i)
+        d = run.step([replica("a", running=20, hist=slow)], ready_replicas=1, starting_replicas=desired - 1,
+                     current_replicas=desired, **hot_snap)
+        desired = d.desired
+        seen.append((desired, d.reason))
+    assert max(n for n, _ in seen) <= 6, seen
 
 
 def test_the_hot_rung_on_the_ladder() -> None:
@@ -124,3 +175,25 @@ def test_a_wake_in_progress_counts_as_on_its_way(desired: int, own: int, waking:
     plan = hot(desired, True, obs(hot_asleep=asleep, hot_waking=waking, hot_wake_s=WAKE_S), ScalerState(),
                fleet(own), NOW)
     assert (plan.target, plan.wake, plan.release, plan.step.inputs["hot"]) == (target, wake, release, what)
+
+
+def test_in_a_lull_the_sleepers_go_back_to_sleep_while_the_hold_keeps_the_count() -> None:
+    """A wave lifts the count to 4 with 3 sleepers awake; the queue empties. Within idleWindowSeconds
+    of the last rise they keep bridging (a dip within a wave); after it the rules' need (1) is covered
+    by the own ready replica, so they are released while the holds keep the count for the own replicas."""
+    run = Run(cfg(maxReplicas="8", targetInflightPerReplica="10"))
+    hot_snap = {"hot_asleep": 0, "hot_awake": 3, "hot_wake_s": WAKE_S}
+    run.step([replica("a", running=1)], ready_replicas=1, starting_replicas=0, current_replicas=1,
+             **{**hot_snap, "hot_awake": 0, "hot_asleep": 3})
+    d = run.step([replica("a", running=10, waiting=30)], dt=5, ready_replicas=1, starting_replicas=0,
+                 current_replicas=1, **hot_snap)
+    peak = d.desired
+    assert peak >= 4 and d.hot_target == 3
+    plans = []
+    for _ in range(20):  # 100 s of an idle lull, the scale target's replicas still starting
+        d = run.step([replica("a", running=0, waiting=0)], dt=5, ready_replicas=1, starting_replicas=peak - 1,
+                     current_replicas=peak, **hot_snap)
+        plans.append((run.clock.now, d.desired, d.hot_target))
+    early = [p for p in plans if p[0] - plans[0][0] < 50.0]
+    assert all(t == 3 for _, _, t in early), plans  # within the idle window: still bridging
+    assert plans[-1][2] == 0 and plans[-1][1] > 1, plans  # then released, the count still held

@@ -160,6 +160,26 @@ def test_capacity_estimate_converges_on_a_saturated_engines_counters(true_tps: f
     assert d.rules["prefill"] >= 2  # prefill-bound: the waiting prompts are more than one replica takes
 
 
+def test_a_burst_shorter_than_a_served_sample_after_idle_scrapes_teaches_the_prefill_rate() -> None:
+    """A queue that forms after idle scrapes and lasts less than SERVED_MIN_SECONDS (the demo's first
+    wave: ~4.5 s of saturation at 8x) is a saturated sample from its first step: before, the sample
+    that started at the idle scrape stayed unsaturated and the estimate stayed at the prior."""
+    from warmscale.scaler.capacity import SERVED_MIN_SECONDS
+
+    true_tps = 37_000.0
+    run = Run(cfg(maxReplicas="50", modelProfile="8b-h100"))
+    total = 0.0
+    for _ in range(3):  # idle: the counter steps (a request now and then), nothing waits
+        total += 2_000.0
+        run.step([engine("a", total, waiting=0, running=1)], dt=1)
+    for _ in range(int(SERVED_MIN_SECONDS) - 2):  # the burst: requests wait at every scrape
+        total += true_tps * 1.0
+        run.step([engine("a", total, waiting=50, running=8)], dt=1)
+    est = run.state.capacity[""]
+    assert est.samples >= 2
+    assert est.prefill_tps > PRIORS["8b-h100"].prefill_tps * 1.3
+
+
 def test_capacity_is_kept_per_gpu_product_and_survives_json() -> None:
     from warmscale.scaler.state import ScalerState
 

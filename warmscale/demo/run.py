@@ -107,6 +107,7 @@ class DemoOptions:
             "ttftWindowSeconds": f"{60.0 / s:g}",
             "trendWindowSeconds": f"{60.0 / s:g}",
             "timeToReadySeconds": f"{120.0 / s:g}",
+            "burstWindowSeconds": f"{max(10.0 / s, 1.0):g}",  # the key's floor is 1 s
             "burstConfirmSeconds": f"{30.0 / s:g}",
             "scaleDownStabilizationSeconds": f"{300.0 / s:g}",
             "nodeIdleSeconds": f"{600.0 / s:g}",
