@@ -27,14 +27,16 @@ from kubernetes_asyncio import client
 from . import crds, processes
 from .binaries import cache_root, pinned_versions
 
-KUBERAY_VERSION = pinned_versions().get("KUBERAY_VERSION", "v1.5.0")  # testbed/versions.env
-BUILD_HINT = ("cd testbed/kuberay && nice -n 10 go build -p 1 -o "
-              f"$HOME/.cache/warmscale/bin/kuberay-{KUBERAY_VERSION}/ray-operator "
-              "github.com/ray-project/kuberay/ray-operator")
+BUILD_HINT = "bash .ci/build-cluster.sh (it builds the KubeRay operator with KEDA's binaries)"
+
+
+def version() -> str:
+    """The KubeRay version pinned in ``testbed/versions.env`` (read when asked: the wheel has no testbed)."""
+    return pinned_versions().get("KUBERAY_VERSION", "v1.5.0")
 
 
 def binary() -> Path:
-    return cache_root() / "bin" / f"kuberay-{KUBERAY_VERSION}" / "ray-operator"
+    return cache_root() / "bin" / f"kuberay-{version()}" / "ray-operator"
 
 
 def available() -> bool:
