@@ -37,6 +37,10 @@ class Need:
     rules: dict[str, int]
     horizon: float  # the demand rule's look-ahead: time-to-ready of the last replica it asks for
     step: Step
+    # False where only the KV residency need asks for more than is ready while the engines have room
+    # (nothing waits, KV below the high mark, no preemption): the need is headroom, not load the ready
+    # fleet fails to serve now (decide/confirm.py: cold headroom must last).
+    pressed: bool = True
 
 
 def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) -> Need:
@@ -187,14 +191,16 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     rules = select_rules(rules, cfg.role)
 
     reason = max(rules, key=lambda k: rules[k])
+    beyond = {k for k, v in rules.items() if v > ready}
+    pressed = not (beyond == {"kv"} and waiting_total == 0 and not kv_hot and not preempting)
     inputs = {
         "ready": ready, "starting": fleet.starting, "running": obs.running, "waiting": obs.waiting,
         "queue": obs.queue, "backlog": backlog, "per_replica": per_replica, "inflight_ahead": inflight,
-        "horizon_s": horizon, "prompt_rate": obs.prompt_rate, "prefill_tps": obs.prefill_tps,
+        "horizon_s": horizon, "prompt_rate": obs.prompt_rate, "prefill_tps": obs.prefill_tps, "pressed": pressed,
         **{f"rule.{k}": v for k, v in rules.items()},
     }
     return Need(count=rules[reason], reason=reason, rules=rules, horizon=horizon,
-                step=Step("need", None, rules[reason], reason, inputs))
+                step=Step("need", None, rules[reason], reason, inputs), pressed=pressed)
 
 
 def _prefill_slo_slack(obs: Observation, cfg: ScalerConfig, n_util: int, arriving: float) -> int | None:
