@@ -29,10 +29,10 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     burst of this size came before). Warm steps serve any burst; scale from zero is never held back.
 
     ``unserved``: the need is load the ready fleet does not serve now, not headroom (decide/need.py
-    ``pressed``: false where only the KV residency need asks for more while nothing waits). Only then does a replica with no
-    warm step start at once as the warm path's stand-in: a need the ready fleet serves with nothing
-    waiting (KV residency on a light load) is headroom, and cold headroom must
-    last (its recurrence does not confirm it: it was served before with nothing waiting) (the light-load case of docs/policy.md, "Burst confirmation")."""
+    ``pressed``: false where only the KV residency need asks for more while nothing waits and the
+    engines have room). Only then does a replica with no warm step start at once as the warm path's
+    stand-in. Cold headroom must last, and its recurrence does not confirm it (it was served before
+    with nothing waiting): docs/policy.md, "Burst confirmation", the light load."""
     span = CONFIRM_SPAN_FACTOR * cfg.burst_confirm_seconds
     if span <= 0:
         return desired, reason, state, {"burst_confirm_s": cfg.burst_confirm_seconds}

@@ -24,7 +24,6 @@ BAD = [
     ({"itlSloSeconds": "0"}, "itlSloSeconds"),
     ({"itlSloSeconds": "fast"}, "itlSloSeconds"),
     ({"itlSloSeconds": "120"}, "itlSloSeconds"),
-    ({"kvCacheTarget": "0.95", "kvCacheHigh": "0.9"}, "kvCacheTarget"),
     ({"redisAddress": "localhost:6379"}, "redisQueue"),
     ({"redisQueue": "q"}, "redisAddress"),
     ({"redisAddress": "nohost"}, "redisAddress"),
@@ -82,6 +81,35 @@ def test_metadata_doc_is_current() -> None:
 @pytest.mark.parametrize("raw", ["5e-324", "1e-300", "0.009"])
 def test_kv_targets_too_small_to_divide_by_are_refused(key: str, raw: str) -> None:
     """A KV target of 5e-324 was accepted and overflowed the policy on every tick (found by the fuzz)."""
+    with pytest.raises(ConfigError) as err:
+        parse_metadata({"endpoints": "http://e:8000/metrics", key: raw})
+    assert err.value.key == key
+
+
+def test_at_most_fourteen_policy_keys_each_with_a_unit() -> None:
+    from warmscale.scaler.config import KEYS, MAX_POLICY_KEYS, POLICY_KEYS, kind_of
+
+    policy = [k.name for k in KEYS if kind_of(k.name) == "policy"]
+    assert len(policy) <= MAX_POLICY_KEYS == 14
+    assert sorted(policy) == sorted(POLICY_KEYS) and all(POLICY_KEYS.values())
+
+
+@pytest.mark.parametrize(("key", "raw"), [("kvBoundTarget", "0.7"), ("kvCacheHigh", "0.95"),
+                                          ("kvCacheTarget", "0.7"), ("targetWaitingPerReplica", "1"),
+                                          ("scaleUpMaxStep", "4"), ("eppSaturationTarget", "1.2"),
+                                          ("dcgmBusyUtilization", "1")])
+def test_a_removed_key_is_accepted_ignored_and_named_with_its_replacement(key: str, raw: str) -> None:
+    from warmscale.scaler.config import deprecations
+
+    meta = {"endpoints": "http://e:8000/metrics", key: raw}
+    assert parse_metadata(meta) == parse_metadata({"endpoints": "http://e:8000/metrics"})
+    [(name, replacement)] = deprecations(meta)
+    assert name == key and replacement.startswith("no key: ")
+
+
+@pytest.mark.parametrize(("key", "raw"), [("kvBoundTarget", "5e-324"), ("scaleUpMaxStep", "fast"),
+                                          ("kvCacheHigh", "0"), ("dcgmBusyUtilization", "nan")])
+def test_a_malformed_removed_key_is_still_invalid(key: str, raw: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_metadata({"endpoints": "http://e:8000/metrics", key: raw})
     assert err.value.key == key
