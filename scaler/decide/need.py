@@ -197,6 +197,16 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
         "ready": ready, "starting": fleet.starting, "running": obs.running, "waiting": obs.waiting,
         "queue": obs.queue, "backlog": backlog, "per_replica": per_replica, "inflight_ahead": inflight,
         "horizon_s": horizon, "prompt_rate": obs.prompt_rate, "prefill_tps": obs.prefill_tps, "pressed": pressed,
+        # The capacity model the counts are sized from (scaler/capacity.py, learned once per replica)
+        # and the demand put to it, so that the trace alone says why each resource asks what it asks.
+        "model.prefill_tps": obs.prefill_tps, "model.capacity_samples": obs.capacity_samples,
+        "model.prompt_per_request": obs.prompt_per_request, "model.itl_base_s": obs.itl_base_s,
+        "model.itl_per_seq_s": obs.itl_per_seq_s, "model.itl_factor": obs.itl_factor,
+        "model.max_seqs": obs.max_seqs, "model.kv_usage_mean": obs.kv_usage_mean,
+        "model.kv_usage_max": obs.kv_usage_max,
+        "demand.inflight_now": now_inflight, "demand.growth_per_s": growth,
+        "demand.waiting_prompt_tokens": obs.waiting_prompt_tokens, "demand.completion_rate": obs.completion_rate,
+        "demand.preemption_rate": obs.preemption_rate,
         **{f"rule.{k}": v for k, v in rules.items()},
     }
     return Need(count=rules[reason], reason=reason, rules=rules, horizon=horizon,

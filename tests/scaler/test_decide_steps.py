@@ -168,3 +168,16 @@ def test_cold_headroom_must_last(waiting: float, earlier_peak: bool, want: int, 
     desired, reason, _, inputs = confirm(2, "kv", state, COLD, c, NOW, ready=1, provisioned=1,
                                          unserved=waiting > 0)
     assert (desired, reason) == (want, why), inputs
+
+
+def test_the_need_step_shows_the_capacity_model_and_the_demand_put_to_it() -> None:
+    from tests.scaler.test_policy import Run, replica
+
+    d = Run(cfg(ttftSloSeconds="2")).step([replica("a", running=10), replica("b", running=30)])
+    step = d.trace[0]
+    assert step.step == "need"
+    for key in ("model.prefill_tps", "model.capacity_samples", "model.prompt_per_request", "model.itl_base_s",
+                "model.itl_per_seq_s", "model.max_seqs", "model.kv_usage_mean", "demand.inflight_now",
+                "demand.growth_per_s", "backlog", "queue", "horizon_s", "rule.demand"):
+        assert key in step.inputs, key
+    assert step.inputs["demand.inflight_now"] == 40.0
