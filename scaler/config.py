@@ -469,7 +469,7 @@ KEYS = (
         "Comma-separated NVIDIA dcgm-exporter metrics URLs (e.g. each node's `:9400/metrics`, or a "
         "Service in front of them). The GPUs DCGM attributes to the ScaledObject's pods (its pod and "
         "namespace labels; the pods as pod discovery or the replica sources name them) are a secondary "
-        "signal: while their mean utilisation is at or above dcgmBusyUtilization the decision does not go "
+        "signal: while their mean utilisation is at or above DCGM_BUSY_UTILIZATION (0.9) the decision does not go "
         "below the current count. It only holds what runs (never more, and never less than the engine "
         "signals ask for); unreadable exporters change nothing (docs/scaler.md, DCGM)."),
 )

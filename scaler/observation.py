@@ -157,7 +157,7 @@ def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, no
 
 
 def _prefill_bound(sig: ReplicaSignal, prev: ReplicaMemory | None, cfg: ScalerConfig) -> bool:
-    """Requests wait for prefill at this scrape: some wait, the KV cache is below ``kvCacheHigh`` (a
+    """Requests wait for prefill at this scrape: some wait, the KV cache is below ``KV_HIGH`` (a
     full cache admits no prompt however fast the engine prefills: the prompt counter then measures
     how fast decodes free blocks) and no request was preempted since the last scrape (a preempted
     request's prompt is recomputed and not counted again: the counter understates the work)."""

@@ -56,7 +56,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     per_known = stand_for / obs.known_replicas if obs.known_replicas and stand_for > 0 else 1.0
     running_total = obs.running * per_known + (hot_load or 0.0)
     waiting_total = obs.waiting * per_known + obs.queue
-    # Up to targetWaitingPerReplica per ready replica is ordinary queueing; beyond it is a backlog.
+    # Up to TOLERATED_WAITING_PER_REPLICA per ready replica is ordinary queueing; beyond it is a backlog.
     tolerated = cfg.target_waiting_per_replica * ready
     backlog = max(0.0, waiting_total - tolerated)
 
@@ -71,7 +71,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     per_replica = inflight_per_replica(cfg, obs.max_seqs)
     growth = max(0.0, obs.running_slope)
     # A trend extrapolated over a cold start can ask for many times today's load; the proportional
-    # rules' step bound (scaleUpMaxStep) bounds it too, per decision.
+    # rules' step bound (SCALE_UP_MAX_STEP) bounds it too, per decision.
     most = max(now_inflight, per_replica) * (cfg.scale_up_max_step - 1.0)
 
     def ahead(h: float) -> float:
@@ -145,7 +145,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     kv_hot = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_high
     kv_warm = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_target
     preempting = obs.preemption_rate > 0 and kv_warm
-    #    The KV-bound need also holds while hot: usage crossing kvCacheHigh must not ask for fewer
+    #    The KV-bound need also holds while hot: usage crossing KV_HIGH must not ask for fewer
     #    replicas than the same usage just below it (tests/scaler/test_roles.py, monotonicity).
     if ready > 0 and obs.kv_usage_mean is not None and cfg.target_inflight_per_replica is None and obs.running > 0:
         kv_need = ceil_count(ready * obs.kv_usage_mean / cfg.kv_bound_target)
