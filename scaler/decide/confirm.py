@@ -29,10 +29,10 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     burst of this size came before). Warm steps serve any burst; scale from zero is never held back.
 
     ``unserved``: the need is load the ready fleet does not serve now, not headroom (decide/need.py
-    ``pressed``: false where only the KV residency need asks for more while no backlog waits and
-    the engines have room). Only then does a replica with no warm step start at once as the warm path's
+    ``pressed``: false where only the KV residency need asks for more while nothing waits and the
+    engines have room). Only then does a replica with no warm step start at once as the warm path's
     stand-in. Cold headroom must last, and its recurrence does not confirm it (it was served before
-    without a backlog): docs/policy.md, "Burst confirmation", the light load."""
+    with nothing waiting): docs/policy.md, "Burst confirmation", the light load."""
     span = CONFIRM_SPAN_FACTOR * cfg.burst_confirm_seconds
     if span <= 0:
         return desired, reason, state, {"burst_confirm_s": cfg.burst_confirm_seconds}
@@ -64,7 +64,7 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     # tracker that just started (a new ScaledObject, a restart without a store) has seen seconds of
     # the burst, and the median of those is the burst itself.
     lasted = values[(len(values) - 1) // 2] if now - needs[0][0] >= cfg.burst_confirm_seconds else 0
-    # Headroom that came before was served without a backlog: its recurrence is no reason to start
+    # Headroom that came before was served with nothing waiting: its recurrence is no reason to start
     # cold capacity for it (only a need that lasted is).
     confirmed = max(lasted, recurrent) if unserved else lasted
     inputs.update(lasted=lasted, confirmed=confirmed)

@@ -38,8 +38,8 @@ class Need:
     horizon: float  # the demand rule's look-ahead: time-to-ready of the last replica it asks for
     step: Step
     # False where only the KV residency need asks for more than is ready while the engines have room
-    # (no backlog beyond ordinary queueing, KV below the high mark, no preemption): the need is
-    # headroom, not load the ready fleet fails to serve now (decide/confirm.py: cold headroom must last).
+    # (nothing waits, KV below the high mark, no preemption): the need is headroom, not load the ready
+    # fleet fails to serve now (decide/confirm.py: cold headroom must last).
     pressed: bool = True
 
 
@@ -192,7 +192,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
 
     reason = max(rules, key=lambda k: rules[k])
     beyond = {k for k, v in rules.items() if v > ready}
-    pressed = not (beyond == {"kv"} and backlog <= 0 and not kv_hot and not preempting)
+    pressed = not (beyond == {"kv"} and waiting_total == 0 and not kv_hot and not preempting)
     inputs = {
         "ready": ready, "starting": fleet.starting, "running": obs.running, "waiting": obs.waiting,
         "queue": obs.queue, "backlog": backlog, "per_replica": per_replica, "inflight_ahead": inflight,
