@@ -113,3 +113,24 @@ def test_a_malformed_removed_key_is_still_invalid(key: str, raw: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_metadata({"endpoints": "http://e:8000/metrics", key: raw})
     assert err.value.key == key
+
+
+async def test_a_tracker_with_a_removed_key_logs_what_replaces_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Through the real tracker manager: the ScaledObject is tracked, and the removed key is one warning."""
+    import logging
+
+    from tests.scaler.conftest import META, ScriptedReader
+    from warmscale.scaler.decision_log import DecisionLog
+    from warmscale.scaler.metrics import ScalerMetrics
+    from warmscale.scaler.store import MemoryStore
+    from warmscale.scaler.tracker import TrackerManager
+
+    m = TrackerManager(MemoryStore(), ScriptedReader(load=1.0), ScalerMetrics(), DecisionLog(10), instance_id="t")
+    try:
+        with caplog.at_level(logging.WARNING, logger="warmscale.scaler.tracker"):
+            m.get("llm", "vllm", {**META, "scaleUpMaxStep": "4"})
+        [rec] = [r for r in caplog.records if r.getMessage() == "removed metadata key ignored"]
+        assert getattr(rec, "key", None) == "scaleUpMaxStep"
+        assert "SCALE_UP_MAX_STEP" in getattr(rec, "replaced_by", "")
+    finally:
+        await m.stop()
