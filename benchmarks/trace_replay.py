@@ -185,7 +185,12 @@ def run(args: argparse.Namespace) -> int:
                                            {i: o[1].get("references", {}) for i, o in outcomes.items()})
         doc["details"]["ensemble_members"] = [
             {"member": i, "kind": members[i][0], **members[i][1],
-             "initial_replicas": outcomes[i][1]["initial_replicas"]} for i in sorted(outcomes)]
+             "initial_replicas": outcomes[i][1]["initial_replicas"],
+             # Each member's own figures, so that two runs compare member by member (issue 22, req 7).
+             "policies": {name: {"slo_attainment": _clean(r.slo_attainment),
+                                 "slo_attainment_warm": _clean(r.slo_attainment_warm),
+                                 "gpu_hours": _clean(r.gpu_hours), "gpu_hours_warm": _clean(r.gpu_hours_warm)}
+                          for name, r in outcomes[i][0].items()}} for i in sorted(outcomes)]
     json_out = Path(args.json_out or f"{path.stem}__{args.profile}.json")
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")

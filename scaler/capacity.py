@@ -5,7 +5,7 @@ The estimate starts from a documented prior per engine and ``modelProfile`` (:da
 scaler's state. Samples run from one step of a replica's prompt-token counter to a later one (the
 counter moves when a prefill completes, in lumps). A sample of at least
 :data:`SATURATED_MIN_SECONDS` over which requests waited for prefill at every scrape (some waited,
-the KV cache was below ``kvCacheHigh`` and nothing was preempted: scaler.observation) gives
+the KV cache was below ``KV_HIGH`` and nothing was preempted: scaler.observation) gives
 ``delta(prompt_tokens_total) / delta(t)``; the estimate is a running mean of
 those, each weighing its length in seconds, in which the prior counts as :data:`PRIOR_WEIGHT`
 seconds and old ones fade after :data:`MAX_WEIGHT`. Two lower bounds raise it, saturated or not:

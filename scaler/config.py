@@ -29,6 +29,33 @@ class ConfigError(ValueError):
         self.message = message
 
 
+# Numbers of the policy that are not metadata keys (issue 22: at most 14 policy keys). Each was a key
+# until this release; the key is still accepted, with a warning naming the constant (DEPRECATED_KEYS).
+# The values are the former defaults, so a ScaledObject that did not set the key decides as before.
+#
+# Mean KV-cache usage the KV residency need sizes for (no targetInflightPerReplica): room to admit long
+# prompts and their decode growth. Chosen on mooncake_fast25_conversation (8b-h100, 70b-h100-tp4):
+# 0.56-0.8 let bursts of 30k-85k-token prompts queue (docs/benchmarks.md).
+KV_RESIDENCY_TARGET = 0.5
+# KV-cache usage at which the KV need also engages with a targetInflightPerReplica override, and the
+# usage it then sizes for: vLLM preempts near full blocks (gpu_memory_utilization 0.9 leaves ~10%
+# for fragmentation), so 0.9 is "nearly full" and 0.8 one block-size step below it.
+KV_HIGH = 0.9
+KV_HOT_TARGET = 0.8
+# Waiting requests per ready replica that are ordinary queueing (a continuous-batching engine admits
+# a waiting request within a step or two), before a backlog asks for more replicas.
+TOLERATED_WAITING_PER_REPLICA = 4.0
+# Largest multiplicative step of one decision's proportional needs (KV, TTFT, look-ahead, backlog):
+# the HPA's own default scale-up policy (100% per 15 s) doubles at most too.
+SCALE_UP_MAX_STEP = 2.0
+# Endpoint-picker pool saturation (1.0 = its gating set point) to size for: the picker starts to queue
+# at 1.0; 0.8 is the same headroom targetUtilization leaves on learned capacity.
+EPP_SATURATION_TARGET = 0.8
+# Mean GPU utilisation (DCGM) at or above which a scale-down is held: busy by any reading of
+# DCGM_FI_PROF_GR_ENGINE_ACTIVE (a decoding engine reads 0.6-0.95).
+DCGM_BUSY_UTILIZATION = 0.9
+
+
 @dataclass(frozen=True)
 class ScalerConfig:
     engine: str = "auto"
@@ -47,15 +74,15 @@ class ScalerConfig:
     scale_to_zero: bool = False
     target_inflight_per_replica: float | None = None
     target_utilization: float = 0.8
-    kv_bound_target: float = 0.5
+    kv_bound_target: float = KV_RESIDENCY_TARGET
     burst_window_seconds: float = 10.0
     burst_confirm_seconds: float = 30.0
     model_profile: str | None = None
     prefill_tps_prior: float | None = None
     gpu_product: str | None = None
-    target_waiting_per_replica: float = 4.0
-    kv_cache_target: float = 0.8
-    kv_cache_high: float = 0.9
+    target_waiting_per_replica: float = TOLERATED_WAITING_PER_REPLICA
+    kv_cache_target: float = KV_HOT_TARGET
+    kv_cache_high: float = KV_HIGH
     ttft_slo_seconds: float | None = None
     ttft_quantile: float = 0.95
     ttft_window_seconds: float = 60.0
@@ -66,7 +93,7 @@ class ScalerConfig:
     # 0: a released replica's GPU node stays and costs nothing more (a fixed node pool, the common
     # case); where a cluster autoscaler provisions nodes on demand, its scale-down-unneeded-time.
     node_idle_seconds: float = 0.0
-    scale_up_max_step: float = 2.0
+    scale_up_max_step: float = SCALE_UP_MAX_STEP
     idle_window_seconds: float = 60.0
     hold_through_idle: bool = False
     staleness_seconds: float = 30.0
@@ -77,13 +104,13 @@ class ScalerConfig:
     metric_name: str = "warmscale-desired-replicas"
     epp_address: str | None = None
     epp_pool: str | None = None
-    epp_saturation_target: float = 0.8
+    epp_saturation_target: float = EPP_SATURATION_TARGET
     role: str = "both"
     pd_group: str | None = None
     decode_per_prefill_min: float | None = None
     decode_per_prefill_max: float | None = None
     dcgm_endpoints: tuple[str, ...] = ()
-    dcgm_busy_utilization: float = 0.9
+    dcgm_busy_utilization: float = DCGM_BUSY_UTILIZATION
     metric_unit: str = "replicas"
 
     @property
@@ -336,10 +363,6 @@ KEYS: tuple[Key, ...] = (
         "Share of one replica's learned capacity (prefill tokens/s, sequences) to size for. The "
         "learned prefill rate is a lower bound (0.83-0.95 of the simulated engines' rate in the trace "
         "benchmark), so 0.8 of it leaves about the headroom 0.7 of the true rate would (docs/policy.md)."),
-    Key("kvBoundTarget", "kv_bound_target", _parse_float, Range(MIN_KV_TARGET, 1),
-        "Mean KV-cache usage the KV-bound need sizes for when no targetInflightPerReplica is set: room "
-        "left to admit long prompts and their decode growth (0.5 measured on Mooncake; 0.56-0.8 let "
-        "bursts of 30k-85k-token prompts queue, docs/benchmarks.md)."),
     Key("burstWindowSeconds", "burst_window_seconds", _parse_float, Range(1, 3600),
         "Window of the arriving prompt tokens/s the prefill-bound need is sized from."),
     Key("burstConfirmSeconds", "burst_confirm_seconds", _parse_float, Range(0, 3600),
@@ -356,12 +379,6 @@ KEYS: tuple[Key, ...] = (
     Key("gpuProduct", "gpu_product", str.strip, _gpu_product,
         "GPU product the replicas run on (as the nvidia.com/gpu.product node label); the learned "
         "capacity is kept per product. Unset: the product pod discovery reads from the nodes."),
-    Key("targetWaitingPerReplica", "target_waiting_per_replica", _parse_float, Range(0, 1e6),
-        "Queued requests per replica tolerated before the queue alone asks for more replicas."),
-    Key("kvCacheTarget", "kv_cache_target", _parse_float, Range(MIN_KV_TARGET, 1),
-        "KV-cache usage (0..1) to size for when usage runs high."),
-    Key("kvCacheHigh", "kv_cache_high", _parse_float, Range(0, 1, lo_open=True),
-        "KV-cache usage above which the KV rule engages (also engages on preemptions)."),
     Key("ttftSloSeconds", "ttft_slo_seconds", _parse_float, Range(0.001, 3600),
         "TTFT service-level objective in seconds; unset disables the SLO rule."),
     Key("ttftQuantile", "ttft_quantile", _parse_float, Range(0, 1, lo_open=True, hi_open=True),
@@ -387,8 +404,6 @@ KEYS: tuple[Key, ...] = (
         "of the burst hold's break-even time. 0 (the default): nodes are not provisioned on demand, so a "
         "release idles nothing billed. With a cluster autoscaler, its scale-down-unneeded-time (600 s "
         "by default)."),
-    Key("scaleUpMaxStep", "scale_up_max_step", _parse_float, Range(1, 100),
-        "Largest multiplicative step of the proportional (KV, TTFT) rules per decision."),
     Key("idleWindowSeconds", "idle_window_seconds", _parse_float, Range(0, 7 * _SECONDS_DAY),
         "No requests finished and no tokens generated for this long, before idle counts (scale to zero). "
         "With scaleToZero, a workload fully idle this long goes to zero even while a burst hold is in "
@@ -443,9 +458,6 @@ KEYS = (
     Key("eppPool", "epp_pool", str.strip, _dns_label,
         "InferencePool whose picker series are read (`inference_pool`/`name` labels). With "
         "prometheusAddress and no eppAddress, the picker's series are read from Prometheus."),
-    Key("eppSaturationTarget", "epp_saturation_target", _parse_float, Range(0.1, 2),
-        "Picker pool saturation (1.0 = its gating set point) to size for when saturation runs above it "
-        ""),
     Key("role", "role", _parse_role, None,
         "prefill, decode or both: which signals size this ScaledObject (disaggregated serving). prefill: "
         "arriving prompt tokens/s, backlog, TTFT within the SLO less the KV handoff to decode, the picker's "
@@ -462,18 +474,55 @@ KEYS = (
         "Comma-separated NVIDIA dcgm-exporter metrics URLs (e.g. each node's `:9400/metrics`, or a "
         "Service in front of them). The GPUs DCGM attributes to the ScaledObject's pods (its pod and "
         "namespace labels; the pods as pod discovery or the replica sources name them) are a secondary "
-        "signal: while their mean utilisation is at or above dcgmBusyUtilization the decision does not go "
+        "signal: while their mean utilisation is at or above DCGM_BUSY_UTILIZATION (0.9) the decision does not go "
         "below the current count. It only holds what runs (never more, and never less than the engine "
         "signals ask for); unreadable exporters change nothing (docs/scaler.md, DCGM)."),
-    Key("dcgmBusyUtilization", "dcgm_busy_utilization", _parse_float, Range(0.05, 1),
-        "Mean GPU utilisation (DCGM_FI_PROF_GR_ENGINE_ACTIVE, else DCGM_FI_DEV_GPU_UTIL / 100) of the "
-        "ScaledObject's GPUs at or above which a scale-down is held (dcgmEndpoints). GPU_UTIL reads near "
-        "1 at light load: with it alone, 1 holds only fully busy GPUs."),
+)
+
+# Keys removed from the policy (issue 22: at most 14 policy keys). Still accepted: a malformed value
+# is INVALID_ARGUMENT as before, a valid one is ignored (the named constant applies) and the tracker
+# logs a warning with the replacement below (:func:`deprecations`). None of them has a remaining key
+# of the same meaning, so none is mapped onto one.
+DEPRECATED_KEYS: tuple[tuple[Key, str], ...] = (
+    (Key("kvBoundTarget", "kv_bound_target", _parse_float, Range(MIN_KV_TARGET, 1),
+         "Mean KV-cache usage the KV-bound need sizes for when no targetInflightPerReplica is set: room "
+         "left to admit long prompts and their decode growth (0.5 measured on Mooncake; 0.56-0.8 let "
+         "bursts of 30k-85k-token prompts queue, docs/benchmarks.md)."),
+     f"no key: the KV residency need sizes for {KV_RESIDENCY_TARGET:g} mean KV usage (KV_RESIDENCY_TARGET);"
+     " targetUtilization sets the headroom on prefill and sequences"),
+    (Key("targetWaitingPerReplica", "target_waiting_per_replica", _parse_float, Range(0, 1e6),
+         "Queued requests per replica tolerated before the queue alone asks for more replicas."),
+     f"no key: {TOLERATED_WAITING_PER_REPLICA:g} waiting requests per replica are ordinary queueing"
+     " (TOLERATED_WAITING_PER_REPLICA);"
+     " ttftSloSeconds bounds the wait"),
+    (Key("kvCacheTarget", "kv_cache_target", _parse_float, Range(MIN_KV_TARGET, 1),
+         "KV-cache usage (0..1) to size for when usage runs high."),
+     f"no key: with targetInflightPerReplica, KV usage at {KV_HIGH:g} sizes for {KV_HOT_TARGET:g}"
+     " (KV_HIGH, KV_HOT_TARGET);"
+     " without it the KV residency need applies"),
+    (Key("kvCacheHigh", "kv_cache_high", _parse_float, Range(0, 1, lo_open=True),
+         "KV-cache usage above which the KV rule engages (also engages on preemptions)."),
+     f"no key: the KV need engages at {KV_HIGH:g} usage or on preemptions (KV_HIGH)"),
+    (Key("scaleUpMaxStep", "scale_up_max_step", _parse_float, Range(1, 100),
+         "Largest multiplicative step of the proportional (KV, TTFT) rules per decision."),
+     f"no key: one decision at most multiplies the replicas by {SCALE_UP_MAX_STEP:g}"
+     " (SCALE_UP_MAX_STEP, the HPA's default scale-up policy);"
+     " maxReplicas bounds the total"),
+    (Key("eppSaturationTarget", "epp_saturation_target", _parse_float, Range(0.1, 2),
+         "Picker pool saturation (1.0 = its gating set point) to size for when saturation runs above it "
+         ""),
+     f"no key: the picker's saturation is sized for {EPP_SATURATION_TARGET:g} (EPP_SATURATION_TARGET)"),
+    (Key("dcgmBusyUtilization", "dcgm_busy_utilization", _parse_float, Range(0.05, 1),
+         "Mean GPU utilisation (DCGM_FI_PROF_GR_ENGINE_ACTIVE, else DCGM_FI_DEV_GPU_UTIL / 100) of the "
+         "ScaledObject's GPUs at or above which a scale-down is held (dcgmEndpoints). GPU_UTIL reads near "
+         "1 at light load: with it alone, 1 holds only fully busy GPUs."),
+     f"no key: GPUs at or above {DCGM_BUSY_UTILIZATION:g} mean utilisation hold a scale-down (DCGM_BUSY_UTILIZATION)"),
 )
 
 # Keys KEDA itself reads from an external trigger's metadata; accepted and ignored.
 KEDA_KEYS = frozenset({"scalerAddress", "enableTLS", "unsafeSsl", "caCert", "tlsClientCert", "tlsClientKey"})
 _BY_NAME = {k.name: k for k in KEYS}
+_DEPRECATED = {k.name: (k, why) for k, why in DEPRECATED_KEYS}
 
 
 def parse_metadata(metadata: Mapping[str, str]) -> ScalerConfig:
@@ -483,9 +532,12 @@ def parse_metadata(metadata: Mapping[str, str]) -> ScalerConfig:
         raw = metadata[name]
         if name in KEDA_KEYS:
             continue
-        if name.endswith("FromEnv") and name[: -len("FromEnv")] in _BY_NAME:
+        if name.endswith("FromEnv") and (name[: -len("FromEnv")] in _BY_NAME or name[: -len("FromEnv")] in _DEPRECATED):
             continue  # KEDA resolves these into the base key
         key = _BY_NAME.get(name)
+        deprecated = _DEPRECATED.get(name)
+        if key is None and deprecated is not None:
+            key = deprecated[0]
         if key is None:
             raise ConfigError(name, "unknown metadata key")
         try:
@@ -495,7 +547,8 @@ def parse_metadata(metadata: Mapping[str, str]) -> ScalerConfig:
         if not key.valid(value):
             rng = f" {key.range}" if key.range is not None else ""
             raise ConfigError(name, f"value {redact(raw)[:80]!r} is out of range{rng}")
-        values[key.field] = value
+        if deprecated is None:
+            values[key.field] = value
     cfg = ScalerConfig(**values)
     _check_consistency(cfg)
     return cfg
@@ -519,8 +572,12 @@ def _check_consistency(cfg: ScalerConfig) -> None:
     if cfg.epp_pool is not None and not (cfg.epp_address or cfg.prometheus_address):
         raise ConfigError("eppPool", "needs eppAddress or prometheusAddress")
     _check_pd(cfg)
-    if cfg.kv_cache_target > cfg.kv_cache_high:
-        raise ConfigError("kvCacheTarget", "must not exceed kvCacheHigh")
+
+
+def deprecations(metadata: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """(key, what replaces it) for every removed key in ``metadata``, in key order (the tracker logs
+    them as warnings; ``warmscale validate`` reports them)."""
+    return tuple((name, _DEPRECATED[name][1]) for name in sorted(metadata) if name in _DEPRECATED)
 
 
 def _check_pd(cfg: ScalerConfig) -> None:
@@ -535,15 +592,54 @@ def _check_pd(cfg: ScalerConfig) -> None:
         raise ConfigError("decodePerPrefillMin", f"{lo:g} exceeds decodePerPrefillMax {hi:g}")
 
 
+# The keys that tune the policy (docs/policy.md), each with its unit. Every other key says where the
+# signals come from and how they are read (source, signal), what the deployment is (deployment) or
+# how the answer reaches the HPA (hpa): the policy does not size by them.
+POLICY_KEYS: dict[str, str] = {
+    "minReplicas": "replicas", "maxReplicas": "replicas", "scaleToZero": "bool",
+    "targetInflightPerReplica": "requests per replica", "targetUtilization": "share of learned capacity",
+    "ttftSloSeconds": "s", "ttftQuantile": "quantile (0..1)", "itlSloSeconds": "s",
+    "timeToReadySeconds": "s", "burstConfirmSeconds": "s", "scaleDownStabilizationSeconds": "s",
+    "nodeIdleSeconds": "s", "idleWindowSeconds": "s", "holdThroughIdle": "bool",
+}
+# At most this many policy keys (issue 22): tests/scaler/test_config.py holds it.
+MAX_POLICY_KEYS = 14
+_KINDS: dict[str, str] = {
+    **dict.fromkeys(("engine", "endpoints", "prometheusAddress", "prometheusSelector", "seriesSelector",
+                     "redisAddress", "redisQueue", "redisQueueType", "podSelector", "metricsPort", "metricsPath",
+                     "maxPayloadBytes", "eppAddress", "eppPool", "dcgmEndpoints"), "source"),
+    **dict.fromkeys(("stalenessSeconds", "scrapeIntervalSeconds", "scrapeTimeoutSeconds", "burstWindowSeconds",
+                     "ttftWindowSeconds", "trendWindowSeconds"), "signal"),
+    **dict.fromkeys(("modelProfile", "prefillTpsPrior", "gpuProduct", "role", "pdGroup", "decodePerPrefillMin",
+                     "decodePerPrefillMax"), "deployment"),
+    **dict.fromkeys(("hpaTolerance", "metricUnit", "metricName"), "hpa"),
+    **dict.fromkeys(POLICY_KEYS, "policy"),
+}
+
+
+def kind_of(name: str) -> str:
+    """policy, source, signal, deployment or hpa (a key of :data:`KEYS`)."""
+    return _KINDS[name]
+
+
+def _shown(d: object) -> str:
+    return "(none)" if d in (None, (), "") else str(d).lower() if isinstance(d, bool) else str(d)
+
+
 def defaults_table() -> str:
-    """Markdown table of every metadata key with its default."""
+    """Markdown tables: every metadata key with its kind, default and range; the removed keys."""
     defaults = {f.name: f.default for f in fields(ScalerConfig)}
-    rows = ["| key | default | range | meaning |", "|---|---|---|---|"]
+    rows = ["| key | kind | default | range | meaning |", "|---|---|---|---|---|"]
     for k in KEYS:
-        d = defaults[k.field]
-        shown = "(none)" if d in (None, (), "") else str(d).lower() if isinstance(d, bool) else str(d)
         rng = f"`{k.range}`" if k.range is not None else ""
-        rows.append(f"| `{k.name}` | `{shown}` | {rng} | {k.doc} |")
+        kind = kind_of(k.name)
+        unit = f" ({POLICY_KEYS[k.name]})" if kind == "policy" else ""
+        rows.append(f"| `{k.name}` | {kind}{unit} | `{_shown(defaults[k.field])}` | {rng} | {k.doc} |")
+    rows += ["", "Removed keys: still accepted (a malformed value is still INVALID_ARGUMENT), ignored, and "
+             "logged with a warning saying what replaces them.", "",
+             "| removed key | was (default) | replaced by |", "|---|---|---|"]
+    for k, why in DEPRECATED_KEYS:
+        rows.append(f"| `{k.name}` | `{_shown(defaults[k.field])}`: {k.doc} | {why} |")
     return "\n".join(rows)
 
 

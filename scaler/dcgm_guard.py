@@ -1,7 +1,7 @@
 """DCGM's one effect on a decision: busy GPUs hold a scale-down (pure; docs/scaler.md, "DCGM").
 
 While the mean utilisation of the GPUs DCGM attributes to the ScaledObject's pods is at or above
-``dcgmBusyUtilization``, the count does not go below what runs (reason ``gpu-busy-hold``). It never
+``DCGM_BUSY_UTILIZATION``, the count does not go below what runs (reason ``gpu-busy-hold``). It never
 raises the count above what runs and never lowers what the rules ask; unknown GPUs change nothing.
 """
 

@@ -10,7 +10,7 @@
   directly. A picker that does not report running requests then leaves them unknown, never 0: no
   scale-down, no scale to zero (issue 20 item 9).
 - The saturation of the stage a ScaledObject serves (``role``: prefill -> ``prefill``, decode ->
-  ``decode``, both -> ``effective``) sizes the pool proportionally above ``eppSaturationTarget``.
+  ``decode``, both -> ``effective``) sizes the pool proportionally above ``EPP_SATURATION_TARGET``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def gateway_view(snapshot: Snapshot, cfg: ScalerConfig) -> GatewayView:
 
 def saturation_rule(saturation: float | None, stale: float, ready: int, provisioned: int,
                     cfg: ScalerConfig) -> int | None:
-    """Replicas that would bring the picker's saturation of this stage to ``eppSaturationTarget``;
+    """Replicas that would bring the picker's saturation of this stage to ``EPP_SATURATION_TARGET``;
     ``None`` when it does not apply (no saturation, nothing ready: an empty pool reads 1.0, stale endpoints)."""
     if saturation is None or ready <= 0 or stale > 0 or saturation <= cfg.epp_saturation_target:
         return None

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import math
 
-# The HPA compares with a float tolerance; keep reported values clear of the boundaries.
+from warmscale.scaler.counts import ceil_count
+
+# The HPA compares with a float tolerance: reported values keep this far clear of its band's edges
+# (a margin on the metric, not the rounding of a count: that is ceil_count's).
 _EPS = 1e-6
 
 
 def hpa_replicas(value: float, target: float, current: int, tolerance: float) -> int:
     """The replica count the HPA derives from ``value`` (before its min/max and behaviour)."""
     if current <= 0:
-        return math.ceil(value / target - _EPS) if value > 0 else 0
+        return ceil_count(value / target) if value > 0 else 0
     ratio = value / (target * current)
     if abs(1.0 - ratio) <= tolerance:
         return current
-    return max(0, math.ceil(value / target - _EPS))
+    return max(0, ceil_count(value / target))
 
 
 def metric_value_for(desired: int, current: int | None, target: float, tolerance: float) -> float:

@@ -21,6 +21,9 @@ from warmscale.scaler.state import ReplicaMemory, ScalerState
 from warmscale.signals.histogram import Histogram, merge
 from warmscale.signals.model import ReplicaSignal, Snapshot
 
+# A rate's span never reaches zero (the metadata range starts at 0.1 s; a config built in code may not).
+_MIN_RATE_SPAN_S = 1e-9
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -155,7 +158,7 @@ def _learn_sample(est: cap.Estimate, prev: ReplicaMemory, sig: ReplicaSignal, no
 
 
 def _prefill_bound(sig: ReplicaSignal, prev: ReplicaMemory | None, cfg: ScalerConfig) -> bool:
-    """Requests wait for prefill at this scrape: some wait, the KV cache is below ``kvCacheHigh`` (a
+    """Requests wait for prefill at this scrape: some wait, the KV cache is below ``KV_HIGH`` (a
     full cache admits no prompt however fast the engine prefills: the prompt counter then measures
     how fast decodes free blocks) and no request was preempted since the last scrape (a preempted
     request's prompt is recomputed and not counted again: the counter understates the work)."""
@@ -470,7 +473,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
     maxes = [r.signal.max_running for r in known if r.signal is not None and r.signal.max_running]
 
     preemption_kept = _prune(tuple(preemptions), now - cfg.ttft_window_seconds)
-    span = max(cfg.ttft_window_seconds, 1e-9)
+    span = max(cfg.ttft_window_seconds, _MIN_RATE_SPAN_S)
     # Unknown is never idle: only a decision on complete data extends the idle evidence.
     # An uncertain decision clears the evidence (None): the window starts at the next complete one.
     # Activity and fresh idle evidence are stamped when the data was read (``read_until``), which can be

@@ -79,7 +79,7 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     desired, reason = n.count, n.reason
     before = desired
     desired, reason, state, inputs = confirm(desired, reason, state, fleet.ladder, cfg, now, fleet.ready,
-                                             fleet.provisioned)
+                                             fleet.provisioned, unserved=n.pressed)
     trace.append(Step("confirm", before, desired, reason if desired != before else "ok", inputs))
     desired, reason, step = partial_data(desired, reason, obs, state)
     trace.append(step)

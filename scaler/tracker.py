@@ -29,7 +29,7 @@ import orjson
 from warmscale.scaler.advice import AdviceBook
 from warmscale.scaler.bursts import burst_stats, warm_and_cold
 from warmscale.scaler.bursts import record as record_burst
-from warmscale.scaler.config import ScalerConfig, parse_metadata
+from warmscale.scaler.config import ScalerConfig, deprecations, parse_metadata
 from warmscale.scaler.context import ScalerContext
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus, WakeIntent
@@ -1040,6 +1040,9 @@ class TrackerManager:
         self.metrics.trackers.set(len(self._trackers))
         tracker.start()
         log.info("tracking scaledobject", extra={"tracker": tracker.id, "namespace": namespace, "scaledobject": name})
+        for old, replacement in deprecations(tracker.metadata):
+            log.warning("removed metadata key ignored", extra={"tracker": tracker.id, "key": old,
+                                                                "replaced_by": replacement})
         return tracker
 
     def _forget(self, key: MetaKey) -> None:

@@ -190,8 +190,8 @@ def autoscaling() -> db.Dashboard:
          Q(f"sum {BY_SO} (warmscale_gateway_queue_length{{{SO}}})", "gateway {{namespace}}/{{scaledObject}}")]))
     d = d.with_panel(_series(
         "KV-cache usage (highest replica)",
-        "Highest KV-cache usage over the replicas (0..1). The KV rule engages at kvCacheHigh (default 0.9) and "
-        "sizes for kvCacheTarget (0.8).",
+        "Highest KV-cache usage over the replicas (0..1). The KV residency need sizes mean usage for 0.5; with "
+        "targetInflightPerReplica the KV need engages at 0.9 and sizes for 0.8 (scaler/config.py KV_*).",
         [Q(f"max {BY_SO} (warmscale_kv_cache_usage_ratio{{{SO}}})", "{{namespace}}/{{scaledObject}}")],
         unit="percentunit", maximum=1, thresholds=[(0.8, "orange"), (0.9, "red")]))
     d = d.with_panel(_series(

@@ -99,7 +99,6 @@ def warmscale_metadata(max_replicas: int, slo_ttft: float, overrides: dict[str, 
         # No targetInflightPerReplica: the per-replica capacity is learned from the engines' token
         # counters (scaler/capacity.py, issue 12), starting from the modelProfile's prior when the
         # operator names one (model_profile_for), else the engine's generic prior.
-        "targetWaitingPerReplica": "4",
         "scaleDownStabilizationSeconds": "600",
         # The simulated cluster provisions GPU nodes on demand and keeps an unneeded one 10 minutes
         # (benchmarks/sim/cluster.py node_idle_s, cluster-autoscaler's default): its users write that.

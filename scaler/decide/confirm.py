@@ -16,7 +16,8 @@ CONFIRM_SPAN_FACTOR = 2.0
 
 
 def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: ScalerConfig, now: float,
-            ready: int, provisioned: int) -> tuple[int, str, ScalerState, dict[str, float | int | None]]:
+            ready: int, provisioned: int,
+            unserved: bool = True) -> tuple[int, str, ScalerState, dict[str, float | int | None]]:
     """Cold capacity only for a need that lasts or recurs (docs/policy.md, "Burst confirmation").
 
     A replica that takes long to become ready serves only demand still there when it is ready; a
@@ -25,7 +26,13 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     is granted, when the cold step takes longer than ``W = 2 x burstConfirmSeconds``, only up to the
     larger of the need's median over ``W`` (it lasted ``burstConfirmSeconds``) and its largest value in
     an earlier episode (ended more than ``trendWindowSeconds`` ago) within the longest burst hold (a
-    burst of this size came before). Warm steps serve any burst; scale from zero is never held back."""
+    burst of this size came before). Warm steps serve any burst; scale from zero is never held back.
+
+    ``unserved``: the need is load the ready fleet does not serve now, not headroom (decide/need.py
+    ``pressed``: false where only the KV residency need asks for more while nothing waits and the
+    engines have room). Only then does a replica with no warm step start at once as the warm path's
+    stand-in. Cold headroom must last, and its recurrence does not confirm it (it was served before
+    with nothing waiting): docs/policy.md, "Burst confirmation", the light load."""
     span = CONFIRM_SPAN_FACTOR * cfg.burst_confirm_seconds
     if span <= 0:
         return desired, reason, state, {"burst_confirm_s": cfg.burst_confirm_seconds}
@@ -46,8 +53,9 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     # One stand-in, not one per decision: a replica already starting as the stand-in (or for any other
     # reason) is not extended by another while no warm step exists.
     steps = warm_steps(ladder)
-    quick = provisioned + steps if steps > 0 else max(provisioned, ready + 1)
+    quick = provisioned + steps if steps > 0 else max(provisioned, ready + 1) if unserved else provisioned
     inputs: dict[str, float | int | None] = {"burst_confirm_s": cfg.burst_confirm_seconds, "quick": quick,
+                                             "unserved": int(unserved),
                                              "recurrent": recurrent, "cold_ttr_s": ladder[-1][2]}
     if ready == 0 or desired <= quick or ladder[-1][2] <= span:
         return desired, reason, state, inputs
@@ -56,7 +64,9 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     # tracker that just started (a new ScaledObject, a restart without a store) has seen seconds of
     # the burst, and the median of those is the burst itself.
     lasted = values[(len(values) - 1) // 2] if now - needs[0][0] >= cfg.burst_confirm_seconds else 0
-    confirmed = max(lasted, recurrent)
+    # Headroom that came before was served with nothing waiting: its recurrence is no reason to start
+    # cold capacity for it (only a need that lasted is).
+    confirmed = max(lasted, recurrent) if unserved else lasted
     inputs.update(lasted=lasted, confirmed=confirmed)
     if confirmed >= desired:
         return desired, reason, state, inputs

@@ -1,7 +1,7 @@
 """Step 3, ``guards``: what the need alone must not do (pure).
 
 - ``partial-data``: replicas whose signals are unknown block any scale-down (unknown is never idle).
-- ``gpu-busy``: DCGM, secondary: GPUs busy at ``dcgmBusyUtilization`` hold a scale-down below what
+- ``gpu-busy``: DCGM, secondary: GPUs busy at ``DCGM_BUSY_UTILIZATION`` hold a scale-down below what
   runs (scaler/dcgm_guard.py).
 - ``pd-ratio``: the prefill/decode ratio bound of the pdGroup raises a lagging role, never lowers one.
 """

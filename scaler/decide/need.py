@@ -37,6 +37,10 @@ class Need:
     rules: dict[str, int]
     horizon: float  # the demand rule's look-ahead: time-to-ready of the last replica it asks for
     step: Step
+    # False where only the KV residency need asks for more than is ready while the engines have room
+    # (nothing waits, KV below the high mark, no preemption): the need is headroom, not load the ready
+    # fleet fails to serve now (decide/confirm.py: cold headroom must last).
+    pressed: bool = True
 
 
 def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) -> Need:
@@ -52,7 +56,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     per_known = stand_for / obs.known_replicas if obs.known_replicas and stand_for > 0 else 1.0
     running_total = obs.running * per_known + (hot_load or 0.0)
     waiting_total = obs.waiting * per_known + obs.queue
-    # Up to targetWaitingPerReplica per ready replica is ordinary queueing; beyond it is a backlog.
+    # Up to TOLERATED_WAITING_PER_REPLICA per ready replica is ordinary queueing; beyond it is a backlog.
     tolerated = cfg.target_waiting_per_replica * ready
     backlog = max(0.0, waiting_total - tolerated)
 
@@ -67,7 +71,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     per_replica = inflight_per_replica(cfg, obs.max_seqs)
     growth = max(0.0, obs.running_slope)
     # A trend extrapolated over a cold start can ask for many times today's load; the proportional
-    # rules' step bound (scaleUpMaxStep) bounds it too, per decision.
+    # rules' step bound (SCALE_UP_MAX_STEP) bounds it too, per decision.
     most = max(now_inflight, per_replica) * (cfg.scale_up_max_step - 1.0)
 
     def ahead(h: float) -> float:
@@ -141,7 +145,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     kv_hot = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_high
     kv_warm = obs.kv_usage_max is not None and obs.kv_usage_max >= cfg.kv_cache_target
     preempting = obs.preemption_rate > 0 and kv_warm
-    #    The KV-bound need also holds while hot: usage crossing kvCacheHigh must not ask for fewer
+    #    The KV-bound need also holds while hot: usage crossing KV_HIGH must not ask for fewer
     #    replicas than the same usage just below it (tests/scaler/test_roles.py, monotonicity).
     if ready > 0 and obs.kv_usage_mean is not None and cfg.target_inflight_per_replica is None and obs.running > 0:
         kv_need = ceil_count(ready * obs.kv_usage_mean / cfg.kv_bound_target)
@@ -187,14 +191,26 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     rules = select_rules(rules, cfg.role)
 
     reason = max(rules, key=lambda k: rules[k])
+    beyond = {k for k, v in rules.items() if v > ready}
+    pressed = not (beyond == {"kv"} and waiting_total == 0 and not kv_hot and not preempting)
     inputs = {
         "ready": ready, "starting": fleet.starting, "running": obs.running, "waiting": obs.waiting,
         "queue": obs.queue, "backlog": backlog, "per_replica": per_replica, "inflight_ahead": inflight,
-        "horizon_s": horizon, "prompt_rate": obs.prompt_rate, "prefill_tps": obs.prefill_tps,
+        "horizon_s": horizon, "prompt_rate": obs.prompt_rate, "prefill_tps": obs.prefill_tps, "pressed": pressed,
+        # The capacity model the counts are sized from (scaler/capacity.py, learned once per replica)
+        # and the demand put to it, so that the trace alone says why each resource asks what it asks.
+        "model.prefill_tps": obs.prefill_tps, "model.capacity_samples": obs.capacity_samples,
+        "model.prompt_per_request": obs.prompt_per_request, "model.itl_base_s": obs.itl_base_s,
+        "model.itl_per_seq_s": obs.itl_per_seq_s, "model.itl_factor": obs.itl_factor,
+        "model.max_seqs": obs.max_seqs, "model.kv_usage_mean": obs.kv_usage_mean,
+        "model.kv_usage_max": obs.kv_usage_max,
+        "demand.inflight_now": now_inflight, "demand.growth_per_s": growth,
+        "demand.waiting_prompt_tokens": obs.waiting_prompt_tokens, "demand.completion_rate": obs.completion_rate,
+        "demand.preemption_rate": obs.preemption_rate,
         **{f"rule.{k}": v for k, v in rules.items()},
     }
     return Need(count=rules[reason], reason=reason, rules=rules, horizon=horizon,
-                step=Step("need", None, rules[reason], reason, inputs))
+                step=Step("need", None, rules[reason], reason, inputs), pressed=pressed)
 
 
 def _prefill_slo_slack(obs: Observation, cfg: ScalerConfig, n_util: int, arriving: float) -> int | None:

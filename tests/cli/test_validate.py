@@ -66,12 +66,12 @@ def test_out_of_range_names_file_line_column_key_value_and_range(tmp_path: Path,
 
 
 def test_unknown_key_gets_a_suggestion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = _write(tmp_path, _so(extra='targetWaitingPerReplca: "4"\n'))
+    path = _write(tmp_path, _so(extra='targetInflightPerReplca: "4"\n'))
     rc, lines, _ = _run(capsys, "-f", str(path))
     assert rc == 1
     [line] = lines
     assert line.startswith(f"{path}:18:9: error:")  # the key itself
-    assert "unknown metadata key; did you mean targetWaitingPerReplica?" in line
+    assert "unknown metadata key; did you mean targetInflightPerReplica?" in line
 
 
 def test_every_bad_key_is_reported_not_only_the_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,3 +156,12 @@ def test_bad_yaml_and_missing_files_name_the_file(tmp_path: Path, capsys: pytest
 
 def test_the_shipped_examples_validate() -> None:
     assert main(["validate", "--quiet", "-f", str(REPO / "manifests" / "examples")]) == 0
+
+
+def test_a_removed_key_is_a_warning_naming_its_replacement(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, _so(extra='scaleUpMaxStep: "4"\n'))
+    rc, lines, _ = _run(capsys, "-f", str(path))
+    assert rc == 0
+    [line] = lines
+    assert line.startswith(f"{path}:18:9: warning:")
+    assert "removed metadata key, ignored; no key: one decision at most multiplies the replicas by 2" in line

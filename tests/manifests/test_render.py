@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -390,3 +391,15 @@ def test_dockerfile() -> None:
     # The manifests run the image as that user.
     for d in find(render("manifests"), "Deployment"):
         assert d["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == 10001
+
+
+def test_no_example_or_chart_uses_a_removed_metadata_key() -> None:
+    """The examples and the chart show only keys the scaler reads (removed keys: scaler/config.py)."""
+    from warmscale.scaler.config import DEPRECATED_KEYS
+
+    root = Path(__file__).parents[2]
+    texts = {p: p.read_text() for d in ("manifests/examples", "charts") for p in (root / d).rglob("*")
+             if p.is_file() and p.suffix in (".yaml", ".yml", ".tpl", ".txt")}
+    used = sorted(f"{p.relative_to(root)}: {k.name}" for p, t in texts.items() for k, _ in DEPRECATED_KEYS
+                  if re.search(rf"\b{k.name}\b", t))
+    assert not used

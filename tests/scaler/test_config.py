@@ -24,7 +24,6 @@ BAD = [
     ({"itlSloSeconds": "0"}, "itlSloSeconds"),
     ({"itlSloSeconds": "fast"}, "itlSloSeconds"),
     ({"itlSloSeconds": "120"}, "itlSloSeconds"),
-    ({"kvCacheTarget": "0.95", "kvCacheHigh": "0.9"}, "kvCacheTarget"),
     ({"redisAddress": "localhost:6379"}, "redisQueue"),
     ({"redisQueue": "q"}, "redisAddress"),
     ({"redisAddress": "nohost"}, "redisAddress"),
@@ -85,3 +84,53 @@ def test_kv_targets_too_small_to_divide_by_are_refused(key: str, raw: str) -> No
     with pytest.raises(ConfigError) as err:
         parse_metadata({"endpoints": "http://e:8000/metrics", key: raw})
     assert err.value.key == key
+
+
+def test_at_most_fourteen_policy_keys_each_with_a_unit() -> None:
+    from warmscale.scaler.config import KEYS, MAX_POLICY_KEYS, POLICY_KEYS, kind_of
+
+    policy = [k.name for k in KEYS if kind_of(k.name) == "policy"]
+    assert len(policy) <= MAX_POLICY_KEYS == 14
+    assert sorted(policy) == sorted(POLICY_KEYS) and all(POLICY_KEYS.values())
+
+
+@pytest.mark.parametrize(("key", "raw"), [("kvBoundTarget", "0.7"), ("kvCacheHigh", "0.95"),
+                                          ("kvCacheTarget", "0.7"), ("targetWaitingPerReplica", "1"),
+                                          ("scaleUpMaxStep", "4"), ("eppSaturationTarget", "1.2"),
+                                          ("dcgmBusyUtilization", "1")])
+def test_a_removed_key_is_accepted_ignored_and_named_with_its_replacement(key: str, raw: str) -> None:
+    from warmscale.scaler.config import deprecations
+
+    meta = {"endpoints": "http://e:8000/metrics", key: raw}
+    assert parse_metadata(meta) == parse_metadata({"endpoints": "http://e:8000/metrics"})
+    [(name, replacement)] = deprecations(meta)
+    assert name == key and replacement.startswith("no key: ")
+
+
+@pytest.mark.parametrize(("key", "raw"), [("kvBoundTarget", "5e-324"), ("scaleUpMaxStep", "fast"),
+                                          ("kvCacheHigh", "0"), ("dcgmBusyUtilization", "nan")])
+def test_a_malformed_removed_key_is_still_invalid(key: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_metadata({"endpoints": "http://e:8000/metrics", key: raw})
+    assert err.value.key == key
+
+
+async def test_a_tracker_with_a_removed_key_logs_what_replaces_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Through the real tracker manager: the ScaledObject is tracked, and the removed key is one warning."""
+    import logging
+
+    from tests.scaler.conftest import META, ScriptedReader
+    from warmscale.scaler.decision_log import DecisionLog
+    from warmscale.scaler.metrics import ScalerMetrics
+    from warmscale.scaler.store import MemoryStore
+    from warmscale.scaler.tracker import TrackerManager
+
+    m = TrackerManager(MemoryStore(), ScriptedReader(load=1.0), ScalerMetrics(), DecisionLog(10), instance_id="t")
+    try:
+        with caplog.at_level(logging.WARNING, logger="warmscale.scaler.tracker"):
+            m.get("llm", "vllm", {**META, "scaleUpMaxStep": "4"})
+        [rec] = [r for r in caplog.records if r.getMessage() == "removed metadata key ignored"]
+        assert getattr(rec, "key", None) == "scaleUpMaxStep"
+        assert "SCALE_UP_MAX_STEP" in getattr(rec, "replaced_by", "")
+    finally:
+        await m.stop()

@@ -146,3 +146,38 @@ def test_hold_through_idle_keeps_the_held_peak() -> None:
     seen = _burst_then_idle(holdThroughIdle="true")
     assert all(d == 6 and active for d, active, _ in seen)  # the hold (720 s) is still in force
     assert {reason for *_, reason in seen} <= {"scale-down-stabilization", "burst-hold"}
+
+
+# (waiting, earlier peak) -> desired: one replica at KV 0.55 asks for a second one (KV residency). The
+# ladder has no warm step, so the second replica is a 510-s cold start. With requests waiting it is
+# the warm path's stand-in (granted at once); with nothing waiting it is headroom, granted only once
+# it lasted burstConfirmSeconds, and a headroom peak that came before does not confirm it (the light
+# load of docs/policy.md, "Burst confirmation": these cold starts held 1.27x KEDA's GPU-hours).
+@pytest.mark.parametrize(("waiting", "earlier_peak", "want", "why"), [
+    (2.0, False, 2, "kv"),
+    (0.0, False, 1, "burst-unconfirmed"),
+    (0.0, True, 1, "burst-unconfirmed"),
+    (2.0, True, 2, "kv"),
+])
+def test_cold_headroom_must_last(waiting: float, earlier_peak: bool, want: int, why: str) -> None:
+    from warmscale.scaler.decide.confirm import confirm
+
+    c = cfg(burstConfirmSeconds="30")
+    peaks = ((NOW - 300.0, 2),) if earlier_peak else ()
+    state = ScalerState(needs=tuple((NOW - 60.0 + t, 1) for t in range(0, 60, 5)), need_peaks=peaks)
+    desired, reason, _, inputs = confirm(2, "kv", state, COLD, c, NOW, ready=1, provisioned=1,
+                                         unserved=waiting > 0)
+    assert (desired, reason) == (want, why), inputs
+
+
+def test_the_need_step_shows_the_capacity_model_and_the_demand_put_to_it() -> None:
+    from tests.scaler.test_policy import Run, replica
+
+    d = Run(cfg(ttftSloSeconds="2")).step([replica("a", running=10), replica("b", running=30)])
+    step = d.trace[0]
+    assert step.step == "need"
+    for key in ("model.prefill_tps", "model.capacity_samples", "model.prompt_per_request", "model.itl_base_s",
+                "model.itl_per_seq_s", "model.max_seqs", "model.kv_usage_mean", "demand.inflight_now",
+                "demand.growth_per_s", "backlog", "queue", "horizon_s", "rule.demand"):
+        assert key in step.inputs, key
+    assert step.inputs["demand.inflight_now"] == 40.0

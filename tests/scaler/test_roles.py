@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.scaler.test_policy import pinned, unpinned
 from warmscale.scaler.config import ScalerConfig, parse_metadata
 from warmscale.scaler.context import ScalerContext
 from warmscale.scaler.observation import observe
@@ -25,7 +26,7 @@ TTFT_BOUNDS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 5.0, float("inf"))
 
 
 def cfg(role: str, **meta: str) -> ScalerConfig:
-    return parse_metadata({**BASE, **ROLE[role], **meta})
+    return pinned(parse_metadata({**BASE, **ROLE[role], **unpinned(meta)}), meta)
 
 
 def ttft_at(seconds: float, count: float) -> Histogram:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from warmscale.scaler.config import KEDA_KEYS, KEYS, ConfigError, ScalerConfig, parse_metadata
+from warmscale.scaler.config import KEDA_KEYS, KEYS, ConfigError, ScalerConfig, deprecations, parse_metadata
 from warmscale.warmpool import annotations as ann
 
 Path = tuple[str | int, ...]
@@ -201,6 +201,9 @@ def check_scaled_object(doc: Mapping[str, Any], locate: Locate) -> list[Finding]
         out += bad
         problems, cfg = metadata_problems(metadata)
         out += _key_findings(problems, metadata, path, obj, locate)
+        out += [Finding("warning", locate((*path, key), True), obj, _dotted((*path, key)), metadata[key],
+                        f"removed metadata key, ignored; {replacement}")
+                for key, replacement in deprecations(metadata) if key not in {p.key for p in problems}]
         if cfg is not None and not problems and not bad:  # bounds of what the scaler would really run with
             out += _bounds(spec, cfg, path, obj, locate)
     return out
