@@ -25,6 +25,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 
+from warmscale.benchmarks.sim.conditions import StartupDraws
 from warmscale.benchmarks.sim.engine import Engine, EngineProfile, Request
 from warmscale.warmpool.planning import TimeToReady, warm_state
 from warmscale.warmpool.startup_model import (
@@ -36,6 +37,11 @@ from warmscale.warmpool.startup_model import (
     staging_time,
     time_to_ready,
 )
+
+# The inference gateway's saturation detector (gateway-api-inference-extension, pkg/epp/saturationdetector
+# defaults): an endpoint with this many waiting requests, or this KV-cache utilisation, is saturated.
+GATEWAY_QUEUE_DEPTH = 5
+GATEWAY_KV_UTIL = 0.8
 
 
 class Pod:
@@ -63,8 +69,10 @@ class Pod:
 class Cluster:
     def __init__(self, engine: EngineProfile, startup: StartupProfile, *, standby: int = 0,
                  node_idle_s: float = 600.0, instant: bool = False, max_pods: int = 1000,
-                 make_engine: Callable[[EngineProfile, list[tuple[float, float, int]], float], Engine] | None = None
-                 ) -> None:
+                 make_engine: Callable[[EngineProfile, list[tuple[float, float, int]], float], Engine] | None = None,
+                 draws: StartupDraws | None = None, flow_control: bool = True) -> None:
+        self.draws = draws  # per-replica start-up factors (benchmarks/sim/conditions.py); None: the exact ladder
+        self.flow_control = flow_control  # the gateway holds requests while every endpoint is saturated
         self.make_engine = make_engine or Engine  # a P/D fleet's pools build role engines (benchmarks/sim/pd.py)
         self.ep = engine
         self.sp = startup
@@ -90,6 +98,10 @@ class Cluster:
         self.ttft_sink: list[tuple[float, float, int]] = []
         self.ttr = TimeToReady()
         self.now = 0.0
+        # What the frontend counts (a predictive planner reads it): arrivals and their tokens so far.
+        self.arrived_n = 0
+        self.arrived_in = 0.0
+        self.arrived_out = 0.0
 
     # ---- views ---------------------------------------------------------------------------------
     def ready_pods(self) -> list[Pod]:
@@ -153,6 +165,8 @@ class Cluster:
             warm, label = COLD, warm_state(node_staged=False, took_placeholder=False)
             ttr = time_to_ready(self.sp, warm)
             self.cold_starts += 1
+        if self.draws is not None and not self.instant:
+            ttr *= self.draws.factor()
         self.starts[label] += 1
         pod = self._new_pod(now, now + ttr, label)
         self.pods.append(pod)
@@ -259,21 +273,48 @@ class Cluster:
         self.gateway.append(r)
         self.gateway_n += r.n
 
+    def saturated(self, now: float) -> bool:
+        """Every ready endpoint is saturated, as the inference gateway's saturation detector reads it
+        (gateway-api-inference-extension ``saturationdetector`` defaults: queue depth >= 5 or KV-cache
+        utilisation >= 0.8); with no ready endpoint too."""
+        for p in self.ready:
+            e = p.engine
+            e.advance_to(now)
+            if e.waiting_n < GATEWAY_QUEUE_DEPTH and e.kv_usage() < GATEWAY_KV_UTIL:
+                return False
+        return True
+
     def _flush_gateway(self, now: float) -> None:
+        """Release held requests, oldest first: all of them once an endpoint is ready (no flow
+        control), else while some endpoint is not saturated."""
         ready = self.ready
         if not ready:
             return
         while self.gateway:
+            if self.flow_control and self.saturated(now):
+                return
             r = self.gateway.popleft()
             self.gateway_n -= r.n
             self._route(r, ready, now)
 
     def dispatch(self, r: Request) -> None:
-        """A request arrives at ``r.t_arr`` (after :meth:`events_until` of that time)."""
+        """A request arrives at ``r.t_arr`` (after :meth:`events_until` of that time). With flow
+        control the gateway (llm-d's endpoint picker) holds it while every endpoint is saturated, and
+        behind the requests it already holds (FIFO); the held count is its
+        ``llm_d_epp_flow_control_queue_size``."""
+        self.arrived_n += r.n
+        self.arrived_in += r.inp * r.n
+        self.arrived_out += r.out * r.n
         ready = self.ready
         if not ready:
             self._hold(r)
             return
+        if self.flow_control:
+            if self.gateway:
+                self._flush_gateway(r.t_arr)
+            if self.gateway or self.saturated(r.t_arr):
+                self._hold(r)
+                return
         self._route(r, ready, r.t_arr)
 
     @staticmethod

@@ -210,6 +210,16 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
 }
 
 
+# Profiles whose constants were fitted to a published run on their own model and GPU (issue 21,
+# requirement 5). The 70B profiles are scaled from the 8B's calibration (their sources say how), not
+# calibrated against a published 70B run on H100: every table that uses them says "uncalibrated".
+CALIBRATED_PROFILES = frozenset({"8b-h100"})
+
+
+def calibration_label(profile: str) -> str:
+    return "calibrated" if profile in CALIBRATED_PROFILES else "uncalibrated"
+
+
 class Request:
     """``n`` identical requests that arrived at ``t_arr`` (n = 1 for per-request traces)."""
 
