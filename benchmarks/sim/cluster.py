@@ -42,6 +42,10 @@ from warmscale.warmpool.startup_model import (
 # defaults): an endpoint with this many waiting requests, or this KV-cache utilisation, is saturated.
 GATEWAY_QUEUE_DEPTH = 5
 GATEWAY_KV_UTIL = 0.8
+# How often the gateway re-checks saturation for the requests it holds: a fixed grid, not the control
+# tick (issue 21, requirement 4: halving the tick must not move a result); 0.1 s is below every
+# policy's loop and every engine step that matters (a modelling step: the EPP dispatches on events).
+GATEWAY_RELEASE_S = 0.1
 
 
 class Pod:
@@ -102,6 +106,7 @@ class Cluster:
         self.arrived_n = 0
         self.arrived_in = 0.0
         self.arrived_out = 0.0
+        self._release_k = 0  # the next release instant is _release_k * GATEWAY_RELEASE_S
 
     # ---- views ---------------------------------------------------------------------------------
     def ready_pods(self) -> list[Pod]:
@@ -251,6 +256,7 @@ class Cluster:
 
     def advance(self, now: float) -> None:
         """Control-tick housekeeping at ``now``: engines run up to it, drained pods leave, idle nodes expire."""
+        self.release_until(now)
         self.events_until(now)
         self.now = now
         for p in self.ready:
@@ -270,8 +276,21 @@ class Cluster:
             self._flush_gateway(now)
 
     def _hold(self, r: Request) -> None:
+        if not self.gateway:  # the first release check is the grid point after this hold
+            self._release_k = max(self._release_k, math.floor(max(r.t_arr, self.now) / GATEWAY_RELEASE_S) + 1)
         self.gateway.append(r)
         self.gateway_n += r.n
+
+    def release_until(self, t: float) -> None:
+        """With flow control: the gateway's saturation checks on its fixed grid up to ``t``, each
+        releasing the held requests that an endpoint no longer saturated takes."""
+        if not self.flow_control:
+            return
+        while self.gateway and self.ready and self._release_k * GATEWAY_RELEASE_S <= t + 1e-12:
+            tau = self._release_k * GATEWAY_RELEASE_S
+            self._release_k += 1
+            self.events_until(tau)
+            self._flush_gateway(tau)
 
     def saturated(self, now: float) -> bool:
         """Every ready endpoint is saturated, as the inference gateway's saturation detector reads it
@@ -311,7 +330,7 @@ class Cluster:
             return
         if self.flow_control:
             if self.gateway:
-                self._flush_gateway(r.t_arr)
+                self.release_until(r.t_arr)
             if self.gateway or self.saturated(r.t_arr):
                 self._hold(r)
                 return

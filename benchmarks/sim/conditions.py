@@ -15,7 +15,8 @@ loops share a phase with the scrape by construction.
   start-up any replica can get (:data:`STARTUP_MIN_FACTOR`).
 - **Phases.** Every periodic loop (Prometheus scrape, KEDA poll, HPA sync, a baseline's own cycle,
   warmscale's scrape and the warm-pool resync) starts at a fraction of its period drawn per member,
-  one draw per loop kind, the same for every policy of the member (paired comparisons).
+  one draw per loop kind, the same for every policy of the member (paired comparisons), in whole
+  seconds (a loop of a 1 s period, such as warmscale's scrape, keeps phase 0).
 
 Member 0 of an ensemble and a single run use the seed too (``--seed``); ``--exact-startup`` turns
 both off (the ladder's deterministic times, every phase 0), as before issue 21.
@@ -36,6 +37,9 @@ STARTUP_MIN_FACTOR = 0.5
 STARTUP_MAX_FACTOR = 2.0
 # The loop kinds whose phase is drawn (fractions of each loop's own period).
 PHASE_KINDS = ("scrape", "poll", "sync", "cycle", "plan")
+# Phases are whole seconds: a multiple of every control tick the benchmarks use (1 s, 0.5 s), so that
+# halving the tick moves no loop (issue 21, requirement 4).
+PHASE_GRID_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class Conditions:
         if kind not in PHASE_KINDS:
             raise ValueError(f"unknown loop kind {kind!r} (known: {', '.join(PHASE_KINDS)})")
         rng = random.Random(f"phase:{self.seed}:{kind}")
-        return rng.random() * period_s
+        return float(math.floor(rng.random() * period_s / PHASE_GRID_S) * PHASE_GRID_S)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

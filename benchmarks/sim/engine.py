@@ -98,6 +98,12 @@ class EngineProfile:
     block_size: int = 16
     # Memory roof's floor: the time to read the weights once per step (0: no memory roof but the KV read).
     step_weights_s: float = 0.0
+    # The attention term of prefill (issue 21, requirement 5): a prompt token at context c costs
+    # (1 + attn_per_ctx c) / (1 + attn_per_ctx c_cal) of a calibrated token, where attn_per_ctx is the
+    # attention's FLOPs per token per token of context over the linear layers' FLOPs per token
+    # (:func:`attention_ratio`) and c_cal the mean context of the calibration run's prompts.
+    attn_per_ctx: float = 0.0
+    calibration_context: float = 0.0
     sources: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -111,6 +117,15 @@ class EngineProfile:
         return (self.step_fixed_s + nseq * self.step_per_seq_s
                 + max(tokens / self.prefill_tps, self.step_weights_s + kv_tokens * self.step_per_kv_token_s))
 
+    def attention_extra(self, tokens: float, context: float) -> float:
+        """Compute seconds that ``tokens`` prompt tokens at a mean context of ``context`` cost beyond
+        (or, below the calibration's context, under) the calibrated roof."""
+        if self.attn_per_ctx <= 0.0:
+            return 0.0
+        a = self.attn_per_ctx
+        return tokens * a * (context - self.calibration_context) / ((1.0 + a * self.calibration_context)
+                                                                    * self.prefill_tps)
+
     def decode_step_s(self, batch: float, kv_tokens: float) -> float:
         return self.step_s(batch, batch, kv_tokens)
 
@@ -121,6 +136,22 @@ class EngineProfile:
 
 
 _H100_HBM_BPS = 3.35e12  # H100 SXM HBM3 bandwidth (NVIDIA datasheet)
+
+
+def attention_ratio(n_layers: int, d_attn: int, linear_flops_per_token: float) -> float:
+    """Attention FLOPs per prompt token per token of context over the linear FLOPs per token: QK^T and
+    softmax x V cost 2 d_attn FLOPs each per layer per context token (Kaplan et al. 2020, "Scaling Laws
+    for Neural Language Models", arXiv:2001.08361, Table 1 counts the QK logits as 2 n_layer n_ctx
+    d_attn per token; softmax x V is the same count)."""
+    return 4.0 * n_layers * d_attn / linear_flops_per_token
+
+
+# The calibration run's prompts were 1000 tokens (benchmarks/calibrate.py): a mean context of 500.
+_CALIBRATION_CONTEXT = 500.0
+_ATTN_SOURCE = ("attention term: a prompt token at context c costs (1 + r c) / (1 + r 500) of a calibrated one, "
+                "r = 4 n_layers d_attn / linear FLOPs per token (Kaplan et al. 2020, arXiv:2001.08361, Table 1: "
+                "QK logits 2 n_layer n_ctx d_attn per token, softmax x V alike); 500 = the mean context of the "
+                "calibration run's 1000-token prompts; attention at the GEMMs' efficiency (assumption)")
 _MBU = 0.8  # memory-bandwidth utilisation reached by decode kernels (assumption, stated in docs)
 _V1_DEFAULTS = ("vLLM V1 OpenAI server defaults on a >= 70 GiB GPU that is not an A100 (H100): "
                 "max_num_seqs 1024, max_num_batched_tokens 8192 - vllm-project/vllm 99d7eb5 (v0.11 line), "
@@ -135,6 +166,8 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
         prefill_tps=37_000.0,
         step_fixed_s=0.0025,
         step_weights_s=16.1e9 / (_H100_HBM_BPS * _MBU),
+        attn_per_ctx=attention_ratio(32, 4096, 2 * 7.5e9),  # Llama-3.1-8B: 32 layers, 32 x 128 query dims
+        calibration_context=_CALIBRATION_CONTEXT,
         step_per_seq_s=20e-6,
         step_per_kv_token_s=131_072 / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=400_000.0,
@@ -156,6 +189,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             ("max_num_seqs", _V1_DEFAULTS),
             ("max_num_batched_tokens", _V1_DEFAULTS),
             ("calibration", "docs/benchmarks.md, 'Engine calibration'"),
+            ("attn_per_ctx", _ATTN_SOURCE + "; Llama-3.1-8B: 32 layers, d_attn 4096, 2 x 7.5e9 FLOP/token: 3.5e-5"),
         ),
     ),
     "70b-h100-tp4": EngineProfile(
@@ -165,6 +199,8 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
         prefill_tps=37_000.0 * 0.4375,
         step_fixed_s=0.0025 + 0.004,
         step_weights_s=(141e9 / 4) / (_H100_HBM_BPS * _MBU),
+        attn_per_ctx=attention_ratio(80, 8192, 2 * 69e9),  # Llama-3.3-70B: 80 layers, 64 x 128 query dims
+        calibration_context=_CALIBRATION_CONTEXT,
         step_per_seq_s=30e-6,
         step_per_kv_token_s=(327_680 / 4) / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=400_000.0,
@@ -179,6 +215,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             ("step_per_kv_token_s", "320 KiB KV/token (80 layers x 8 KV heads x 128 x 2 x BF16) split over 4 GPUs"),
             ("step_per_seq_s", "30 us per sequence per step (assumption)"),
             ("kv_capacity_tokens", "4 x (0.9 x 80 - 35 - 4) GB / 320 KiB = ~400k tokens"),
+            ("attn_per_ctx", _ATTN_SOURCE + "; Llama-3.3-70B: 80 layers, d_attn 8192, 2 x 69e9 FLOP/token: 1.9e-5"),
             ("max_num_seqs", _V1_DEFAULTS),
             ("max_num_batched_tokens", _V1_DEFAULTS),
         ),
@@ -190,6 +227,8 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
         prefill_tps=37_000.0 * 0.75,
         step_fixed_s=0.0025 + 0.004,
         step_weights_s=(141e9 / 8) / (_H100_HBM_BPS * _MBU),
+        attn_per_ctx=attention_ratio(80, 8192, 2 * 69e9),
+        calibration_context=_CALIBRATION_CONTEXT,
         step_per_seq_s=30e-6,
         step_per_kv_token_s=(327_680 / 8) / (_H100_HBM_BPS * _MBU),
         kv_capacity_tokens=1_200_000.0,
@@ -203,6 +242,7 @@ ENGINE_PROFILES: dict[str, EngineProfile] = {
             ("step_per_kv_token_s", "320 KiB KV/token split over 8 GPUs"),
             ("step_per_seq_s", "30 us per sequence per step (assumption)"),
             ("kv_capacity_tokens", "8 x (0.9 x 80 - 17.6 - 4) GB / 320 KiB = ~1.2M tokens"),
+            ("attn_per_ctx", _ATTN_SOURCE + "; as the TP4 profile"),
             ("max_num_seqs", _V1_DEFAULTS),
             ("max_num_batched_tokens", _V1_DEFAULTS),
         ),
@@ -374,24 +414,48 @@ class Engine:
         self._apply(j)
         self._plan()
 
-    def _segment_time(self, k: int, nseq: int, new_tok: int, kv0: int) -> tuple[int, float, float]:
+    def _attention(self, comp: list[tuple[Request, int, bool]]) -> tuple[float, float]:
+        """The prefill chunks' attention term (:meth:`EngineProfile.attention_extra`) at the segment's
+        first step, and its growth per step (a single request's context grows by its chunk each
+        step; a cohort is taken at its members' mean context, half a prompt)."""
+        p = self.p
+        if p.attn_per_ctx <= 0.0:
+            return 0.0, 0.0
+        extra = 0.0
+        slope = 0.0
+        for r, t, pre in comp:
+            if not pre:
+                continue
+            if r.n == 1:
+                extra += p.attention_extra(t, r.done + t / 2.0)
+                slope += p.attention_extra(t, p.calibration_context + t) - p.attention_extra(t, p.calibration_context)
+            else:
+                extra += p.attention_extra(t, r.target / (2.0 * r.n))
+        return extra, slope
+
+    def _segment_time(self, k: int, nseq: int, new_tok: int, kv0: int,
+                      attn: tuple[float, float] = (0.0, 0.0)) -> tuple[int, float, float]:
         """(k', a, s): the segment's first ``k' <= k`` steps last ``a + s*i`` each (step i >= 0).
 
         Step i reads ``kv0 + new_tok*i`` KV tokens (:meth:`EngineProfile.step_s`: the larger of the
-        compute and the memory time). While compute is the larger the steps are all alike (s = 0);
-        the memory time grows with the KV read, so a compute-bound segment ends at the step where
-        the memory time overtakes it (the next segment is memory-bound, s = KV read growth)."""
+        compute and the memory time). The compute time is the tokens at the roof plus the prefill
+        chunks' attention term ``attn`` = (first step, growth per step: a prompt's context grows by
+        its chunk each step). The memory time grows with the KV read, so a segment is cut at the
+        step where the other time overtakes the one that bounds it."""
         p = self.p
         base = p.step_fixed_s + p.step_per_seq_s * nseq
-        compute = new_tok / p.prefill_tps
+        compute = new_tok / p.prefill_tps + attn[0]
+        c_slope = attn[1]
         mem0 = p.step_weights_s + p.step_per_kv_token_s * kv0
-        slope = p.step_per_kv_token_s * new_tok
+        m_slope = p.step_per_kv_token_s * new_tok
         if compute <= mem0:
-            return k, base + mem0, slope
-        if slope > 0.0:
-            # Steps i with mem0 + slope*i <= compute stay compute-bound.
-            k = min(k, int((compute - mem0) / slope) + 1)
-        return k, base + compute, 0.0
+            if c_slope > m_slope:  # steps i with compute + c_slope*i <= mem0 + m_slope*i stay memory-bound
+                k = min(k, int((mem0 - compute) / (c_slope - m_slope)) + 1)
+            return k, base + mem0, m_slope
+        if m_slope > c_slope:
+            # Steps i with mem0 + m_slope*i <= compute + c_slope*i stay compute-bound.
+            k = min(k, int((compute - mem0) / (m_slope - c_slope)) + 1)
+        return k, base + compute, c_slope
 
     def _dur(self, j: int, a: float, s: float) -> float:
         return j * a + s * j * (j - 1) / 2.0
@@ -555,7 +619,7 @@ class Engine:
             k = self.max_jump
         if k < 1:
             k = 1
-        k, a, s = self._segment_time(k, nseq, new_tok, kv0)
+        k, a, s = self._segment_time(k, nseq, new_tok, kv0, self._attention(comp) if pre_tok else (0.0, 0.0))
         self._seg = (comp, k, a, float(new_tok), s)
         self.seg_end = self.clock + (k * a + s * k * (k - 1) / 2.0)
 

@@ -58,7 +58,9 @@ def peak_token_rate(engine: EngineProfile) -> float:
     ``max_num_batched_tokens`` and lasts at least ``step_fixed_s + step_per_seq_s + tokens /
     prefill_tps`` (:meth:`EngineProfile.step_s` with one sequence), so the full step is the fastest."""
     b = float(engine.max_num_batched_tokens)
-    return b / (engine.step_fixed_s + engine.step_per_seq_s + b / engine.prefill_tps)
+    # The attention term makes a prompt token at context 0 the cheapest (EngineProfile.attention_extra).
+    cheapest = b / engine.prefill_tps + min(0.0, engine.attention_extra(b, 0.0))
+    return b / (engine.step_fixed_s + engine.step_per_seq_s + cheapest)
 
 
 def acquisition_s(startup: StartupProfile, startup_floor: float = 1.0) -> float:

@@ -67,12 +67,14 @@ def test_the_bound_assumes_the_fastest_start_up_a_draw_can_give() -> None:
 
 
 def test_phases_are_drawn_per_member_within_each_period() -> None:
-    a, b = Conditions(seed=1000), Conditions(seed=1001)
+    a = Conditions(seed=1000)
     for kind, period in (("scrape", 15.0), ("poll", 30.0), ("sync", 15.0), ("cycle", 180.0), ("plan", 30.0)):
-        assert 0.0 <= a.phase(kind, period) < period
-        assert a.phase(kind, period) == Conditions(seed=1000).phase(kind, period)
-        assert a.phase(kind, period) != b.phase(kind, period)
+        drawn = [Conditions(seed=1000 + i).phase(kind, period) for i in range(8)]
+        assert all(0.0 <= x < period and x == int(x) for x in drawn)  # whole seconds within the period
+        assert len(set(drawn)) >= 4, (kind, drawn)  # members differ
+        assert a.phase(kind, period) == drawn[0]  # the seed decides
     assert Conditions().phase("sync", 15.0) == 0.0
+    assert Conditions(seed=5).phase("scrape", 1.0) == 0.0  # a 1 s loop: no phase below the tick
 
 
 def _policies(cond: Conditions, hpa: str = "shipped-example") -> dict:
