@@ -36,7 +36,8 @@ RUNS: tuple[tuple[str, str, float], ...] = (
     ("azure_llm_2024_conv_rate_10s.csv", "8b-h100", 2.0),  # a week: the longest run (docs/benchmarks.md)
 )
 WEEK = "azure_llm_2024_conv_rate_10s.csv"
-# Scenarios: (stem suffix, trace, profile, TTFT SLO s, extra `bench trace` arguments), single runs.
+# Scenarios: (stem suffix, trace, profile, TTFT SLO s, extra `bench trace` arguments), ensembles like
+# every run.
 # "light": issue 22's light afternoon of long-context conversation, where warmscale was dominated by
 # the KEDA queue baseline (1.27x its GPU-hours at the same 100%): the week's first 4 h at 0.011x (4,020
 # requests, ~0.3 req/s) with Mooncake's prompt sizes and its 10 s SLO. "light05": the same at 0.02x
@@ -46,13 +47,14 @@ SCENARIOS: tuple[tuple[str, str, str, float, tuple[str, ...]], ...] = (
     ("light", WEEK, "8b-h100", 10.0, (*_LIGHT, "--rate-scale", "0.011")),
     ("light05", WEEK, "8b-h100", 10.0, (*_LIGHT, "--rate-scale", "0.02")),
 )
+WEEK_ENSEMBLE = 2  # members of the week (each ~10 min of simulation on one core)
 # Wall seconds of each run with --ensemble 8 on a 2-core machine to itself (benchmarks/results/summary.md,
 # the last column); only the progress bar's ETA reads them. A per-request trace's scale with the members.
 EXPECTED_SECONDS = {
     "azure_llm_2023_code__8b-h100": 16.0, "azure_llm_2023_code__70b-h100-tp4": 20.0,
     "azure_llm_2023_conv__8b-h100": 34.0, "azure_llm_2023_conv__70b-h100-tp4": 52.0,
     "mooncake_fast25_conversation__8b-h100": 36.0, "mooncake_fast25_conversation__70b-h100-tp4": 44.0,
-    "servegen_reason_deepseek-r1_rate_600s__70b-h100-tp4": 61.0, "azure_llm_2024_conv_rate_10s__8b-h100": 553.0,
+    "servegen_reason_deepseek-r1_rate_600s__70b-h100-tp4": 488.0, "azure_llm_2024_conv_rate_10s__8b-h100": 2212.0,
     "azure_llm_2024_conv_rate_10s__8b-h100__light": 30.0, "azure_llm_2024_conv_rate_10s__8b-h100__light05": 40.0,
 }
 SUMMARY_ENSEMBLE = 8
@@ -61,7 +63,7 @@ UNKNOWN_SECONDS = 60.0
 
 def expected_seconds(stem: str, ensemble: int) -> float:
     base = EXPECTED_SECONDS.get(stem, UNKNOWN_SECONDS)
-    return base if "_rate_" in stem else base * max(1, ensemble) / SUMMARY_ENSEMBLE
+    return base * max(1, ensemble) / SUMMARY_ENSEMBLE
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -106,8 +108,11 @@ def run(args: argparse.Namespace) -> int:
         for (k, stem, trace, profile, slo, more, path), weight in zip(plan, weights, strict=True):
             bar.set_postfix_str(stem)
             t0 = time.perf_counter()
-            rate = "_rate_" in trace
-            extra = [*more] if rate else ["--ensemble", str(args.ensemble), *more]
+            # Every run an ensemble (issue 21, requirement 4), the week included but smaller and without the
+            # tuned sweep (one simulation of the week takes ~50 s; its budget is 10 minutes); a scenario's
+            # slice of the week (its own arguments) is a full ensemble.
+            extra = (["--ensemble", str(min(args.ensemble, WEEK_ENSEMBLE)), "--no-tuned"] if trace == WEEK and not more
+                     else ["--ensemble", str(args.ensemble), *more])
             table = io.StringIO()  # each run's table goes above the bar, not through it
             with contextlib.redirect_stdout(table):
                 rc = bench(["trace", "--trace", str(path), "--profile", profile, "--slo-ttft", f"{slo:g}",
@@ -134,6 +139,14 @@ def _x(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _profile(doc: dict) -> str:
+    """The profile, marked where it is not calibrated against a published run (issue 21, requirement 5)."""
+    cal = doc.get("engine_calibration")
+    if cal is None:  # results written before the label: the 70B profiles were never calibrated
+        cal = "calibrated" if doc["profile"] == "8b-h100" else "uncalibrated"
+    return doc["profile"] if cal == "calibrated" else f"{doc['profile']} (uncalibrated)"
+
+
 def summary_table(docs: list[tuple[dict, float]]) -> str:
     """One Markdown table of all runs: GPU-hours as multiples of clairvoyant-best and of the bound
     (issue 21; "x oracle" is gone); a v2 result without ``references`` shows "-" there."""
@@ -152,7 +165,7 @@ def summary_table(docs: list[tuple[dict, float]]) -> str:
             dom = ", ".join(e["dominated_by"]) if e and e["dominated_by"] else ("none" if e else "-")
             w = p.get("slo_attainment_warm", warm.get(name, {}).get("slo_attainment"))
             rows.append(
-                f"| {Path(doc['trace']).stem} | {doc['profile']} | {doc['slo_ttft_s']:g} s | {name} | "
+                f"| {Path(doc['trace']).stem} | {_profile(doc)} | {doc['slo_ttft_s']:g} s | {name} | "
                 f"{100 * p['slo_attainment']:.2f} | {_pct(w)} | {p['gpu_hours']:.1f} | "
                 f"{_x(p.get('x_clairvoyant_best'))} | {_x(p.get('x_bound'))} | "
                 f"{att} | {xcb} | {dom} | {p['ttft_p99_s']:.1f} | {p['cold_starts']} | {p['max_replicas']} |"

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from warmscale import progress
-from warmscale.benchmarks.sim.arrivals import RATE_BIN_S, Workload, ensemble_members, load_trace, perturbed
-from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
+from warmscale.benchmarks.sim.arrivals import RATE_BIN_S, Workload, distinct_members, load_trace, perturbed
+from warmscale.benchmarks.sim.conditions import Conditions
+from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, calibration_label
 from warmscale.benchmarks.sim.references import DEFAULT_SEARCH_EVALS, default_cache_dir
 from warmscale.benchmarks.sim.runner import (
     ALIASES,
     CLAIRVOYANT,
+    HPA_PROFILES,
     POLICY_NAMES,
     BenchConfig,
     PolicyResult,
@@ -95,9 +97,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="parallel processes (default 2): for ensemble members, or, in a single run, for the "
                              "policies once the oracle is sized (results do not depend on it)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    parser.add_argument("--tuned", action="store_true",
+    parser.add_argument("--tuned", action=argparse.BooleanOptionalAction, default=True,
                         help="also run every reactive baseline as <name>-tuned: the best of a small sweep of its "
-                             "main threshold on this trace (benchmarks.sim.runner.TUNING)")
+                             "main threshold on this trace (benchmarks.sim.runner.TUNING; default on, --no-tuned "
+                             "leaves them out)")
+    parser.add_argument("--hpa-behavior", default="shipped-example", choices=HPA_PROFILES,
+                        help="the HPA behaviour of every HPA-driven policy: warmscale's shipped examples (default; "
+                             "the baselines take its scale-up side) or the Kubernetes defaults for everyone")
+    parser.add_argument("--exact-startup", action="store_true",
+                        help="every replica starts in exactly the start-up ladder's time and every loop at phase 0 "
+                             "(default: per-replica lognormal draws and per-member phases, "
+                             "benchmarks/sim/conditions.py)")
     parser.add_argument("--no-references", action="store_true",
                         help="skip the cost references (bound, static-best, clairvoyant-best; docs/benchmarks.md)")
     parser.add_argument("--search-evals", type=int, default=None,
@@ -147,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     work = load_trace(path, dt=RATE_BIN_S, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
-    members = ensemble_members(max(1, args.ensemble), args.seed)
+    members = distinct_members(max(1, args.ensemble), args.seed)
     jobs = [(i, kind_, params) for i, (kind_, params) in enumerate(members)]
     outcomes: dict[int, tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]] = {}
     # Progress: one step per policy (and the oracle's sizing) in a single run, one per member in an ensemble.
@@ -168,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
             ctx = mp.get_context("fork")
             plain = argparse.Namespace(**{k: v for k, v in vars(args).items() if not k.startswith("_")})
+            plain.trace_path, plain.trace_kind, plain.tokens_path = str(path), kind, tokens_from
             with ctx.Pool(max(1, min(args.jobs, len(jobs)))) as pool:
                 pending = [pool.apply_async(_member_job, (plain, work, dt, i, k, p)) for i, k, p in jobs]
                 for res in pending:
@@ -217,6 +228,10 @@ def _run_pd(args: argparse.Namespace) -> int:
 
 def _member_job(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str,
                 params: dict[str, float]) -> tuple[int, Any]:
+    if args.trace_kind == "rate" and "seed" in params and i != 0:  # the member's own Poisson arrivals
+        fresh = load_trace(args.trace_path, dt=RATE_BIN_S, seed=int(params["seed"]), tokens_from=args.tokens_path,
+                           rate_scale=args.rate_scale)
+        work = _truncate(fresh, args.hours * 3600.0) if args.hours is not None else fresh
     return i, _member(args, perturbed(work, kind, params), dt, i, kind, params, _quiet)
 
 
@@ -233,8 +248,10 @@ def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: s
     cache_arg = getattr(args, "reference_cache", None)
     cache_dir = (None if cache_arg == "none" else Path(cache_arg)) if cache_arg else default_cache_dir()
     long_run = work.span_s > 6 * 3600
+    cond = Conditions() if getattr(args, "exact_startup", False) else Conditions(
+        seed=int(params.get("seed", args.seed * 1000)))
     settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
-                           fast_signals=args.fast_signals)
+                           fast_signals=args.fast_signals, conditions=cond)
     evals = getattr(args, "search_evals", None)
     if evals is None:
         evals = LONG_RUN_SEARCH_EVALS if long_run else DEFAULT_SEARCH_EVALS
@@ -245,6 +262,7 @@ def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: s
                      start_replicas=args.start_replicas, max_replicas=args.max_replicas, jobs=max(1, jobs),
                      references=not getattr(args, "no_references", False),
                      tuned=bool(getattr(args, "tuned", False)),
+                     hpa_profile=getattr(args, "hpa_behavior", "shipped-example"),
                      search_evals=evals, cache_dir=cache_dir)
     results, meta = run_all(work, engine, startup, settings, bc, say, done)
     if i != 0:
@@ -362,6 +380,8 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
     return {
         "trace": work.name,
         "profile": args.profile,
+        # issue 21, requirement 5: a profile not calibrated against a published run says so in every table
+        "engine_calibration": calibration_label(args.profile),
         "slo_ttft_s": float(args.slo_ttft),
         "requests": int(work.requests),
         "policies": policies,
@@ -374,6 +394,8 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
             "span_s": work.span_s,
             "seed": args.seed,
             "fast_signals": bool(args.fast_signals),
+            "conditions": settings.conditions.to_dict(),
+            "hpa_behavior": getattr(args, "hpa_behavior", "shipped-example"),
             "warmup_s": settings.warmup_s,
             "tick_s": settings.dt,
             "rate_bin_s": RATE_BIN_S if work.kind == "rate" else None,
@@ -397,7 +419,9 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
 
 def format_table(doc: dict[str, Any]) -> str:
     refs = doc.get("references")
-    rows = [f"{doc['trace']}  profile={doc['profile']}  SLO TTFT={doc['slo_ttft_s']:g}s  requests={doc['requests']}",
+    cal = doc.get("engine_calibration", "calibrated")
+    label = doc["profile"] if cal == "calibrated" else f"{doc['profile']} ({cal})"
+    rows = [f"{doc['trace']}  profile={label}  SLO TTFT={doc['slo_ttft_s']:g}s  requests={doc['requests']}",
             f"{'policy':24s} {'SLO att.':>9s} {'warm att.':>9s} {'GPU-h':>9s} {'x cv-best':>9s} {'x bound':>8s} "
             f"{'TTFT p50':>9s} {'TTFT p99':>9s} {'cold':>5s} {'max':>4s}"]
     for name, p in doc["policies"].items():

@@ -163,7 +163,16 @@ def ensemble_members(n: int, seed: int) -> list[tuple[str, dict[str, float]]]:
     return out
 
 
+def distinct_members(n: int, seed: int) -> list[tuple[str, dict[str, float]]]:
+    """``n`` distinct members (issue 21, requirement 4): member i starts the trace i/n of its length in
+    (member 0 as is), and has its own seed ``seed * 1000 + i`` for the rate curve's Poisson arrivals,
+    the replicas' start-up draws and the loops' phases (benchmarks/sim/conditions.py)."""
+    return [("member", {"fraction": i / n, "seed": float(seed * 1000 + i)}) for i in range(n)]
+
+
 def perturbed(work: Workload, kind: str, params: dict[str, float]) -> Workload:
+    if kind == "member":
+        return rotated(work, params["fraction"]) if params["fraction"] > 0 else work
     if kind == "jitter":
         return jittered(work, int(params["seed"]), params.get("half_width_s", 0.5))
     if kind == "rotate":

@@ -25,6 +25,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 
+from warmscale.benchmarks.sim.conditions import StartupDraws
 from warmscale.benchmarks.sim.engine import Engine, EngineProfile, Request
 from warmscale.warmpool.planning import TimeToReady, warm_state
 from warmscale.warmpool.startup_model import (
@@ -36,6 +37,15 @@ from warmscale.warmpool.startup_model import (
     staging_time,
     time_to_ready,
 )
+
+# The inference gateway's saturation detector (gateway-api-inference-extension, pkg/epp/saturationdetector
+# defaults): an endpoint with this many waiting requests, or this KV-cache utilisation, is saturated.
+GATEWAY_QUEUE_DEPTH = 5
+GATEWAY_KV_UTIL = 0.8
+# How often the gateway re-checks saturation for the requests it holds: a fixed grid, not the control
+# tick (issue 21, requirement 4: halving the tick must not move a result); 0.1 s is below every
+# policy's loop and every engine step that matters (a modelling step: the EPP dispatches on events).
+GATEWAY_RELEASE_S = 0.1
 
 
 class Pod:
@@ -63,8 +73,10 @@ class Pod:
 class Cluster:
     def __init__(self, engine: EngineProfile, startup: StartupProfile, *, standby: int = 0,
                  node_idle_s: float = 600.0, instant: bool = False, max_pods: int = 1000,
-                 make_engine: Callable[[EngineProfile, list[tuple[float, float, int]], float], Engine] | None = None
-                 ) -> None:
+                 make_engine: Callable[[EngineProfile, list[tuple[float, float, int]], float], Engine] | None = None,
+                 draws: StartupDraws | None = None, flow_control: bool = True) -> None:
+        self.draws = draws  # per-replica start-up factors (benchmarks/sim/conditions.py); None: the exact ladder
+        self.flow_control = flow_control  # the gateway holds requests while every endpoint is saturated
         self.make_engine = make_engine or Engine  # a P/D fleet's pools build role engines (benchmarks/sim/pd.py)
         self.ep = engine
         self.sp = startup
@@ -90,6 +102,11 @@ class Cluster:
         self.ttft_sink: list[tuple[float, float, int]] = []
         self.ttr = TimeToReady()
         self.now = 0.0
+        # What the frontend counts (a predictive planner reads it): arrivals and their tokens so far.
+        self.arrived_n = 0
+        self.arrived_in = 0.0
+        self.arrived_out = 0.0
+        self._release_k = 0  # the next release instant is _release_k * GATEWAY_RELEASE_S
 
     # ---- views ---------------------------------------------------------------------------------
     def ready_pods(self) -> list[Pod]:
@@ -153,6 +170,8 @@ class Cluster:
             warm, label = COLD, warm_state(node_staged=False, took_placeholder=False)
             ttr = time_to_ready(self.sp, warm)
             self.cold_starts += 1
+        if self.draws is not None and not self.instant:
+            ttr *= self.draws.factor()
         self.starts[label] += 1
         pod = self._new_pod(now, now + ttr, label)
         self.pods.append(pod)
@@ -237,6 +256,7 @@ class Cluster:
 
     def advance(self, now: float) -> None:
         """Control-tick housekeeping at ``now``: engines run up to it, drained pods leave, idle nodes expire."""
+        self.release_until(now)
         self.events_until(now)
         self.now = now
         for p in self.ready:
@@ -256,24 +276,64 @@ class Cluster:
             self._flush_gateway(now)
 
     def _hold(self, r: Request) -> None:
+        if not self.gateway:  # the first release check is the grid point after this hold
+            self._release_k = max(self._release_k, math.floor(max(r.t_arr, self.now) / GATEWAY_RELEASE_S) + 1)
         self.gateway.append(r)
         self.gateway_n += r.n
 
+    def release_until(self, t: float) -> None:
+        """With flow control: the gateway's saturation checks on its fixed grid up to ``t``, each
+        releasing the held requests that an endpoint no longer saturated takes."""
+        if not self.flow_control:
+            return
+        while self.gateway and self.ready and self._release_k * GATEWAY_RELEASE_S <= t + 1e-12:
+            tau = self._release_k * GATEWAY_RELEASE_S
+            self._release_k += 1
+            self.events_until(tau)
+            self._flush_gateway(tau)
+
+    def saturated(self, now: float) -> bool:
+        """Every ready endpoint is saturated, as the inference gateway's saturation detector reads it
+        (gateway-api-inference-extension ``saturationdetector`` defaults: queue depth >= 5 or KV-cache
+        utilisation >= 0.8); with no ready endpoint too."""
+        for p in self.ready:
+            e = p.engine
+            e.advance_to(now)
+            if e.waiting_n < GATEWAY_QUEUE_DEPTH and e.kv_usage() < GATEWAY_KV_UTIL:
+                return False
+        return True
+
     def _flush_gateway(self, now: float) -> None:
+        """Release held requests, oldest first: all of them once an endpoint is ready (no flow
+        control), else while some endpoint is not saturated."""
         ready = self.ready
         if not ready:
             return
         while self.gateway:
+            if self.flow_control and self.saturated(now):
+                return
             r = self.gateway.popleft()
             self.gateway_n -= r.n
             self._route(r, ready, now)
 
     def dispatch(self, r: Request) -> None:
-        """A request arrives at ``r.t_arr`` (after :meth:`events_until` of that time)."""
+        """A request arrives at ``r.t_arr`` (after :meth:`events_until` of that time). With flow
+        control the gateway (llm-d's endpoint picker) holds it while every endpoint is saturated, and
+        behind the requests it already holds (FIFO); the held count is its
+        ``llm_d_epp_flow_control_queue_size``."""
+        self.arrived_n += r.n
+        self.arrived_in += r.inp * r.n
+        self.arrived_out += r.out * r.n
         ready = self.ready
         if not ready:
             self._hold(r)
             return
+        if self.flow_control:
+            if self.gateway:
+                self.release_until(r.t_arr)
+            if self.gateway or self.saturated(r.t_arr):
+                self._hold(r)
+                return
         self._route(r, ready, r.t_arr)
 
     @staticmethod

@@ -38,9 +38,13 @@ import bisect
 import math
 from collections import deque
 
+from warmscale.simulation.profiles import CALIBRATED_PROFILES as CALIBRATED_PROFILES
+
 # The profiles live beneath the benchmarks and the demo, which both run on them (re-exported here).
 from warmscale.simulation.profiles import ENGINE_PROFILES as ENGINE_PROFILES
 from warmscale.simulation.profiles import EngineProfile as EngineProfile
+from warmscale.simulation.profiles import attention_ratio as attention_ratio
+from warmscale.simulation.profiles import calibration_label as calibration_label
 
 # --- vLLM V1 metric buckets (vllm/v1/metrics/loggers.py; shared/reference/engine-metrics.md) -------------
 VLLM_TTFT_BUCKETS: tuple[float, ...] = (
@@ -240,24 +244,48 @@ class Engine:
         self._apply(j)
         self._plan()
 
-    def _segment_time(self, k: int, nseq: int, new_tok: int, kv0: int) -> tuple[int, float, float]:
+    def _attention(self, comp: list[tuple[Request, int, bool]]) -> tuple[float, float]:
+        """The prefill chunks' attention term (:meth:`EngineProfile.attention_extra`) at the segment's
+        first step, and its growth per step (a single request's context grows by its chunk each
+        step; a cohort is taken at its members' mean context, half a prompt)."""
+        p = self.p
+        if p.attn_per_ctx <= 0.0:
+            return 0.0, 0.0
+        extra = 0.0
+        slope = 0.0
+        for r, t, pre in comp:
+            if not pre:
+                continue
+            if r.n == 1:
+                extra += p.attention_extra(t, r.done + t / 2.0)
+                slope += p.attention_extra(t, p.calibration_context + t) - p.attention_extra(t, p.calibration_context)
+            else:
+                extra += p.attention_extra(t, r.target / (2.0 * r.n))
+        return extra, slope
+
+    def _segment_time(self, k: int, nseq: int, new_tok: int, kv0: int,
+                      attn: tuple[float, float] = (0.0, 0.0)) -> tuple[int, float, float]:
         """(k', a, s): the segment's first ``k' <= k`` steps last ``a + s*i`` each (step i >= 0).
 
         Step i reads ``kv0 + new_tok*i`` KV tokens (:meth:`EngineProfile.step_s`: the larger of the
-        compute and the memory time). While compute is the larger the steps are all alike (s = 0);
-        the memory time grows with the KV read, so a compute-bound segment ends at the step where
-        the memory time overtakes it (the next segment is memory-bound, s = KV read growth)."""
+        compute and the memory time). The compute time is the tokens at the roof plus the prefill
+        chunks' attention term ``attn`` = (first step, growth per step: a prompt's context grows by
+        its chunk each step). The memory time grows with the KV read, so a segment is cut at the
+        step where the other time overtakes the one that bounds it."""
         p = self.p
         base = p.step_fixed_s + p.step_per_seq_s * nseq
-        compute = new_tok / p.prefill_tps
+        compute = new_tok / p.prefill_tps + attn[0]
+        c_slope = attn[1]
         mem0 = p.step_weights_s + p.step_per_kv_token_s * kv0
-        slope = p.step_per_kv_token_s * new_tok
+        m_slope = p.step_per_kv_token_s * new_tok
         if compute <= mem0:
-            return k, base + mem0, slope
-        if slope > 0.0:
-            # Steps i with mem0 + slope*i <= compute stay compute-bound.
-            k = min(k, int((compute - mem0) / slope) + 1)
-        return k, base + compute, 0.0
+            if c_slope > m_slope:  # steps i with compute + c_slope*i <= mem0 + m_slope*i stay memory-bound
+                k = min(k, int((mem0 - compute) / (c_slope - m_slope)) + 1)
+            return k, base + mem0, m_slope
+        if m_slope > c_slope:
+            # Steps i with mem0 + m_slope*i <= compute + c_slope*i stay compute-bound.
+            k = min(k, int((compute - mem0) / (m_slope - c_slope)) + 1)
+        return k, base + compute, c_slope
 
     def _dur(self, j: int, a: float, s: float) -> float:
         return j * a + s * j * (j - 1) / 2.0
@@ -421,7 +449,7 @@ class Engine:
             k = self.max_jump
         if k < 1:
             k = 1
-        k, a, s = self._segment_time(k, nseq, new_tok, kv0)
+        k, a, s = self._segment_time(k, nseq, new_tok, kv0, self._attention(comp) if pre_tok else (0.0, 0.0))
         self._seg = (comp, k, a, float(new_tok), s)
         self.seg_end = self.clock + (k * a + s * k * (k - 1) / 2.0)
 

@@ -168,6 +168,7 @@ class PromScrape:
         self.next_at = phase_s
         self.fast = fast
         self.samples: list[dict[str, float]] = []
+        self.names: list[str] = []  # the pod of each sample
         self.router_queue = 0.0
         self.pending = 0
 
@@ -190,6 +191,7 @@ class PromScrape:
             out.append({"waiting": sig.waiting, "running": sig.running, "kv": sig.kv_usage or 0.0,
                         "util": (u or 0.0) / 100.0})
         self.samples = out
+        self.names = [pod.name for pod in pods]
         if self.fast:
             self.router_queue = float(router_queue)
         else:

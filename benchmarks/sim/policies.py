@@ -20,11 +20,14 @@ as :class:`warmpool.controller.Controller` gathers them; the cluster applies the
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from warmscale.benchmarks.sim.cluster import Cluster
+from warmscale.benchmarks.sim.conditions import Conditions
+from warmscale.benchmarks.sim.engine import EngineProfile
 from warmscale.benchmarks.sim.exposition import PromScrape, SimScrapeSource
 from warmscale.scaler.capacity import MODEL_PROFILES
 from warmscale.scaler.config import ScalerConfig, parse_metadata
@@ -118,23 +121,25 @@ class WarmscalePolicy(Policy):
     def __init__(self, metadata: dict[str, str], startup: StartupProfile, standby: int | None,
                  hpa_behavior: HpaBehavior, keda: KedaConfig, *, fast_signals: bool = False,
                  store: MemoryStore | None = None, workload: str = WORKLOAD, clock: list[float] | None = None,
-                 initial_replicas: int = 1) -> None:
+                 initial_replicas: int = 1, cond: Conditions | None = None) -> None:
+        cond = cond or Conditions()
         self.metadata = metadata
         self.cfg: ScalerConfig = parse_metadata(metadata)
         self.sp = startup
         self.standby_override = standby
         self.warm_workload = bench_workload(standby, initial_replicas, workload)
-        self.next_plan = PLAN_EVERY_S
+        self.next_plan = cond.phase("plan", PLAN_EVERY_S) or PLAN_EVERY_S
         self.standby_last: int | None = None
         self.plans: list[tuple[float, int, int]] = []  # (time, planned, placeholders held after applying)
         self.plan_inputs: list[tuple[ob.Workload, list[dict[str, Any]], StandbyEvidence]] | None = None  # tests
         # the size at t = 0: no burst statistics yet (auto: 0), else the override
         self.standby = self.plan_at(0.0, [], StandbyEvidence()).standby
         self.last: Decision | None = None
-        self.hpa = Hpa(keda.min_replicas, self.cfg.max_replicas, hpa_behavior)
-        self.keda = Keda(keda)
+        self.hpa = Hpa(keda.min_replicas, self.cfg.max_replicas, hpa_behavior,
+                       phase_s=cond.phase("sync", hpa_behavior.sync_period_s))
+        self.keda = Keda(keda, phase_s=cond.phase("poll", keda.polling_interval_s))
         self.keda_cfg = keda
-        self.next_scrape = 0.0
+        self.next_scrape = cond.phase("scrape", self.cfg.scrape_interval_seconds)
         self.decisions = 0
         self.reasons: dict[str, int] = {}
         self.fast = fast_signals
@@ -251,7 +256,9 @@ class PromHpaPolicy(Policy):
 
     def __init__(self, name: str, metric: str, target: float, max_replicas: int, *, scrape_s: float = 15.0,
                  behavior: HpaBehavior | None = None, keda: KedaConfig | None = None, use_keda: bool = True,
-                 fast_signals: bool = False, activation: tuple[str, ...] | None = None) -> None:
+                 fast_signals: bool = False, activation: tuple[str, ...] | None = None,
+                 cond: Conditions | None = None) -> None:
+        cond = cond or Conditions()
         self.name = name
         self.metric = metric  # "waiting" | "kv" | "util"
         # What KEDA's IsActive sums (default: the scaling metric; a second trigger may add e.g. "running").
@@ -261,9 +268,10 @@ class PromHpaPolicy(Policy):
         self.scrape_s = scrape_s
         self.behavior = behavior or HpaBehavior()
         self.keda = (keda or KedaConfig(max_replicas=max_replicas)) if use_keda else None
-        self.prom = PromScrape(self.scrape_s, fast=fast_signals)
-        self.hpa = Hpa(1, self.max_replicas, self.behavior)
-        self.kedal = Keda(self.keda) if self.keda is not None else None
+        self.prom = PromScrape(self.scrape_s, fast=fast_signals, phase_s=cond.phase("scrape", self.scrape_s))
+        self.hpa = Hpa(1, self.max_replicas, self.behavior, phase_s=cond.phase("sync", self.behavior.sync_period_s))
+        self.kedal = (Keda(self.keda, phase_s=cond.phase("poll", self.keda.polling_interval_s))
+                      if self.keda is not None else None)
 
     def params(self) -> dict[str, Any]:
         query = {"waiting": "sum(vllm:num_requests_waiting)", "kv": "sum(vllm:kv_cache_usage_perc)",
@@ -293,39 +301,50 @@ class PromHpaPolicy(Policy):
             cluster.set_spec(n, now)
 
 
+# llm-d's KEDA+EPP default: 16 running requests per replica (shared/reference/autoscalers.md, llm-d).
+LLMD_RUNNING_PER_REPLICA = 16.0
+
+
 class LlmdQueueGuardPolicy(Policy):
     """llm-d's recommended path (KEDA Prometheus scaler on the endpoint picker's metrics, the
     "queue-guard" overlay; ``shared/reference/autoscalers.md``, llm-d): a scalingModifiers formula
-    ``max(queue/1, running/16)`` where ``queue`` counts requests waiting anywhere (engines + held by
-    the router), minus the pods still pending (kube-state-metrics), floored at the current replicas
-    while pods are pending; External AverageValue target 1 (the formula is a replica count);
-    pollingInterval 15 s, HPA scale-up stabilisation 0, scale-down stabilisation 300 s."""
+    ``max(queue/1, running/16)`` where ``queue`` is the gateway's flow-control queue
+    (``llm_d_epp_flow_control_queue_size``: the requests the endpoint picker holds while every endpoint
+    is saturated, :meth:`benchmarks.sim.cluster.Cluster.saturated`; the engines' own waiting count is
+    not part of it) and ``running`` the engines' running requests (``llm_d_epp_request_running``), minus
+    the pods still pending (kube-state-metrics), floored at the current replicas while pods are
+    pending; External AverageValue target 1 (the formula is a replica count); pollingInterval 15 s,
+    HPA scale-up stabilisation 0, scale-down stabilisation 300 s."""
 
     name = "llm-d-queue-guard"
 
-    def __init__(self, max_replicas: int, *, fast_signals: bool = False, queue_per_replica: float = 1.0) -> None:
+    def __init__(self, max_replicas: int, *, fast_signals: bool = False, queue_per_replica: float = 1.0,
+                 behavior: HpaBehavior | None = None, cond: Conditions | None = None) -> None:
+        cond = cond or Conditions()
         self.max_replicas = max_replicas
         self.queue_per_replica = queue_per_replica  # the formula's queue divisor (llm-d's overlay: 1)
-        self.prom = PromScrape(15.0, fast=fast_signals)
+        self.prom = PromScrape(15.0, fast=fast_signals, phase_s=cond.phase("scrape", 15.0))
         self.keda_cfg = KedaConfig(polling_interval_s=15.0, cooldown_period_s=300.0, min_replicas=1,
                                    max_replicas=max_replicas)
-        self.keda = Keda(self.keda_cfg)
-        self.behavior = HpaBehavior(scale_up_stabilization_s=0.0, scale_down_stabilization_s=300.0)
-        self.hpa = Hpa(1, max_replicas, self.behavior)
+        self.keda = Keda(self.keda_cfg, phase_s=cond.phase("poll", 15.0))
+        self.behavior = replace(behavior or HpaBehavior(), scale_up_stabilization_s=0.0,
+                                scale_down_stabilization_s=300.0)
+        self.hpa = Hpa(1, max_replicas, self.behavior, phase_s=cond.phase("sync", self.behavior.sync_period_s))
         self.value = 0.0
 
     def params(self) -> dict[str, Any]:
         return {"formula": f"max(queue/{self.queue_per_replica:g}, running/16) - pending, floored at current "
                            "replicas while pending > 0",
-                "queue": "sum(vllm:num_requests_waiting) + llm_d_epp_flow_control_queue_size",
+                "queue": "llm_d_epp_flow_control_queue_size (the gateway holds requests while every endpoint "
+                         "is saturated)",
                 "running": "sum(vllm:num_requests_running)", "target": "AverageValue 1",
                 "prometheus_scrape_s": 15.0, "keda": self.keda_cfg.to_dict(), "hpa": self.behavior.to_dict(),
                 "max_replicas": self.max_replicas}
 
     def formula(self, current: int) -> float:
-        queue = self.prom.sum("waiting") + self.prom.router_queue
+        queue = self.prom.router_queue
         running = self.prom.sum("running")
-        want = max(queue / self.queue_per_replica, running / 16.0)
+        want = max(queue / self.queue_per_replica, running / LLMD_RUNNING_PER_REPLICA)
         pending = self.prom.pending
         if pending > 0:
             return max(float(current), want - pending)
@@ -346,48 +365,99 @@ class LlmdQueueGuardPolicy(Policy):
             cluster.set_spec(n, now)
 
 
+# WVA's saturation-scaling defaults (llm-d workload-variant-autoscaler, deprecated upstream: v0.9.0 is
+# its last release; shared/reference/autoscalers.md): a replica is saturated at KV usage 0.8 or 5
+# waiting requests; the fleet scales up when the mean spare capacity of the non-saturated replicas
+# falls under 0.1 of KV or 3 queue slots; each replica's values are max_over_time over 1 minute.
+WVA_KV_THRESHOLD = 0.8
+WVA_QUEUE_THRESHOLD = 5.0
+WVA_KV_SPARE_TRIGGER = 0.1
+WVA_QUEUE_SPARE_TRIGGER = 3.0
+WVA_WINDOW_S = 60.0  # max_over_time[1m]
+WVA_CYCLE_S = 30.0  # the saturation engine's reconcile interval
+
+
 class WvaSaturationPolicy(Policy):
-    """A WVA-style saturation analyzer (llm-d workload-variant-autoscaler, ``autoscalers.md``): every
-    30 s cycle, from Prometheus (15 s scrape), the fleet is saturated when the mean KV usage per
-    replica reaches 0.8 or the mean queue per replica reaches 5: +1 replica. It scales down by 1 only
-    if the load spread over N-1 replicas stays under both thresholds. The desired count goes to the HPA
-    (AverageValue 1) with a 120 s scale-down stabilisation (WVA's recommended minimum)."""
+    """WVA's saturation analyzer as its users ran it (deprecated upstream at v0.9.0): every 30 s cycle,
+    from Prometheus (15 s scrape), each ready replica's KV usage and waiting count are read as
+    ``max_over_time[1m]``. Replicas at KV >= 0.8 or queue >= 5 are saturated; the others' mean spare
+    capacity (0.8 - KV, 5 - queue) is the fleet's headroom. Scale up by one when every replica is
+    saturated or the mean spare falls under 0.1 (KV) or 3 (queue), but never while a replica it asked
+    for is still pending (WVA's cascade guard). Scale down by one when nothing is saturated and the
+    load spread over N-1 replicas keeps both spares at or above their triggers. The engines' waiting
+    counts only: the requests the gateway holds are not seen (llm-d-autoscaling#813). The desired count
+    goes to the HPA (AverageValue 1) with a 120 s scale-down stabilisation (WVA's recommended minimum)."""
 
     name = "wva-saturation"
 
-    def __init__(self, max_replicas: int, *, kv: float = 0.8, queue: float = 5.0, cycle_s: float = 30.0,
-                 fast_signals: bool = False) -> None:
+    def __init__(self, max_replicas: int, *, kv: float = WVA_KV_THRESHOLD, queue: float = WVA_QUEUE_THRESHOLD,
+                 cycle_s: float = WVA_CYCLE_S, fast_signals: bool = False, behavior: HpaBehavior | None = None,
+                 cond: Conditions | None = None) -> None:
+        cond = cond or Conditions()
         self.max_replicas = max_replicas
         self.kv = kv
         self.queue = queue
         self.cycle_s = cycle_s
-        self.prom = PromScrape(15.0, fast=fast_signals)
-        self.next_cycle = 0.0
-        self.behavior = HpaBehavior(scale_up_stabilization_s=0.0, scale_down_stabilization_s=120.0)
-        self.hpa = Hpa(1, max_replicas, self.behavior)
+        self.prom = PromScrape(15.0, fast=fast_signals, phase_s=cond.phase("scrape", 15.0))
+        self.next_cycle = cond.phase("cycle", cycle_s)
+        self.behavior = replace(behavior or HpaBehavior(), scale_up_stabilization_s=0.0,
+                                scale_down_stabilization_s=120.0)
+        self.hpa = Hpa(1, max_replicas, self.behavior, phase_s=cond.phase("sync", self.behavior.sync_period_s))
         self.desired: int | None = None
+        self.history: list[tuple[float, dict[str, tuple[float, float]]]] = []  # (scrape time, pod -> (kv, queue))
 
     def params(self) -> dict[str, Any]:
-        return {"kv_threshold": self.kv, "queue_threshold": self.queue, "cycle_s": self.cycle_s,
-                "prometheus_scrape_s": 15.0, "hpa": self.behavior.to_dict(), "max_replicas": self.max_replicas}
+        return {"kv_threshold": self.kv, "queue_threshold": self.queue, "kv_spare_trigger": WVA_KV_SPARE_TRIGGER,
+                "queue_spare_trigger": WVA_QUEUE_SPARE_TRIGGER, "window": "max_over_time[1m]",
+                "scale_up_while_pending": False, "cycle_s": self.cycle_s, "prometheus_scrape_s": 15.0,
+                "hpa": self.behavior.to_dict(), "max_replicas": self.max_replicas,
+                "status": "deprecated upstream (v0.9.0 is the last release)"}
 
-    def analyze(self, current: int) -> int:
-        n = len(self.prom.samples)
+    def record(self, now: float) -> None:
+        self.history.append((now, {name: (smp["kv"], smp["waiting"])
+                                   for name, smp in zip(self.prom.names, self.prom.samples, strict=True)}))
+        while self.history and self.history[0][0] <= now - WVA_WINDOW_S - 1e-9:
+            self.history.pop(0)
+
+    def windowed(self) -> list[tuple[float, float]]:
+        """Each replica of the latest scrape: (max KV, max queue) over the window."""
+        if not self.history:
+            return []
+        latest = self.history[-1][1]
+        out = []
+        for name in latest:
+            vals = [h[name] for _, h in self.history if name in h]
+            out.append((max(v[0] for v in vals), max(v[1] for v in vals)))
+        return out
+
+    def analyze(self, current: int, pending: int) -> int:
+        reps = self.windowed()
+        n = len(reps)
         if n == 0:
             return current
-        kv = self.prom.sum("kv")
-        q = self.prom.sum("waiting") + self.prom.router_queue
-        if kv / n >= self.kv or q / n >= self.queue:
+        free = [(kv, q) for kv, q in reps if kv < self.kv and q < self.queue]
+        saturated = n - len(free)
+        spare_kv = sum(self.kv - kv for kv, _ in free) / len(free) if free else 0.0
+        spare_q = sum(self.queue - q for _, q in free) / len(free) if free else 0.0
+        kv_trig = WVA_KV_SPARE_TRIGGER * self.kv / WVA_KV_THRESHOLD
+        q_trig = WVA_QUEUE_SPARE_TRIGGER * self.queue / WVA_QUEUE_THRESHOLD
+        if not free or spare_kv < kv_trig or spare_q < q_trig:
+            if pending > 0:  # no scale-up while replicas are pending
+                return current
             return min(self.max_replicas, current + 1)
-        if current > 1 and n > 1 and kv / (n - 1) < self.kv and q / (n - 1) < self.queue:
-            return current - 1
+        if saturated == 0 and current > 1 and n > 1:
+            kv_left = self.kv - sum(kv for kv, _ in reps) / (n - 1)
+            q_left = self.queue - sum(q for _, q in reps) / (n - 1)
+            if kv_left >= kv_trig and q_left >= q_trig:
+                return current - 1
         return current
 
     def control(self, cluster: Cluster, now: float, dt: float) -> None:
-        self.prom.maybe_scrape(now, cluster.ready_pods(), cluster.gateway_n, cluster.n_starting())
+        if self.prom.maybe_scrape(now, cluster.ready_pods(), cluster.gateway_n, cluster.n_starting()):
+            self.record(now)
         if now + 1e-9 >= self.next_cycle:
             self.next_cycle = now + self.cycle_s
-            self.desired = self.analyze(cluster.spec)
+            self.desired = self.analyze(cluster.spec, cluster.n_starting())
         if self.desired is None or not self.hpa.due(now):
             return
         raw = self.hpa.raw_external_average(float(self.desired), 1.0, cluster.spec)
@@ -396,16 +466,33 @@ class WvaSaturationPolicy(Policy):
             cluster.set_spec(n, now)
 
 
+# KServe's serverless (Knative KPA) path for an LLM: ``scaleMetric: concurrency`` with a per-model
+# ``scaleTarget`` (the soft target, autoscaling.knative.dev/target; KPA aims at 70% of it). KServe's KPA
+# page (kserve.github.io/website/docs/model-serving/predictive-inference/autoscaling/kpa-autoscaler)
+# shows scaleTarget 1 for a one-at-a-time predictor and gives no LLM value; an LLM server batches, so
+# the per-model value an operator writes is its batch at the documented running-request target: llm-d's
+# 16 running requests per vLLM replica (shared/reference/autoscalers.md), the same for every profile here.
+KPA_SCALE_TARGET: dict[str, float] = {"8b-h100": 16.0, "70b-h100-tp4": 16.0, "70b-h100-tp8": 16.0}
+
+
+def kpa_scale_target(profile: str) -> float:
+    return KPA_SCALE_TARGET.get(profile, 16.0)
+
+
 class KpaPolicy(Policy):
     name = "kpa-concurrency"
 
-    def __init__(self, cfg: KpaConfig) -> None:
+    def __init__(self, cfg: KpaConfig, cond: Conditions | None = None) -> None:
+        cond = cond or Conditions()
         self.kpa = Kpa(cfg)
+        self.kpa.next_tick = cond.phase("cycle", cfg.tick_s)
         self.cfg = cfg
-        self.next_sample = 0.0
+        self.next_sample = cond.phase("scrape", 1.0)
 
     def params(self) -> dict[str, Any]:
-        return {"kpa": self.cfg.to_dict(), "metric": "in-flight requests per pod (queue-proxy), sampled 1/s"}
+        return {"kpa": self.cfg.to_dict(), "scale_metric": "concurrency",
+                "scale_target": self.cfg.container_concurrency,
+                "metric": "in-flight requests per pod (queue-proxy), sampled 1/s"}
 
     def control(self, cluster: Cluster, now: float, dt: float) -> None:
         if now + 1e-9 >= self.next_sample:
@@ -416,6 +503,111 @@ class KpaPolicy(Policy):
             n = self.kpa.decide(now, cluster.n_ready(), cluster.spec)
             if n != cluster.spec:
                 cluster.set_spec(n, now)
+
+
+# ---- a predictive planner in the style of NVIDIA Dynamo's throughput planner ------------------------
+
+# Dynamo Planner's throughput-based mode (shared/reference/autoscalers.md, "NVIDIA Dynamo Planner"):
+# every 180 s it forecasts the next interval's request rate and mean input/output lengths, and sizes
+# the workers from profiled throughput at its TTFT/ITL targets (defaults 500 ms / 50 ms).
+DYNAMO_INTERVAL_S = 180.0
+DYNAMO_ITL_TARGET_S = 0.050
+# The forecast: Holt's linear trend (level and trend smoothing) standing in for Dynamo's ARIMA /
+# Prophet / Kalman predictors; 0.5 / 0.3 weigh the last interval about as an ARIMA(1,1,0) fit would.
+DYNAMO_LEVEL_ALPHA = 0.5
+DYNAMO_TREND_BETA = 0.3
+
+
+def profiled_throughput(engine: EngineProfile, isl: float, osl: float) -> tuple[float, float]:
+    """What Dynamo's pre-deployment profiler gives the planner for one replica: prefill tokens/s (an
+    empty batch, full chunks) and decode tokens/s at the largest batch whose step meets the ITL target
+    at a context of ``isl + osl / 2`` tokens per sequence."""
+    prefill = engine.prefill_rate(0.0, 0.0)
+    ctx = isl + osl / 2.0
+    best = 1.0 / engine.decode_step_s(1.0, ctx)
+    lo, hi = 1, engine.max_num_seqs
+    while lo <= hi:  # the step time grows with the batch: bisect for the largest batch within the target
+        mid = (lo + hi) // 2
+        step = engine.decode_step_s(float(mid), mid * ctx)
+        if step <= DYNAMO_ITL_TARGET_S and mid * ctx <= engine.kv_capacity_tokens:
+            best = mid / step
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return prefill, best
+
+
+class Holt:
+    """Holt's linear-trend forecast of the next value."""
+
+    def __init__(self, alpha: float = DYNAMO_LEVEL_ALPHA, beta: float = DYNAMO_TREND_BETA) -> None:
+        self.alpha, self.beta = alpha, beta
+        self.level: float | None = None
+        self.trend = 0.0
+
+    def observe(self, x: float) -> float:
+        if self.level is None:
+            self.level = x
+        else:
+            prev = self.level
+            self.level = self.alpha * x + (1 - self.alpha) * (prev + self.trend)
+            self.trend = self.beta * (self.level - prev) + (1 - self.beta) * self.trend
+        return max(0.0, self.level + self.trend)
+
+
+class DynamoPlannerPolicy(Policy):
+    """A throughput planner in Dynamo's style, for one aggregated pool: every 180 s it reads the last
+    interval's arrivals (count, mean ISL and OSL, as its frontend's metrics give them), forecasts the
+    next interval (Holt), and sets the replicas to max(prefill need, decode need) from profiled
+    throughput (:func:`profiled_throughput`), within [1, maxReplicas]; it skips an adjustment while
+    the previous one's replicas are still starting (Dynamo waits for the deployment to be ready) and
+    patches the replica count directly (its Kubernetes connector; no HPA)."""
+
+    name = "dynamo-planner"
+
+    def __init__(self, engine: EngineProfile, max_replicas: int, *, interval_s: float = DYNAMO_INTERVAL_S,
+                 cond: Conditions | None = None) -> None:
+        cond = cond or Conditions()
+        self.engine = engine
+        self.max_replicas = max_replicas
+        self.interval = interval_s
+        self.next_at = cond.phase("cycle", interval_s) or interval_s
+        self.mark = (0.0, 0, 0.0, 0.0)  # (time, arrivals, input tokens, output tokens) at the last adjustment
+        self.rate, self.isl, self.osl = Holt(), Holt(), Holt()
+        self.decisions: list[tuple[float, int]] = []
+
+    def params(self) -> dict[str, Any]:
+        return {"interval_s": self.interval, "predictor": f"Holt linear trend (alpha {DYNAMO_LEVEL_ALPHA}, beta "
+                f"{DYNAMO_TREND_BETA}) in place of Dynamo's ARIMA", "itl_target_s": DYNAMO_ITL_TARGET_S,
+                "mode": "throughput (aggregated pool)", "max_replicas": self.max_replicas,
+                "adjustments": len(self.decisions)}
+
+    def control(self, cluster: Cluster, now: float, dt: float) -> None:
+        if now + 1e-9 < self.next_at:
+            return
+        self.next_at = now + self.interval
+        t0, n0, i0, o0 = self.mark
+        n, i, o = cluster.arrived_n, cluster.arrived_in, cluster.arrived_out
+        self.mark = (now, n, i, o)
+        span = now - t0
+        if span <= 0:
+            return
+        count = n - n0
+        rate = self.rate.observe(count / span)
+        if count > 0:
+            isl = self.isl.observe((i - i0) / count)
+            osl = self.osl.observe((o - o0) / count)
+        else:
+            isl = self.isl.level or 0.0
+            osl = self.osl.level or 0.0
+        if cluster.n_starting() > 0:  # the last adjustment is still coming up
+            return
+        prefill, decode = profiled_throughput(self.engine, max(isl, 1.0), max(osl, 1.0))
+        need = max(rate * isl / prefill, rate * osl / decode)
+        want = max(1, min(self.max_replicas, math.ceil(need - 1e-9)))
+        self.decisions.append((now, want))
+        if want != cluster.spec:
+            cluster.set_spec(want, now)
 
 
 # ---- schedules (static, oracle) ---------------------------------------------------------------

@@ -41,7 +41,7 @@ from warmscale.warmpool.startup_model import (
 # The goal's SLO target (issue 21, requirement 1 and 8): warm-up-excluded attainment >= 99%.
 SLO_TARGET = 0.99
 # Bump when the search or the bound changes: cached schedules of another version are not reused.
-REFERENCE_VERSION = 1
+REFERENCE_VERSION = 2  # 2: gateway flow control, start-up draws and phases (issue 21 req. 2-3)
 # Simulations the clairvoyant-best search may spend per workload (the budget of issue 21: a 1-hour
 # ensemble of 8 within 120 s on 2 cores; a schedule simulation of a 1-hour trace takes 0.1-0.9 s).
 DEFAULT_SEARCH_EVALS = 24
@@ -58,16 +58,20 @@ def peak_token_rate(engine: EngineProfile) -> float:
     ``max_num_batched_tokens`` and lasts at least ``step_fixed_s + step_per_seq_s + tokens /
     prefill_tps`` (:meth:`EngineProfile.step_s` with one sequence), so the full step is the fastest."""
     b = float(engine.max_num_batched_tokens)
-    return b / (engine.step_fixed_s + engine.step_per_seq_s + b / engine.prefill_tps)
+    # The attention term makes a prompt token at context 0 the cheapest (EngineProfile.attention_extra).
+    cheapest = b / engine.prefill_tps + min(0.0, engine.attention_extra(b, 0.0))
+    return b / (engine.step_fixed_s + engine.step_per_seq_s + cheapest)
 
 
-def acquisition_s(startup: StartupProfile) -> float:
+def acquisition_s(startup: StartupProfile, startup_floor: float = 1.0) -> float:
     """The least GPU-charged time before a GPU not yet held can serve, over the paths the simulated
     cluster offers: a cold start, or a placeholder on a new node (provision + staging) then the
     placeholder's start. Every other warm path (retained node, replenished placeholder) reuses a GPU
-    that is already held and charged."""
-    via_placeholder = staging_time(startup, new_node=True) + time_to_ready(startup, PLACEHOLDER_STAGED)
-    return min(time_to_ready(startup, COLD), via_placeholder)
+    that is already held and charged. ``startup_floor``: the smallest factor a replica's start-up can
+    be drawn with (benchmarks/sim/conditions.py STARTUP_MIN_FACTOR; 1 with exact start-ups)."""
+    via_placeholder = (staging_time(startup, new_node=True)
+                       + startup_floor * time_to_ready(startup, PLACEHOLDER_STAGED))
+    return min(startup_floor * time_to_ready(startup, COLD), via_placeholder)
 
 
 @dataclass
@@ -180,11 +184,11 @@ def _bound_one(work: Workload, *, peak: float, slo: float, warm: float, span: fl
 
 
 def lower_bound(work: Workload, engine: EngineProfile, startup: StartupProfile, *, slo: float, warmup_s: float,
-                node_idle_s: float, target: float = SLO_TARGET) -> BoundResult:
+                node_idle_s: float, target: float = SLO_TARGET, startup_floor: float = 1.0) -> BoundResult:
     """GPU-hours below which no run that reaches ``target`` warm attainment exists (the largest of
     the bounds over a few window grids; each is valid on its own)."""
     peak = peak_token_rate(engine)
-    acq = acquisition_s(startup)
+    acq = acquisition_s(startup, startup_floor)
     tail = max(0.0, node_idle_s)
     span = work.span_s
     warm_mask = work.t >= warmup_s

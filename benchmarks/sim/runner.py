@@ -22,8 +22,10 @@ import numpy as np
 
 from warmscale.benchmarks.sim.arrivals import Workload, weighted_quantile
 from warmscale.benchmarks.sim.cluster import Cluster
+from warmscale.benchmarks.sim.conditions import STARTUP_MIN_FACTOR, Conditions
 from warmscale.benchmarks.sim.engine import EngineProfile, Request
 from warmscale.benchmarks.sim.policies import (
+    DynamoPlannerPolicy,
     KpaPolicy,
     LlmdQueueGuardPolicy,
     Policy,
@@ -31,7 +33,7 @@ from warmscale.benchmarks.sim.policies import (
     SchedulePolicy,
     WarmscalePolicy,
     WvaSaturationPolicy,
-    cold_start_for,
+    kpa_scale_target,
     max_replicas_for,
     model_profile_for,
     warmscale_metadata,
@@ -50,8 +52,33 @@ from warmscale.simulation.actuation import HpaBehavior, KedaConfig, KpaConfig
 from warmscale.warmpool.startup_model import COLD, StartupProfile, time_to_ready
 
 POLICY_NAMES = ("warmscale", "keda-prometheus-queue", "keda-prometheus-kv", "hpa-gpu-util", "kpa-concurrency",
-                "llm-d-queue-guard", "wva-saturation", "never-scale", "static-peak-clairvoyant",
+                "llm-d-queue-guard", "wva-saturation", "dynamo-planner", "never-scale", "static-peak-clairvoyant",
                 "clairvoyant-heuristic", "oracle-instant")
+# The HPA behaviour every HPA-driven policy runs with (issue 21, requirement 3: equal information).
+# "shipped-example": warmscale's shipped ScaledObjects (manifests/examples/vllm/scaledobject.yaml):
+# scale-up stabilisation 0, max(100%, 2 pods) per 15 s, tolerance 0 (hpaTolerance "0"); warmscale also
+# takes its scale-down side (stabilisation 0, 1 pod per 60 s: the scaler stabilises itself). The
+# baselines take the scale-up side and the tolerance, and keep the scale-down stabilisation their own
+# guides document. "kubernetes-default": the HPA's defaults for everyone (max(100%, 4 pods) per 15 s,
+# tolerance 0.1); warmscale keeps only its scale-down stabilisation 0.
+HPA_PROFILES = ("shipped-example", "kubernetes-default")
+SHIPPED_EXAMPLE_HPA = HpaBehavior(tolerance=0.0, scale_up_stabilization_s=0.0, scale_up_percent=100.0,
+                                  scale_up_pods=2, scale_up_period_s=15.0, scale_down_stabilization_s=0.0,
+                                  scale_down_pods=1, scale_down_period_s=60.0)
+
+
+def hpa_behavior(profile: str, *, subject: bool) -> HpaBehavior:
+    """The HPA behaviour of warmscale (``subject``) or of a baseline (before its own scale-down)."""
+    if profile not in HPA_PROFILES:
+        raise ValueError(f"unknown HPA profile {profile!r} (known: {', '.join(HPA_PROFILES)})")
+    if profile == "shipped-example":
+        if subject:
+            return SHIPPED_EXAMPLE_HPA
+        e = SHIPPED_EXAMPLE_HPA
+        return HpaBehavior(tolerance=e.tolerance, scale_up_stabilization_s=e.scale_up_stabilization_s,
+                           scale_up_percent=e.scale_up_percent, scale_up_pods=e.scale_up_pods,
+                           scale_up_period_s=e.scale_up_period_s)
+    return HpaBehavior(scale_down_stabilization_s=0.0) if subject else HpaBehavior()
 # The cost references (issue 21): rows of every run unless BenchConfig.references is off.
 STATIC_BEST = "static-best"
 CLAIRVOYANT_BEST = "clairvoyant-best"
@@ -102,6 +129,8 @@ class SimSettings:
     node_idle_s: float = 600.0
     warmup_s: float = 0.0  # results also reported for arrivals (and GPU time) after this
     fast_signals: bool = False
+    # start-up draws and loop phases (benchmarks/sim/conditions.py); the default: exact, phases 0
+    conditions: Conditions = field(default_factory=Conditions)
     progress: Callable[[str, float], None] | None = None
 
 
@@ -109,7 +138,7 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
              s: SimSettings, *, keep_misses: bool = False, make_engine: Any = None) -> PolicyResult:
     wall0 = time.perf_counter()
     cluster = Cluster(engine, startup, standby=policy.standby, node_idle_s=s.node_idle_s, instant=policy.instant,
-                      make_engine=make_engine)
+                      make_engine=make_engine, draws=s.conditions.startup_draws())
     cluster.start_ready(initial, 0.0)
     policy.start(cluster, 0.0)
     T, N, IN, OUT = work.t.tolist(), work.n.tolist(), work.inp.tolist(), work.out.tolist()
@@ -363,6 +392,7 @@ class BenchConfig:
     tuned: bool = False  # also a ``<name>-tuned`` row per reactive baseline in ``policies`` (TUNING)
     search_evals: int = DEFAULT_SEARCH_EVALS  # simulations the clairvoyant-best search may spend
     cache_dir: Path | None = None  # found reference schedules (None: no cache)
+    hpa_profile: str = "shipped-example"  # HPA_PROFILES
 
 
 def tuned_names(bc: BenchConfig) -> list[str]:
@@ -379,34 +409,39 @@ def start_replicas_from_need(curve: NeedCurve, window_s: float = 300.0) -> int:
 # The reactive baselines' main threshold and the values a ``-tuned`` row sweeps (issue 21, requirement
 # 2: warmscale against a tuned competitor, not only defaults). The first value is the default row's.
 # queue: waiting requests per replica; kv, util: the per-replica target; kpa: the container concurrency
-# (KPA targets 70% of it); wva: the KV threshold (the queue threshold scaled alike, 5 x v / 0.8); llm-d:
+# (KPA targets 70% of it; the default row's value is the per-model KPA_SCALE_TARGET, 16 on every
+# profile); wva: the KV threshold (the queue threshold and both spare triggers scaled alike); llm-d:
 # the queue divisor of max(queue/q, running/16).
 TUNING: dict[str, tuple[float, ...]] = {
     "keda-prometheus-queue": (5.0, 1.0, 2.0, 10.0),
     "keda-prometheus-kv": (0.8, 0.4, 0.6, 0.9),
     "hpa-gpu-util": (0.8, 0.4, 0.6, 0.9),
-    "kpa-concurrency": (100.0, 8.0, 16.0, 32.0),
+    "kpa-concurrency": (16.0, 4.0, 8.0, 32.0),
     "llm-d-queue-guard": (1.0, 2.0, 4.0, 8.0),
     "wva-saturation": (0.8, 0.5, 0.6, 0.7),
 }
 TUNED_SUFFIX = "-tuned"
 
 
-def reactive_policy(name: str, value: float | None, max_r: int, fast: bool) -> Policy:
-    """A reactive baseline with its main threshold at ``value`` (None: its default, TUNING[name][0])."""
+def reactive_policy(name: str, value: float | None, max_r: int, fast: bool, *, cond: Conditions | None = None,
+                    hpa_profile: str = "shipped-example", profile: str = "8b-h100") -> Policy:
+    """A reactive baseline with its main threshold at ``value`` (None: its default, TUNING[name][0];
+    KPA's: the per-model scaleTarget), loops phased by ``cond``, HPA scale-up per ``hpa_profile``."""
     v = TUNING[name][0] if value is None else value
+    beh = hpa_behavior(hpa_profile, subject=False)
     if name == "keda-prometheus-queue":
-        return PromHpaPolicy(name, "waiting", v, max_r, fast_signals=fast)
+        return PromHpaPolicy(name, "waiting", v, max_r, fast_signals=fast, behavior=beh, cond=cond)
     if name == "keda-prometheus-kv":
-        return PromHpaPolicy(name, "kv", v, max_r, fast_signals=fast)
+        return PromHpaPolicy(name, "kv", v, max_r, fast_signals=fast, behavior=beh, cond=cond)
     if name == "hpa-gpu-util":
-        return PromHpaPolicy(name, "util", v, max_r, use_keda=False, fast_signals=fast)
+        return PromHpaPolicy(name, "util", v, max_r, use_keda=False, fast_signals=fast, behavior=beh, cond=cond)
     if name == "kpa-concurrency":
-        return KpaPolicy(KpaConfig(max_replicas=max_r, container_concurrency=v))
+        target = kpa_scale_target(profile) if value is None else value
+        return KpaPolicy(KpaConfig(max_replicas=max_r, container_concurrency=target), cond=cond)
     if name == "llm-d-queue-guard":
-        return LlmdQueueGuardPolicy(max_r, fast_signals=fast, queue_per_replica=v)
+        return LlmdQueueGuardPolicy(max_r, fast_signals=fast, queue_per_replica=v, behavior=beh, cond=cond)
     if name == "wva-saturation":
-        return WvaSaturationPolicy(max_r, kv=v, queue=5.0 * v / 0.8, fast_signals=fast)
+        return WvaSaturationPolicy(max_r, kv=v, queue=5.0 * v / 0.8, fast_signals=fast, behavior=beh, cond=cond)
     raise ValueError(f"not a reactive baseline: {name!r}")
 
 
@@ -417,7 +452,9 @@ def tuned(name: str, work: Workload, engine: EngineProfile, startup: StartupProf
     base = name.removesuffix(TUNED_SUFFIX)
     max_r = bc.max_replicas or max_replicas_for(bc.profile)
     quiet = replace(s, progress=None)
-    runs = [(v, simulate(work, reactive_policy(base, v, max_r, s.fast_signals), engine, startup, initial, quiet))
+    runs = [(v, simulate(work, reactive_policy(base, v, max_r, s.fast_signals, cond=s.conditions,
+                                               hpa_profile=bc.hpa_profile, profile=bc.profile),
+                         engine, startup, initial, quiet))
             for v in TUNING[base]]
     meets = [(r.gpu_hours, i) for i, (_, r) in enumerate(runs) if r.slo_attainment_warm >= SLO_TARGET]
     pick = min(meets)[1] if meets else min((-round(r.slo_attainment_warm, 3), r.gpu_hours, i)
@@ -437,13 +474,20 @@ def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: 
     out: list[Policy] = []
     for name in names:
         if name == "warmscale":
-            md = warmscale_metadata(max_r, s.slo_ttft, bc.warmscale_overrides, cold_start_for(bc.profile),
-                                    model_profile_for(bc.profile))
-            beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
+            # No timeToReadySeconds (issue 21, requirement 3): the key's documented default until the
+            # warm-pool controller has measured starts, as on a fresh install; never the exact start-up.
+            beh = hpa_behavior(bc.hpa_profile, subject=True)
+            overrides = dict(bc.warmscale_overrides)
+            if beh.tolerance == 0.0:  # the shipped examples pair tolerance 0 with hpaTolerance "0"
+                overrides.setdefault("hpaTolerance", "0")
+            md = warmscale_metadata(max_r, s.slo_ttft, overrides, None, model_profile_for(bc.profile))
             out.append(WarmscalePolicy(md, startup, bc.standby, beh, KedaConfig(min_replicas=1, max_replicas=max_r),
-                                       fast_signals=fast, initial_replicas=initial))
+                                       fast_signals=fast, initial_replicas=initial, cond=s.conditions))
         elif name in TUNING:
-            out.append(reactive_policy(name, None, max_r, fast))
+            out.append(reactive_policy(name, None, max_r, fast, cond=s.conditions, hpa_profile=bc.hpa_profile,
+                                       profile=bc.profile))
+        elif name == "dynamo-planner":
+            out.append(DynamoPlannerPolicy(engine, max_r, cond=s.conditions))
         elif name == "never-scale":  # issue 21: the start fleet, held; what not autoscaling at all costs
             out.append(SchedulePolicy(name, [0.0], [initial], info={"replicas": initial}))
         elif name == "static-peak-clairvoyant":
@@ -527,7 +571,8 @@ def _evaluator(work: Workload, engine: EngineProfile, startup: StartupProfile, s
 
 def _reference_settings(s: SimSettings, bc: BenchConfig, **extra: Any) -> dict[str, Any]:
     return {"dt": s.dt, "slo": s.slo_ttft, "warmup": s.warmup_s, "idle": s.node_idle_s, "drain": s.drain_max_s,
-            "target": SLO_TARGET, "max_r": bc.max_replicas or max_replicas_for(bc.profile), **extra}
+            "target": SLO_TARGET, "max_r": bc.max_replicas or max_replicas_for(bc.profile),
+            "conditions": s.conditions.to_dict(), **extra}
 
 
 def _cached(kind: str, work: Workload, engine: EngineProfile, startup: StartupProfile, settings: dict[str, Any],
@@ -577,7 +622,9 @@ def reference_rows(work: Workload, start: int, curve: NeedCurve, engine: EngineP
 def references_meta(work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings,
                     results: dict[str, PolicyResult]) -> dict[str, Any]:
     """The ``references`` object: the bound, and the two searched rows' GPU-hours."""
-    b = lower_bound(work, engine, startup, slo=s.slo_ttft, warmup_s=s.warmup_s, node_idle_s=s.node_idle_s)
+    floor = 1.0 if s.conditions.exact else STARTUP_MIN_FACTOR
+    b = lower_bound(work, engine, startup, slo=s.slo_ttft, warmup_s=s.warmup_s, node_idle_s=s.node_idle_s,
+                    startup_floor=floor)
     cb = results.get(CLAIRVOYANT_BEST)
     sb = results.get(STATIC_BEST)
     return {
@@ -611,7 +658,8 @@ _FORK_STATE: dict[str, Any] = {}
 # with it, never a result.
 _REFERENCES = "(references)"
 _COST_RANK = (_REFERENCES, "keda-prometheus-queue", "warmscale", "hpa-gpu-util",
-              "keda-prometheus-kv", "kpa-concurrency", "llm-d-queue-guard", "wva-saturation", "never-scale",
+              "keda-prometheus-kv", "kpa-concurrency", "llm-d-queue-guard", "wva-saturation", "dynamo-planner",
+              "never-scale",
               "static-peak-clairvoyant", "clairvoyant-heuristic", "oracle-instant")
 _SIZING = "(oracle sizing)"
 

@@ -116,7 +116,7 @@ class ReferenceEngine(Engine):
             if extra > self.free_blocks:
                 k = 1
         k = max(1, min(k, self.max_jump))
-        k, a, s = self._segment_time(k, nseq, new_tok, kv0)
+        k, a, s = self._segment_time(k, nseq, new_tok, kv0, self._attention(comp) if pre_tok else (0.0, 0.0))
         g = float(new_tok)
         self._seg = (comp, k, a, g, s)
         self.seg_end = self.clock + self._dur(k, a, s)

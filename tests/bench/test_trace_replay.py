@@ -10,11 +10,12 @@ import pytest
 
 from warmscale.benchmarks import cli
 from warmscale.benchmarks.sim.arrivals import load_trace
-from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, REFERENCE_ROWS
+from warmscale.benchmarks.sim.runner import CLAIRVOYANT, POLICY_NAMES, REFERENCE_ROWS, TUNED_SUFFIX, TUNING
 
 KEYS = {"slo_attainment", "gpu_hours", "ttft_p50_s", "ttft_p99_s", "cold_starts", "max_replicas",
         "slo_attainment_warm", "x_clairvoyant_best", "x_bound"}
-ROWS = set(POLICY_NAMES) | set(REFERENCE_ROWS)
+# --tuned is on by default (issue 21, requirement 2): a <name>-tuned row per reactive baseline.
+ROWS = set(POLICY_NAMES) | set(REFERENCE_ROWS) | {n + TUNED_SUFFIX for n in TUNING}
 
 
 def _requests_csv(path: Path, seed: int = 3) -> Path:
@@ -96,16 +97,20 @@ def test_ensemble_json_contract_and_determinism_per_seed(tmp_path: Path) -> None
         assert set(p) == {"median_diff_slo", "ci95_slo", "median_diff_gpu", "ci95_gpu"}
         assert p["ci95_slo"][0] <= p["median_diff_slo"] <= p["ci95_slo"][1]
         assert p["ci95_gpu"][0] <= p["median_diff_gpu"] <= p["ci95_gpu"][1]
-    kinds = [m["kind"] for m in a["details"]["ensemble_members"]]
-    assert kinds == ["unperturbed", "jitter", "rotate"]
+    members = a["details"]["ensemble_members"]
+    assert [m["kind"] for m in members] == ["member"] * 3  # distinct: rotation and seed each
+    assert len({m["fraction"] for m in members}) == len({m["seed"] for m in members}) == 3
     # the unperturbed member is today's single run
     single = _run(tmp_path, trace, "s", *args[2:])
     assert single["policies"] == a["policies"]
     # determinism per seed: same seed same numbers, another seed other jitter
     assert _run(tmp_path, trace, "e2", *args)["ensemble"] == ens
     c = _run(tmp_path, trace, "e3", *args, "--seed", "9")
-    assert c["policies"] == a["policies"]
     assert c["details"]["ensemble_members"][1]["seed"] != a["details"]["ensemble_members"][1]["seed"]
+    assert c["details"]["conditions"]["seed"] == 9000  # member 0's start-up draws and phases follow --seed
+    exact = _run(tmp_path, trace, "x1", *args[2:], "--exact-startup")
+    assert exact["details"]["conditions"]["seed"] is None
+    assert _run(tmp_path, trace, "x2", *args[2:], "--exact-startup", "--seed", "9")["policies"] == exact["policies"]
 
 
 def test_rate_curve_arrivals_are_seeded_poisson(tmp_path: Path) -> None:

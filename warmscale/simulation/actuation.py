@@ -30,6 +30,9 @@ class HpaBehavior:
     scale_up_period_s: float = 15.0
     scale_down_percent: float = 100.0
     scale_down_period_s: float = 15.0
+    # > 0: one ``Pods`` scale-down policy of this many pods per period instead of the percent one
+    # (warmscale's shipped examples: 1 pod per 60 s).
+    scale_down_pods: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,7 +105,8 @@ class Hpa:
         if desired < current:
             removed = -sum(d for t, d in self.events if d < 0 and t > now - b.scale_down_period_s)
             base = current + removed
-            limit = math.floor(base * (1 - b.scale_down_percent / 100.0))
+            limit = (base - b.scale_down_pods if b.scale_down_pods > 0
+                     else math.floor(base * (1 - b.scale_down_percent / 100.0)))
             return min(current, max(desired, limit))
         return desired
 
