@@ -106,8 +106,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "the baselines take its scale-up side) or the Kubernetes defaults for everyone")
     parser.add_argument("--exact-startup", action="store_true",
                         help="every replica starts in exactly the start-up ladder's time and every loop at phase 0 "
-                             "(default: per-replica lognormal draws and per-member phases, "
-                             "benchmarks/sim/conditions.py)")
+                             "(default: per-replica lognormal draws and per-member phases; docs/benchmarks.md, "
+                             "'Equal information')")
     parser.add_argument("--no-references", action="store_true",
                         help="skip the cost references (bound, static-best, clairvoyant-best; docs/benchmarks.md)")
     parser.add_argument("--search-evals", type=int, default=None,
