@@ -75,7 +75,7 @@ def test_python_m_runs_from_a_checkout_without_an_install(tmp_path: Path) -> Non
     proc = subprocess.run([sys.executable, "-m", "warmscale.scaler.config"], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("| key | default |")
+    assert proc.stdout.startswith("| key | kind | default |")
 
 
 def test_the_wheel_ships_the_local_cluster_harness_without_test_dependencies(wheel: Path, tmp_path: Path) -> None:
