@@ -27,7 +27,8 @@ from warmscale.localcluster import workloads as w
 from warmscale.localcluster.fleet import GPU_RESOURCE, H100, H100_MIG_1G, H100_MIG_3G, L4_SHARED
 from warmscale.warmpool import objects as ob
 
-pytestmark = pytest.mark.cluster
+# ~100 s each (KWOK MIG nodes; the KubeRay operator): marker slow, `python3 -m pytest -m slow`
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 P = "warmscale.io/"
 MIG1 = "nvidia.com/mig-1g.10gb"
 MANAGED = f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}"

@@ -32,7 +32,8 @@ from warmscale.localcluster.harness import Cluster
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.raycluster import RAY_GROUP, RAY_PLURAL, RAY_VERSION, RAYCLUSTER_KIND
 
-pytestmark = pytest.mark.cluster
+# ~100 s each (KWOK MIG nodes; the KubeRay operator): marker slow, `python3 -m pytest -m slow`
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 P = "warmscale.io/"
 MIG1 = "nvidia.com/mig-1g.10gb"
 MANAGED = f"{ob.MANAGED_BY}={ob.MANAGED_BY_VALUE}"
