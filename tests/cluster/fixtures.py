@@ -141,29 +141,27 @@ def _started_beside(cluster: Cluster, component: Any, key: str) -> Iterator[Clus
         component.stop(cluster)
 
 
-@pytest.fixture(scope="session")
-def volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def _optional_beside(request: pytest.FixtureRequest, component: Any, key: str) -> Iterator[Cluster]:
+    """An optional build (Volcano: only on request, the Go proxy does not serve the volcano.sh/apis it
+    requires; Kueue: build-cluster.sh --kueue-only, a plain build makes it too): its tests skip without
+    the binaries, even in CI, with the reason, checked before the cluster is asked for (a skip costs no
+    cluster start)."""
     try:
-        volcano.locate()
+        component.locate()
     except BinariesMissing as exc:
-        # skipped even in CI, unlike KEDA: CI cannot build Volcano yet (the Go proxy does not serve the
-        # volcano.sh/apis it requires: testbed/volcano/go.mod), so it is built only on request. Checked
-        # before the cluster is asked for: a skip costs no cluster start.
         pytest.skip(str(exc))
     k8s_cluster: Cluster = request.getfixturevalue("k8s_cluster")
-    yield from _started_beside(k8s_cluster, volcano, "volcano")
+    yield from _started_beside(k8s_cluster, component, key)
+
+
+@pytest.fixture(scope="session")
+def volcano_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    yield from _optional_beside(request, volcano, "volcano")
 
 
 @pytest.fixture(scope="session")
 def kueue_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    try:
-        kueue.locate()
-    except BinariesMissing as exc:
-        # Kueue is an optional build (build-cluster.sh --kueue-only; a plain build makes it too): its tests
-        # skip without it, with the reason, checked before any cluster is started.
-        pytest.skip(str(exc))
-    k8s_cluster: Cluster = request.getfixturevalue("k8s_cluster")
-    yield from _started_beside(k8s_cluster, kueue, "kueue")
+    yield from _optional_beside(request, kueue, "kueue")
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ async def _delete_kueue_cluster_objects(api: client.ApiClient, objs: list[dict[s
     custom = client.CustomObjectsApi(api)
     for o in objs:
         if o["apiVersion"] == "/".join(kueue.KUEUE_API) and "namespace" not in o["metadata"]:
-            plural = o["kind"].lower() + ("es" if o["kind"].endswith("s") else "s")
+            plural = kueue.plural(o["kind"])
             try:
                 await custom.delete_cluster_custom_object(*kueue.KUEUE_API, plural, o["metadata"]["name"])
             except ApiException as exc:

@@ -191,7 +191,7 @@ async def _delete(api: client.ApiClient, custom: client.CustomObjectsApi, o: dic
             await custom.delete_namespaced_custom_object("keda.sh", "v1alpha1", m["namespace"], "scaledjobs",
                                                          m["name"])
         elif o["apiVersion"] == "/".join(kueue.KUEUE_API):
-            plural = o["kind"].lower() + ("es" if o["kind"].endswith("s") else "s")
+            plural = kueue.plural(o["kind"])
             if "namespace" in m:
                 await custom.delete_namespaced_custom_object(*kueue.KUEUE_API, m["namespace"], plural, m["name"])
             else:

@@ -77,6 +77,12 @@ FRAMEWORK_PATHS = ("-batch-v1-job", "--v1-pod", "-apps-v1-deployment", "-apps-v1
 KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 
 
+def plural(kind: str) -> str:
+    """The resource name of a Kueue kind (ClusterQueue -> clusterqueues, WorkloadPriorityClass ->
+    workloadpriorityclasses), for deleting the objects an example applied."""
+    return kind.lower() + ("es" if kind.endswith("s") else "s")
+
+
 def version() -> str:
     return pinned_versions()["KUEUE_VERSION"]
 
