@@ -257,16 +257,25 @@ async def ignore_not_found(call: Awaitable[Any]) -> None:
 
 
 async def wait_for(predicate: Callable[[], Awaitable[Any]], *, within: float, what: str, interval: float = 0.25) -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail the test after ``within`` seconds."""
-    try:
-        async with asyncio.timeout(within):
-            while True:
-                value = await predicate()
-                if value:
-                    return value
-                await asyncio.sleep(interval)
-    except TimeoutError:
-        pytest.fail(f"timed out after {within:.0f}s waiting for {what}", pytrace=False)
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``within`` seconds.
+
+    The deadline is checked on the loop's clock at every round, and each call of the predicate is
+    bounded by what is left: a predicate whose client swallows a cancellation (seen once in CI: the
+    test sat idle until pytest-timeout's 300 s) ends the wait at the deadline all the same."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        try:
+            value = await asyncio.wait_for(predicate(), left)
+        except TimeoutError:
+            break
+        if value:
+            return value
+        await asyncio.sleep(min(interval, max(0.0, deadline - loop.time())))
+    pytest.fail(f"timed out after {within:.0f}s waiting for {what}", pytrace=False)
 
 
 async def _allowed(api: client.ApiClient, namespace: str, sa: str, rule: client.V1PolicyRule) -> bool:
