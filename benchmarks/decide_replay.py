@@ -5,16 +5,19 @@
 
 ``record`` runs ``warmscale bench trace`` in this process (warmscale only, one job) and keeps every
 (observation, state, config, now) the production tracker hands to ``decide``. ``compare`` feeds each
-of them to this checkout's ``decide`` and to ``scaler/policy.py`` as it is at git revision REV (run
-against this checkout's other modules), and counts the inputs whose count, activity, reason or
-reported metric differ, by (old reason -> new reason). Both see the same inputs, so a difference is
-the policy's alone, not a consequence of an earlier one.
+of them to this checkout's ``decide`` and to ``decide`` as it is at git revision REV (every module of
+``scaler/`` that differs loaded as it is at REV, the rest this checkout's), and counts the inputs
+whose count, activity, reason or reported metric differ, by (old reason -> new reason). Both see
+the same inputs, so a difference is the policy's alone, not a consequence of an earlier one.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import json
 import pickle
@@ -57,17 +60,55 @@ def record(out: Path, bench_args: list[str]) -> int:
 
 
 def decide_at(rev: str) -> Decide:
-    """``decide`` from ``scaler/policy.py`` at ``rev``, importing this checkout's other modules."""
-    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:scaler/policy.py"], check=True,
-                          capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "policy_at_rev.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("warmscale_policy_at_rev", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
+    """``decide`` as it is at ``rev``: every module of ``scaler/`` that differs between ``rev`` and this
+    checkout is loaded as it is at ``rev`` (the pipeline's steps in ``scaler/decide/`` included), the
+    others are this checkout's. The old modules live only behind the returned function: ``sys.modules``
+    is put back afterwards, so the rest of this process keeps this checkout's."""
+    changed = subprocess.run(["git", "-C", str(REPO), "diff", "--name-only", rev, "--", "scaler/"], check=True,
+                             capture_output=True, text=True).stdout.split()
+    old_files = {f"warmscale.{n[:-3].replace('/', '.')}": n for n in changed if n.endswith(".py")}
+    old_files.pop("warmscale.scaler.__init__", None)
+    old_files["warmscale.scaler.policy"] = "scaler/policy.py"
+    root = Path(tempfile.mkdtemp())
+    sources: dict[str, Path] = {}
+    for name, rel in old_files.items():
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{rel}"], capture_output=True, text=True)
+        if shown.returncode != 0:
+            continue  # new in this checkout: the old modules never import it
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(shown.stdout)
+        sources[name.removesuffix(".__init__")] = path
+    saved = {name: sys.modules[name] for name in list(sys.modules) if name in sources}
+    for name in sources:
+        sys.modules.pop(name, None)
+    finder = _AtRev(sources)
+    sys.meta_path.insert(0, finder)
+    try:
+        module = importlib.import_module("warmscale.scaler.policy")
+    finally:
+        sys.meta_path.remove(finder)
+        for name in sources:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+        for name, mod in saved.items():  # the import set the old module on its package: put it back
+            parent, _, leaf = name.rpartition(".")
+            if parent in sys.modules:
+                setattr(sys.modules[parent], leaf, mod)
     return module.decide  # type: ignore[no-any-return]
+
+
+class _AtRev(importlib.abc.MetaPathFinder):
+    """Finds the modules of ``sources`` (name -> file at the base revision) there."""
+
+    def __init__(self, sources: dict[str, Path]) -> None:
+        self.sources = sources
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        file = self.sources.get(name)
+        if file is None:
+            return None
+        return importlib.util.spec_from_file_location(name, file)
 
 
 def _answer(d: Any) -> tuple[int, bool, str, float]:
@@ -100,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--out", type=Path, required=True, help="where to write the inputs (.pkl.gz)")
     cmp_ = sub.add_parser("compare", help="replay recorded inputs through two versions of decide")
     cmp_.add_argument("recording", type=Path, help="a file written by `record`")
-    cmp_.add_argument("--base", required=True, help="git revision whose scaler/policy.py is the old decide")
+    cmp_.add_argument("--base", required=True, help="git revision whose decide is the old one")
     cmp_.add_argument("--json", type=Path, default=None, help="also write the comparison here")
     bench: list[str] = []
     if "--" in argv:

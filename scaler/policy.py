@@ -3,7 +3,8 @@
 :func:`decide` runs the pipeline of steps in ``scaler/decide/`` in order, each a pure function that
 appends what it did to :attr:`Decision.trace`:
 
-1. ``need`` (decide/need.py): every rule's count from the observation; the largest is the need.
+1. ``need`` (decide/need.py, scaler/sizing.py): one capacity model sizes each resource for the demand;
+   the largest resource is the need.
 2. ``confirm`` (decide/confirm.py): cold capacity only for a need that lasts or recurs.
 3. ``partial-data``, ``gpu-busy``, ``pd-ratio`` (decide/guards.py): unknown replicas block a
    scale-down, and so do busy GPUs (DCGM); the prefill/decode ratio raises a lagging role.
