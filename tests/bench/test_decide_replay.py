@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from warmscale.benchmarks import decide_replay
+from warmscale.scaler.decide import need as need_module
 from warmscale.scaler.policy import decide
 
 
@@ -33,3 +38,15 @@ def test_record_then_compare_explains_every_difference(tmp_path: Path) -> None:
 def test_the_decide_of_this_checkout_at_head_is_loadable() -> None:
     old = decide_replay.decide_at("HEAD")
     assert callable(old)
+
+
+def test_the_old_decide_runs_the_old_pipeline_steps_and_this_process_keeps_the_new() -> None:
+    rev = "5818623"  # the last revision before need.py was restructured into scaler/sizing.py
+    if subprocess.run(["git", "-C", str(decide_replay.REPO), "cat-file", "-e", f"{rev}^{{commit}}"],
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"revision {rev} not in this clone")
+    old = decide_replay.decide_at(rev)
+    old_need = old.__globals__["need"]
+    assert old_need.__code__.co_filename != need_module.need.__code__.co_filename
+    assert "size" not in old_need.__globals__  # the old need step, which had its rules inline
+    assert sys.modules["warmscale.scaler.decide.need"] is need_module
