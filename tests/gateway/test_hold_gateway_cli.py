@@ -249,3 +249,30 @@ def test_a_bad_flag_exits_2_naming_it(args: list[str], flag: str) -> None:
                           text=True, timeout=WAIT_S)
     assert done.returncode == 2, done.stderr
     assert flag in done.stderr
+
+
+def test_the_shipped_example_passes_the_gateway_flags_it_reads() -> None:
+    """manifests/examples/hold-gateway: the container's arguments parse with the real command line, its
+    ServiceAccount is the generated Role's, its probes and Service use its port, and the pod's grace
+    covers the drain delay and the gateway's own grace."""
+    from tests.manifests.helpers import find, render
+    from warmscale.cli import build_parser
+    from warmscale.scaler.holdgate_cli import QUEUE_KEY_TEMPLATE
+    from warmscale.warmpool.rbac import HOLD_GATEWAY_NAME
+
+    objs = render("manifests/examples/hold-gateway")
+    (deploy,) = find(objs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    args = build_parser().parse_args(c["args"])
+    assert args.command == "hold-gateway"
+    assert pod["serviceAccountName"] == HOLD_GATEWAY_NAME
+    assert {o["metadata"]["name"] for o in find(objs, "RoleBinding")} == {HOLD_GATEWAY_NAME}
+    assert args.queue_key == QUEUE_KEY_TEMPLATE.format(namespace=args.namespace, workload=args.workload)
+    assert deploy["metadata"]["namespace"] == args.namespace
+    assert c["ports"][0]["containerPort"] == args.port
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert pod["terminationGracePeriodSeconds"] > args.drain_delay_seconds + args.grace_seconds
+    services = {s["metadata"]["name"]: s for s in find(objs, "Service")}
+    assert args.service in services
+    assert args.service_port in {p["name"] for p in services[args.service]["spec"]["ports"]}
