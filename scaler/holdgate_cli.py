@@ -154,7 +154,10 @@ async def serve(args: argparse.Namespace) -> int:
 
         endpoints = ServiceEndpoints(api, args.namespace, args.service, args.service_port, on_change=gateway.notify)
         watching = asyncio.create_task(endpoints.run(), name=f"endpointslices {args.namespace}/{args.service}")
-    runner = web.AppRunner(gateway.app(), access_log=None, shutdown_timeout=args.grace_seconds)
+    # handler_cancellation: a client that gives up takes its request out of the hold (and its token off
+    # the queue) at once, not at --hold-max-seconds.
+    runner = web.AppRunner(gateway.app(), access_log=None, shutdown_timeout=args.grace_seconds,
+                           handler_cancellation=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -44,14 +44,14 @@ SLOW_TOKEN_S = 0.4
 class Gateway:
     """``python -m warmscale hold-gateway`` on a free loopback port, JSON logs to a file."""
 
-    def __init__(self, tmp: Path, redis: RedisServer, prefix: str, *args: str) -> None:
+    def __init__(self, tmp: Path, redis: RedisServer, prefix: str, *args: str, namespace: str = NS) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.queue_key = f"{prefix}:hold:{NS}:{NAME}"
+        self.queue_key = f"{prefix}:hold:{namespace}:{NAME}"
         self.log_path = tmp / f"gateway-{uuid.uuid4().hex[:6]}.log"
         self._log = self.log_path.open("wb")
         cmd = [sys.executable, "-m", "warmscale", "--log-format", "json", "hold-gateway", "--host", "127.0.0.1",
-               "--port", str(self.port), "--namespace", NS, "--workload", NAME, "--redis-url", redis.url,
+               "--port", str(self.port), "--namespace", namespace, "--workload", NAME, "--redis-url", redis.url,
                "--store-prefix", prefix, "--queue-key", self.queue_key, "--drain-delay-seconds", "0", *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                      stdout=subprocess.DEVNULL, stderr=self._log)
@@ -160,6 +160,11 @@ async def test_holds_without_a_backend_and_routes_once_its_own_replica_starts(
     port = free_port()  # the own replica's address, nothing listening there yet
     g = await start_gateway(gateways, tmp_path, redis_server, prefix, session,
                             "--backend", f"http://127.0.0.1:{port}")
+    # A client that gives up takes its token off the queue at once (no phantom demand).
+    gives_up = asyncio.create_task(complete(session, g.url))
+    await queued(redis_server, g.queue_key, 1)
+    gives_up.cancel()
+    await queued(redis_server, g.queue_key, 0)
     request = asyncio.create_task(complete(session, g.url, max_tokens=4))
     await queued(redis_server, g.queue_key, 1)  # held: the onset the scaler reads
     await asyncio.sleep(0.3)
