@@ -41,7 +41,6 @@ class ServiceEndpoints:
         self.service = service
         self.port = port
         self.on_change = on_change
-        self.synced = asyncio.Event()  # the first list succeeded
         self._slices: dict[str, dict[str, Any]] = {}
         self._urls: tuple[str, ...] = ()
 
@@ -65,7 +64,6 @@ class ServiceEndpoints:
                 listed = await self.discovery.list_namespaced_endpoint_slice(self.namespace, label_selector=selector)
                 self._slices = {s.metadata.name: self.api.sanitize_for_serialization(s) for s in listed.items}
                 self._update()
-                self.synced.set()
                 w = watch.Watch()
                 async with w.stream(self.discovery.list_namespaced_endpoint_slice, self.namespace,
                                     label_selector=selector, resource_version=listed.metadata.resource_version,

@@ -81,7 +81,7 @@ class Engines:
     def __init__(self) -> None:
         self.runners: list[web.AppRunner] = []
 
-    async def start(self, engine: SimulatedEngine, port: int = 0, token_seconds: float = 0.02) -> str:
+    async def start(self, engine: SimulatedEngine, port: int = 0, token_seconds: float | None = None) -> str:
         runner = web.AppRunner(engine_app(engine, "vllm", token_seconds=token_seconds), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port)

@@ -20,22 +20,21 @@ from warmscale.simulation.engine import MODEL, SimulatedEngine
 
 # How often a draining vLLM sleep checks that the engine has finished what it holds.
 DRAIN_POLL_SECONDS = 0.02
-# Between two chunks of a streamed completion (``"stream": true``): one decode step of an 8B at a small
-# batch on an H100, about 20 ms (the profile's decode step); divided by ``time_factor``.
-STREAM_TOKEN_SECONDS = 0.02
 
 
 def engine_app(engine: SimulatedEngine, flavour: str = "vllm", *, time_factor: float = 1.0,
                clock: Callable[[], float] = time.monotonic,
-               token_seconds: float = STREAM_TOKEN_SECONDS) -> web.Application:
+               token_seconds: float | None = None) -> web.Application:
     """An aiohttp app for one engine; ``flavour`` picks the metric names and sleep endpoints.
 
     A completion with ``"stream": true`` is sent as server-sent events, as vLLM and SGLang send it:
-    one ``data: {...}`` chunk per token (a word of the completion here) every ``token_seconds``,
-    then ``data: [DONE]``."""
+    one ``data: {...}`` chunk per token (a word of the completion here) every ``token_seconds``
+    (default: the profile's decode step of one sequence, 8.5 ms for the 8B on an H100; divided by
+    ``time_factor``), then ``data: [DONE]``."""
     if flavour not in ("vllm", "sglang"):
         raise ValueError(f"flavour must be vllm or sglang, got {flavour!r}")
     p = engine.profile
+    step_s = token_seconds if token_seconds is not None else p.decode_step_s(1, 0)
 
     async def pause(seconds: float) -> None:
         await asyncio.sleep(seconds / time_factor)
@@ -68,7 +67,7 @@ def engine_app(engine: SimulatedEngine, flavour: str = "vllm", *, time_factor: f
         tokens = re.findall(r"\s*\S+", engine.completion()) or [""]
         for i, token in enumerate(tokens):
             if i:
-                await asyncio.sleep(token_seconds / time_factor)
+                await asyncio.sleep(step_s / time_factor)
             last = i == len(tokens) - 1
             chunk = {"id": "cmpl-sim", "object": "text_completion", "model": model,
                      "choices": [{"index": 0, "text": token, "finish_reason": "length" if last else None}]}
