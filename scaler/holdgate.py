@@ -18,7 +18,7 @@ A backend that answers 503 (it went to sleep meanwhile: a release raced the requ
 and the request is held again. A streamed answer (``"stream": true``: server-sent events, or any
 ``text/event-stream`` response) is passed through chunk by chunk as the backend sends it, never
 buffered; a 503 before its first byte still holds the request again, and a backend that fails
-mid-stream ends the client's stream there (its bytes are already sent: it cannot be retried).
+mid-stream cuts the client's connection there (its bytes are already sent: it cannot be retried).
 A request held HOLD_MAX_SECONDS gets 504; beyond HOLD_MAX_REQUESTS held at once, 429 with
 Retry-After; never a 503. An unreachable store or Redis is unknown: the held requests stay held (the own
 replicas are still routed) and the error is logged; nothing is dropped.
@@ -245,8 +245,11 @@ class HoldGateway:
                 await out.write(chunk)
         except (aiohttp.ClientError, OSError) as exc:
             # The backend or the client went away mid-stream: the bytes sent cannot be taken back (no
-            # retry), the stream ends here.
+            # retry). The client's connection is cut, not ended cleanly, so that it sees a broken
+            # stream rather than a short one.
             log.warning("stream ended early", extra={"backend": url, "error": str(exc)})
+            if request.transport is not None:
+                request.transport.abort()
             return out
         await out.write_eof()
         return out

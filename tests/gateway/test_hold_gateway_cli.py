@@ -281,3 +281,45 @@ def test_the_shipped_example_passes_the_gateway_flags_it_reads() -> None:
     services = {s["metadata"]["name"]: s for s in find(objs, "Service")}
     assert args.service in services
     assert args.service_port in {p["name"] for p in services[args.service]["spec"]["ports"]}
+
+
+async def test_a_backend_failing_mid_stream_cuts_the_clients_stream_and_is_not_retried(
+        tmp_path: Path, redis_server: RedisServer, prefix: str, session: aiohttp.ClientSession,
+        gateways: list[Gateway]) -> None:
+    """The bytes already sent cannot be taken back: the request is not sent again (no duplicate tokens),
+    and the client sees a broken stream, not a short one that looks complete."""
+    calls = 0
+
+    async def breaks(request: web.Request) -> web.StreamResponse:  # a real HTTP server that dies mid-answer
+        nonlocal calls
+        calls += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"choices": [{"index": 0, "text": " Paris."}]}\n\n')
+        await asyncio.sleep(0.2)
+        assert request.transport is not None
+        request.transport.abort()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", breaks)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        g = await start_gateway(gateways, tmp_path, redis_server, prefix, session,
+                                "--backend", f"http://127.0.0.1:{port}")
+        received = b""
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with session.post(g.url + "/v1/completions", json={"model": "m", "stream": True}) as r:
+                assert r.status == 200
+                async for chunk in r.content.iter_any():
+                    received += chunk
+        assert b"Paris" in received and b"[DONE]" not in received
+        await asyncio.sleep(0.3)
+        assert calls == 1
+        assert "stream ended early" in g.log()
+    finally:
+        await runner.cleanup()
