@@ -82,7 +82,10 @@ class Engines:
         self.runners: list[web.AppRunner] = []
 
     async def start(self, engine: SimulatedEngine, port: int = 0, token_seconds: float | None = None) -> str:
-        runner = web.AppRunner(engine_app(engine, "vllm", token_seconds=token_seconds), access_log=None)
+        return await self.serve(engine_app(engine, "vllm", token_seconds=token_seconds), port)
+
+    async def serve(self, app: web.Application, port: int = 0) -> str:
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port)
         await site.start()
@@ -285,7 +288,7 @@ def test_the_shipped_example_passes_the_gateway_flags_it_reads() -> None:
 
 async def test_a_backend_failing_mid_stream_cuts_the_clients_stream_and_is_not_retried(
         tmp_path: Path, redis_server: RedisServer, prefix: str, session: aiohttp.ClientSession,
-        gateways: list[Gateway]) -> None:
+        engines: Engines, gateways: list[Gateway]) -> None:
     """The bytes already sent cannot be taken back: the request is not sent again (no duplicate tokens),
     and the client sees a broken stream, not a short one that looks complete."""
     calls = 0
@@ -303,23 +306,15 @@ async def test_a_backend_failing_mid_stream_cuts_the_clients_stream_and_is_not_r
 
     app = web.Application()
     app.router.add_post("/v1/completions", breaks)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        g = await start_gateway(gateways, tmp_path, redis_server, prefix, session,
-                                "--backend", f"http://127.0.0.1:{port}")
-        received = b""
-        with pytest.raises(aiohttp.ClientPayloadError):
-            async with session.post(g.url + "/v1/completions", json={"model": "m", "stream": True}) as r:
-                assert r.status == 200
-                async for chunk in r.content.iter_any():
-                    received += chunk
-        assert b"Paris" in received and b"[DONE]" not in received
-        await asyncio.sleep(0.3)
-        assert calls == 1
-        assert "stream ended early" in g.log()
-    finally:
-        await runner.cleanup()
+    url = await engines.serve(app)
+    g = await start_gateway(gateways, tmp_path, redis_server, prefix, session, "--backend", url)
+    received = b""
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async with session.post(g.url + "/v1/completions", json={"model": "m", "stream": True}) as r:
+            assert r.status == 200
+            async for chunk in r.content.iter_any():
+                received += chunk
+    assert b"Paris" in received and b"[DONE]" not in received
+    await asyncio.sleep(0.3)
+    assert calls == 1
+    assert "stream ended early" in g.log()
