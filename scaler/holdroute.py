@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus
 
@@ -50,3 +51,32 @@ def pick(urls: Sequence[str], in_flight: Mapping[str, int]) -> str | None:
     if not urls:
         return None
     return min(urls, key=lambda u: (in_flight.get(u, 0), urls.index(u)))
+
+
+def endpoint_urls(slices: Sequence[Mapping[str, Any]], port: str | None) -> tuple[str, ...]:
+    """The ready endpoints of a Service's EndpointSlices (discovery.k8s.io/v1, as the API serves them),
+    as base URLs ``http://ADDRESS:PORT``, sorted. ``port``: the slice port's name or number (the
+    Service port's name; None: the slice's only port, else its first). An endpoint whose ``ready`` is
+    false (starting, terminating) is left out; an absent ``ready`` is ready (the API's rule)."""
+    urls: set[str] = set()
+    for s in slices:
+        number = _slice_port(s.get("ports") or [], port)
+        if number is None:
+            continue
+        for ep in s.get("endpoints") or []:
+            if (ep.get("conditions") or {}).get("ready") is False:
+                continue
+            for address in ep.get("addresses") or []:
+                host = f"[{address}]" if ":" in address else address
+                urls.add(f"http://{host}:{number}")
+    return tuple(sorted(urls))
+
+
+def _slice_port(ports: Sequence[Mapping[str, Any]], want: str | None) -> int | None:
+    for p in ports:
+        number = p.get("port")
+        if not isinstance(number, int):
+            continue
+        if want is None or want == p.get("name") or want == str(number):
+            return number
+    return None

@@ -22,7 +22,7 @@ TensorRT-LLM, TGI, Ray Serve) on Kubernetes, next to KEDA.
 
 Try it without a cluster:   warmscale demo
 Check a manifest:           warmscale validate -f scaledobject.yaml
-Run a component:            warmscale scaler | warmscale warmpool
+Run a component:            warmscale scaler | warmscale warmpool | warmscale hold-gateway
 Help on one subcommand:     warmscale SUBCOMMAND --help
 """
 
@@ -33,6 +33,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                            "with the scaler's and the controller's own parsers"),
     "scaler": ("warmscale.scaler.cli", "run the KEDA external scaler (gRPC)"),
     "warmpool": ("warmscale.warmpool.cli", "run the warm-pool controller"),
+    "hold-gateway": ("warmscale.scaler.holdgate_cli",
+                     "run the hold gateway in front of one workload: holds requests while it scales from zero "
+                     "(a sleeper wakes), never a 503"),
     "rbac": ("warmscale.warmpool.rbac",
              "print the warm-pool controller's RBAC (cluster-wide, or --namespace NS: Roles per "
              "namespace) or its node-write admission policy"),
@@ -45,7 +48,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("warmscale.benchmarks.cli", "run a benchmark (trace replay, cold vs warm start)"),
 }
 # The long-running processes: they log one line with their version when they start.
-SERVICES = frozenset({"scaler", "warmpool", "stage"})
+SERVICES = frozenset({"scaler", "warmpool", "stage", "hold-gateway"})
 # Where a missing optional dependency comes from (pyproject's extras).
 EXTRA_HINT = "pip install 'warmscale[demo]'"
 

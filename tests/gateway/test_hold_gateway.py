@@ -23,7 +23,7 @@ from tests.servers import RedisServer
 from warmscale.scaler.cli import SourcesReader
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.holdgate import HoldGateway
-from warmscale.scaler.holdroute import Backends, backends, pick
+from warmscale.scaler.holdroute import Backends, backends, endpoint_urls, pick
 from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus
 from warmscale.scaler.metrics import ScalerMetrics
 from warmscale.scaler.store import RedisStore
@@ -61,6 +61,34 @@ def test_backends(own: list[str], hot: HotStatus | None, now: float, want: Backe
 ])
 def test_pick(urls: list[str], in_flight: dict[str, int], want: str | None) -> None:
     assert pick(urls, in_flight) == want
+
+
+def _slice(ports: list[dict[str, object]], *endpoints: dict[str, object]) -> dict[str, object]:
+    return {"ports": ports, "endpoints": list(endpoints)}
+
+
+HTTP = [{"name": "http", "port": 8000}]
+
+
+@pytest.mark.parametrize(("slices", "port", "want"), [
+    ([], None, ()),
+    # Ready, and absent "ready" (the API's rule: ready); not ready (starting, terminating) left out.
+    ([_slice(HTTP, {"addresses": ["10.0.0.2"], "conditions": {"ready": True}}, {"addresses": ["10.0.0.1"]},
+             {"addresses": ["10.0.0.3"], "conditions": {"ready": False, "terminating": True}})],
+     None, ("http://10.0.0.1:8000", "http://10.0.0.2:8000")),
+    # The port by name or number; a slice without it contributes nothing.
+    ([_slice([{"name": "metrics", "port": 9000}, {"name": "http", "port": 8000}], {"addresses": ["10.0.0.1"]}),
+      _slice([{"name": "metrics", "port": 9000}], {"addresses": ["10.0.0.9"]})],
+     "http", ("http://10.0.0.1:8000",)),
+    ([_slice(HTTP, {"addresses": ["10.0.0.1"]})], "8000", ("http://10.0.0.1:8000",)),
+    ([_slice(HTTP, {"addresses": ["fd00::1"]})], None, ("http://[fd00::1]:8000",)),
+    # Two slices, one endpoint in both (a move between slices): once.
+    ([_slice(HTTP, {"addresses": ["10.0.0.1"]}), _slice(HTTP, {"addresses": ["10.0.0.1"]})], None,
+     ("http://10.0.0.1:8000",)),
+    ([_slice([], {"addresses": ["10.0.0.1"]}), {"endpoints": None, "ports": None}], None, ()),
+])
+def test_endpoint_urls(slices: list[dict[str, object]], port: str | None, want: tuple[str, ...]) -> None:
+    assert endpoint_urls(slices, port) == want
 
 
 @dataclass

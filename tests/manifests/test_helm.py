@@ -343,3 +343,53 @@ def test_helm_install_in_another_namespace_then_helm_test(k8s_cluster: Any) -> N
 
         subprocess.run([kubectl(), *kc, "create", "-f", "-"], input=yaml.safe_dump(ob.priority_class()),
                        capture_output=True, text=True, timeout=60)
+
+
+def test_hold_gateways() -> None:
+    """holdGateways: per entry a gateway in the release namespace whose arguments the real command line
+    parses, with the install's Redis; the Role in the workload's namespace has exactly the generator's
+    rules (warmpool/rbac.py HOLD_GATEWAY_RULES) and binds the release's ServiceAccount; none without a
+    service, nothing at all by default."""
+    from warmscale.cli import build_parser
+    from warmscale.scaler.holdgate_cli import QUEUE_KEY_TEMPLATE
+    from warmscale.warmpool import rbac
+
+    assert not [o for o in helm_template() if "hold-gateway" in o["metadata"]["name"]]
+    objs = _by_name(helm_template(
+        "holdGateways[0].workload=vllm-llama", "holdGateways[0].namespace=llm", "holdGateways[0].service=vllm-llama",
+        "holdGateways[0].servicePort=http", "holdGateways[0].extraArgs[0]=--hold-max-seconds=300",
+        "holdGateways[1].workload=chat", "holdGateways[1].namespace=team-b", namespace="other"))
+    name = "warmscale-hold-gateway-vllm-llama"
+    deploy = objs[("Deployment", name)]
+    assert deploy["metadata"]["namespace"] == "other"
+    pod = deploy["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+
+    def parse(argv: list[str]) -> Any:  # the kubelet expands $(WARMSCALE_REDIS_URL) from the Secret
+        return build_parser().parse_args([a.replace("$(WARMSCALE_REDIS_URL)", "redis://r:6379/0") for a in argv])
+
+    args = parse(c["args"])
+    assert args.redis_url == "redis://r:6379/0"
+    assert (args.command, args.namespace, args.workload, args.service, args.service_port) == (
+        "hold-gateway", "llm", "vllm-llama", "vllm-llama", "http")
+    assert args.hold_max_seconds == 300
+    assert args.queue_key == QUEUE_KEY_TEMPLATE.format(namespace="llm", workload="vllm-llama")
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"]} == {
+        "WARMSCALE_REDIS_URL": "warmscale-redis"}
+    assert pod["serviceAccountName"] == "warmscale-hold-gateway"
+    assert pod["terminationGracePeriodSeconds"] > args.drain_delay_seconds + args.grace_seconds
+    role = objs[("Role", name)]
+    assert role["metadata"]["namespace"] == "llm"
+    assert role["rules"] == [r for _, r in rbac.HOLD_GATEWAY_RULES]
+    binding = objs[("RoleBinding", name)]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "warmscale-hold-gateway", "namespace": "other"}]
+    assert objs[("Service", name)]["spec"]["ports"][0]["targetPort"] == "http"
+    # Without a service: no Role, no API token in the pod.
+    assert ("Role", "warmscale-hold-gateway-chat") not in objs
+    chat = objs[("Deployment", "warmscale-hold-gateway-chat")]["spec"]["template"]["spec"]
+    assert chat["automountServiceAccountToken"] is False
+    assert parse(chat["containers"][0]["args"]).service is None
+    for bad, message in (("holdGateways[0].workload=Bad_Name", "holdGateways/0/workload"),
+                         ("holdGateways[0].colour=red", "additional properties 'colour' not allowed")):
+        out = helm_run("--set", "holdGateways[0].namespace=llm", "--set", bad)
+        assert out.returncode != 0 and message in out.stderr, (bad, out.stderr)

@@ -27,6 +27,7 @@ def test_shipped_files_are_generated() -> None:
     # the base install carries verbatim copies (tools/dashboards.py)
     assert docs(ROOT / "manifests/base/controller-rbac.yaml") == rbac.render()
     assert docs(ROOT / "manifests/base/controller-admission-policy.yaml") == rbac.node_write_policy()
+    assert docs(ROOT / "manifests/examples/hold-gateway/rbac.yaml") == rbac.hold_gateway("llm")
 
 
 def test_least_privilege_shape() -> None:

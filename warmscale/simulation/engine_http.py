@@ -9,6 +9,8 @@ compression: 1 on the wall clock).
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 from collections.abc import Callable
 
@@ -21,11 +23,18 @@ DRAIN_POLL_SECONDS = 0.02
 
 
 def engine_app(engine: SimulatedEngine, flavour: str = "vllm", *, time_factor: float = 1.0,
-               clock: Callable[[], float] = time.monotonic) -> web.Application:
-    """An aiohttp app for one engine; ``flavour`` picks the metric names and sleep endpoints."""
+               clock: Callable[[], float] = time.monotonic,
+               token_seconds: float | None = None) -> web.Application:
+    """An aiohttp app for one engine; ``flavour`` picks the metric names and sleep endpoints.
+
+    A completion with ``"stream": true`` is sent as server-sent events, as vLLM and SGLang send it:
+    one ``data: {...}`` chunk per token (a word of the completion here) every ``token_seconds``
+    (default: the profile's decode step of one sequence, 8.5 ms for the 8B on an H100; divided by
+    ``time_factor``), then ``data: [DONE]``."""
     if flavour not in ("vllm", "sglang"):
         raise ValueError(f"flavour must be vllm or sglang, got {flavour!r}")
     p = engine.profile
+    step_s = token_seconds if token_seconds is not None else p.decode_step_s(1, 0)
 
     async def pause(seconds: float) -> None:
         await asyncio.sleep(seconds / time_factor)
@@ -40,14 +49,32 @@ def engine_app(engine: SimulatedEngine, flavour: str = "vllm", *, time_factor: f
         body = engine.exposition() if flavour == "vllm" else engine.sglang_exposition()
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
-    async def completions(request: web.Request) -> web.Response:
+    async def completions(request: web.Request) -> web.StreamResponse:
         if engine.dead:
             return gone()
         if not engine.awake:
             return web.json_response({"error": "the engine is sleeping"}, status=503)
         body = await request.json()
-        return web.json_response({"id": "cmpl-sim", "object": "text_completion", "model": body.get("model", MODEL),
+        model = body.get("model", MODEL)
+        if body.get("stream") is True:
+            return await stream(request, model)
+        return web.json_response({"id": "cmpl-sim", "object": "text_completion", "model": model,
                                   "choices": [{"index": 0, "text": engine.completion(), "finish_reason": "length"}]})
+
+    async def stream(request: web.Request, model: str) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        tokens = re.findall(r"\s*\S+", engine.completion()) or [""]
+        for i, token in enumerate(tokens):
+            if i:
+                await asyncio.sleep(step_s / time_factor)
+            last = i == len(tokens) - 1
+            chunk = {"id": "cmpl-sim", "object": "text_completion", "model": model,
+                     "choices": [{"index": 0, "text": token, "finish_reason": "length" if last else None}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     # -- vLLM (--enable-sleep-mode, VLLM_SERVER_DEV_MODE=1) -----------------------------------------
     async def sleep(request: web.Request) -> web.Response:
