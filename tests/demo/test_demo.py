@@ -4,13 +4,18 @@ scaler over gRPC, push activation, warm pool), side by side, on simulated vLLM e
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import orjson
 import pytest
 
 from warmscale.cli import main as cli_main
+from warmscale.demo.actuation import PROMETHEUS_SCRAPE_S, Clock, TodaySetup
 from warmscale.demo.run import DemoOptions, format_summary
+from warmscale.simulation.actuation import Hpa, HpaBehavior
 from warmscale.simulation.profiles import ENGINE_PROFILES
 from warmscale.traces import PACKAGE_DIR
 from warmscale.warmpool.startup_model import PROFILES, time_to_ready_table
@@ -143,3 +148,26 @@ def test_the_demo_pool_holds_its_sleepers_for_every_profile_with_measured_sleep_
         assert len(own) == len(set(own)) == HOT_SLEEPERS
         assert hot_wake_s(profile) == SLEEP_TIMES[profile].wake_s[1]
     assert hot_wake_s("70b-h100-tp8") is None
+
+
+async def test_todays_scrape_is_half_a_period_off_the_hpa_sync() -> None:
+    """Today's HPA syncs at 0, 15, 30 ... s; Prometheus scrapes between them, so which scrape a sync
+    reads never depends on which coroutine wakes first at a shared instant (the demo's today row moved
+    2,283-3,900 GPU-seconds between runs when both ran at 45 s)."""
+    clock = Clock(speed=100.0)  # 15 trace seconds = 150 ms here
+    at: list[float] = []
+
+    class Collector:
+        async def collect(self, _now: float) -> Any:
+            at.append(clock.now())
+            return SimpleNamespace(replicas=())
+
+    today = TodaySetup(fleet=None, clock=clock, collector=Collector(), min_replicas=1, max_replicas=2)  # type: ignore[arg-type]
+    clock.start()
+    task = asyncio.create_task(today._prometheus())
+    await clock.sleep_until(4 * PROMETHEUS_SCRAPE_S)
+    task.cancel()
+    syncs = Hpa(1, 2, HpaBehavior()).b.sync_period_s
+    assert syncs == PROMETHEUS_SCRAPE_S and len(at) >= 3
+    for t in at:  # a quarter period or more from every sync instant
+        assert PROMETHEUS_SCRAPE_S / 4 <= t % syncs <= 3 * PROMETHEUS_SCRAPE_S / 4, at

@@ -33,6 +33,11 @@ from warmscale.simulation.actuation import Hpa, HpaBehavior, Keda, KedaConfig
 log = logging.getLogger("warmscale.demo")
 
 PROMETHEUS_SCRAPE_S = 15.0
+# Prometheus scrapes half a period after the HPA's syncs (which run at 0, 15, 30 ... s): with both on
+# the same instants, whether a sync read the scrape of that instant depended on which coroutine woke
+# first (today's row moved 2,283-3,900 GPU-seconds between runs). Half a period apart, every sync reads
+# the scrape 7.5 s before it, the mean staleness of independent phases.
+PROMETHEUS_PHASE_S = PROMETHEUS_SCRAPE_S / 2
 KEDA_POLLING_S = 30.0
 KEDA_PROMETHEUS_THRESHOLD = 5.0
 
@@ -94,7 +99,7 @@ class TodaySetup:
         await _cancel_all(tasks)
 
     async def _prometheus(self) -> None:
-        next_at = 0.0
+        next_at = PROMETHEUS_PHASE_S
         while True:
             await self.clock.sleep_until(next_at)
             next_at += PROMETHEUS_SCRAPE_S
