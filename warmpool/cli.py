@@ -140,7 +140,7 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
     import aiohttp
     from kubernetes_asyncio import client
 
-    from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers
+    from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers, kube_states
     from warmscale.warmpool.hot.reconciler import HotReconciler
     from warmscale.warmpool.hot.waker import Waker
     from warmscale.warmpool.kube import EventRecorder
@@ -154,7 +154,7 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
         # and it changes nothing, with a warning each pass).
         reconciler = HotReconciler(api, namespace=single, events=recorder, dcgm=_dcgm_source(session, dcgm_urls))
         waker = Waker(sink, kube_sleepers(core, namespace, reconciler.device_of), session,
-                      events=kube_events(recorder), metrics=metrics)
+                      events=kube_events(recorder), metrics=metrics, record=kube_states(core))
         reconciler.failed, reconciler.busy = waker.failed_pods, waker.busy_pods
         reconciler.bursts = getattr(sink, "get_burst_stats", None)  # `hot-standby: auto` sizing
         tasks = [asyncio.create_task(waker.run(), name="hot waker"),

@@ -3,6 +3,7 @@ claims, the pool's GPUs from ResourceSlices, and the time-sliced fallback's map 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -93,6 +94,10 @@ def test_flags_already_there_are_not_repeated_and_sglang_gets_its_own() -> None:
     assert c["args"] == ["--model-path", "Qwen/Qwen3-8B", "--enable-memory-saver", "--enable-weights-cpu-backup"]
     assert all(e["name"] != "VLLM_SERVER_DEV_MODE" for e in c["env"])
     assert pod["metadata"]["annotations"]["warmscale.io/hot-model"] == "Qwen/Qwen3-8B"
+    # SGLang cannot be asked its state: a new engine starts awake, recorded so for the waker (engine_state).
+    assert pod["metadata"]["annotations"]["warmscale.io/hot-state"] == "awake@0"
+    vllm = sleeper_pod(wl, replace(cfg, engine="vllm"), SleeperTarget(Placement(f"{NS}/llama", 0, "n1", "d"), "c"))
+    assert "warmscale.io/hot-state" not in vllm["metadata"]["annotations"]  # vLLM has GET /is_sleeping
 
 
 def test_a_time_sliced_sleeper_keeps_its_gpu_request_is_pinned_to_its_node_and_waits_for_dcgm() -> None:
