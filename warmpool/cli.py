@@ -148,11 +148,9 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
     core = client.CoreV1Api(api)
     async with aiohttp.ClientSession() as session:
         recorder = EventRecorder(core)
-        single = namespace if namespace and "," not in namespace else None
-        # The pool's controller creates the sleepers and their shared claims, in the one watched
-        # namespace or in all (several watched namespaces: not yet; its cluster-wide lists are denied
-        # and it changes nothing, with a warning each pass).
-        reconciler = HotReconciler(api, namespace=single, events=recorder, dcgm=_dcgm_source(session, dcgm_urls))
+        # The pool's controller creates the sleepers and their shared claims in the watched namespaces
+        # (each listed; one pass plans them together) or in all.
+        reconciler = HotReconciler(api, namespace=namespace, events=recorder, dcgm=_dcgm_source(session, dcgm_urls))
         waker = Waker(sink, kube_sleepers(core, namespace, reconciler.device_of), session,
                       events=kube_events(recorder), metrics=metrics, record=kube_states(core))
         reconciler.failed, reconciler.busy = waker.failed_pods, waker.busy_pods

@@ -265,3 +265,45 @@ async def test_an_sglang_sleeper_is_counted_asleep_woken_and_counted_awake_from_
 
 async def _is(read: Any, want: str) -> bool:
     return bool(await read() == want)
+
+
+async def test_several_watched_namespaces_share_the_pool_one_gpu_each_planned_in_one_pass(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory) -> None:
+    """`--namespace a,b`: the pool's controller lists each watched namespace (never cluster-wide: its
+    namespaced RBAC would deny it) and plans them in one pass; a GPU's claim belongs to one namespace,
+    so the second namespace gets the GPU the first does not hold. Before, several namespaces turned
+    the hot pool off (its cluster-wide lists were denied)."""
+    ns = k8s_namespace
+    ns2 = f"{ns}-b"
+    pool = f"m{ns[-6:]}"
+    core, apps, res = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.ResourceV1Api(k8s_admin)
+    await core.create_namespace({"metadata": {"name": ns2}})
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)
+    slices = await publish_gpus(k8s_admin, nodes, count=2)
+    try:
+        for n in (ns, ns2):
+            await apps.create_namespaced_deployment(n, hot_deployment("llama", 8100, pool))
+        rec = HotReconciler(k8s_admin, namespace=f"{ns},{ns2}", events=EventRecorder(core))
+        first = await rec.reconcile()
+        made = sorted(tuple(c.split("/")[:2]) for c in first.created)
+        assert made == sorted([("Pod", ns), ("Pod", ns2), ("ResourceClaim", ns), ("ResourceClaim", ns2)]), first
+
+        async def running() -> list[Any] | None:
+            pods = [*await sleeper_pods(core, ns), *await sleeper_pods(core, ns2)]
+            return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else None
+
+        await wait_for(running, within=30, what="a sleeper in each namespace scheduled and running")
+        allocated = []
+        for n in (ns, ns2):
+            [claim] = (await res.list_namespaced_resource_claim(n, label_selector=CLAIM_SELECTOR)).items
+            allocated += [r.device for r in claim.status.allocation.devices.results]
+        assert sorted(allocated) == ["gpu-0", "gpu-1"]  # one GPU each, allocated by the real scheduler
+        again = await rec.reconcile()
+        assert again.created == [] and again.deleted == [], again
+        # The waker's source lists both namespaces too.
+        found = await kube_sleepers(core, f"{ns},{ns2}")()
+        assert sorted(s.workload for s in found) == sorted([f"{ns}/llama", f"{ns2}/llama"])
+    finally:
+        await unpublish(k8s_admin, slices)
+        await core.delete_namespace(ns2)
+

@@ -14,16 +14,19 @@ from warmscale.warmpool.kube import EventRecorder, read_raw
 
 
 def kube_sleepers(core: Any, namespace: str | None = None, device_of: DeviceOf | None = None) -> SleeperSource:
-    """Lists the sleeper pods (``core``: a kubernetes_asyncio CoreV1Api), in ``namespace`` or all;
-    ``device_of``: DCGM's attribution, for time-sliced sleepers."""
+    """Lists the sleeper pods (``core``: a kubernetes_asyncio CoreV1Api), in ``namespace`` (one, or
+    several comma-separated: each listed) or all; ``device_of``: DCGM's attribution, for time-sliced
+    sleepers."""
+    namespaces = [n.strip() for n in (namespace or "").split(",") if n.strip()]
 
     async def source() -> list[Sleeper]:
-        if namespace:
-            call = functools.partial(core.list_namespaced_pod, namespace, label_selector=SLEEPER_SELECTOR)
+        if namespaces:
+            calls = [functools.partial(core.list_namespaced_pod, ns, label_selector=SLEEPER_SELECTOR)
+                     for ns in namespaces]
         else:
-            call = functools.partial(core.list_pod_for_all_namespaces, label_selector=SLEEPER_SELECTOR)
-        body = await read_raw(call)
-        return [s for s in (sleeper_from_pod(p, device_of) for p in body.get("items") or []) if s is not None]
+            calls = [functools.partial(core.list_pod_for_all_namespaces, label_selector=SLEEPER_SELECTOR)]
+        items = [p for call in calls for p in (await read_raw(call)).get("items") or []]
+        return [s for s in (sleeper_from_pod(p, device_of) for p in items) if s is not None]
 
     return source
 
