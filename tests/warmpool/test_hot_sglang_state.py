@@ -198,3 +198,35 @@ async def test_a_restarted_engine_container_is_a_new_engine_found_awake(srig: Sg
     await until(lambda: srig.records["ns/llama-sleeper-0"] == "asleep@1")  # its canary, then back to sleep
     assert e.sleep_level == 1 and w.status(WL).asleep == 1
     await w.close()
+
+
+async def test_a_sleep_that_fails_midway_leaves_the_state_unknown_not_awake_capacity(srig: SglangRig) -> None:
+    e = await srig.engine(0, "gpu-0", state_value(AWAKE, 0))
+    await srig.intent(1)
+    w = srig.waker()
+    await w.resync()
+    await until(lambda: w.status(WL).awake == 1)
+    await srig.runners[0].cleanup()  # the engine stops answering: the pause fails
+    await srig.intent(0)
+    await w.resync()
+    await until(lambda: w.unknown_pods() == ["ns/llama-sleeper-0"])
+    hs = w.status(WL)
+    assert (hs.asleep, hs.awake, hs.awake_urls) == (0, 0, [])  # not counted, not routed
+    assert srig.records["ns/llama-sleeper-0"] == "changing@0" and e.awake
+    await w.close()
+
+
+async def test_a_state_recorded_only_as_changing_is_unknown_to_a_restarted_waker(srig: SglangRig) -> None:
+    e = await srig.engine(0, "gpu-0", state_value(AWAKE, 0))
+    srig.refuse.add(ASLEEP)  # the sleep succeeds; its record does not (the API went away meanwhile)
+    w = srig.waker()
+    await w.resync()
+    await until(lambda: w.status(WL).asleep == 1)  # this process knows
+    assert e.sleep_level == 1 and srig.records["ns/llama-sleeper-0"] == "changing@0"
+    await w.close()
+    again = srig.waker()
+    await srig.intent(1)
+    await again.resync()
+    await asyncio.sleep(0.2)
+    assert again.status(WL).asleep == 0 and again.unknown_pods() == ["ns/llama-sleeper-0"] and e.sleep_level == 1
+    await again.close()

@@ -324,7 +324,8 @@ class Waker:
         # A wake that failed may have left the engine half awake: it is not routed either way; try to
         # put it back to sleep so its GPU is free for the next sleeper.
         with contextlib.suppress(Exception):
-            await self._after_sleep(t, await t.client.sleep(t.sleeper.level), routable=False)
+            if await self._mark(t, CHANGING):  # (a found-awake one's canary failed: nothing recorded yet)
+                await self._after_sleep(t, await t.client.sleep(t.sleeper.level), routable=False)
         if t.failures < WAKE_FAILURES_MAX:
             return
         t.failed = True
