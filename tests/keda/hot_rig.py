@@ -1,12 +1,13 @@
-"""The hot tier's cluster rig: DRA ResourceSlices for KWOK GPU nodes, simulated vLLM engines on the
+"""The hot tier's cluster rig: DRA ResourceSlices for KWOK GPU nodes, simulated engines on the
 sleeper pods' IPs, and the controller's hot side (reconciler + waker) in the test process.
 
 - :func:`publish_gpus`: a DeviceClass ``gpu.warmscale.test`` and one ResourceSlice per node with
   ``count`` GPUs (each with a ``uuid`` attribute), so that the real scheduler allocates the shared
   claims the controller creates.
 - :class:`SleeperEngines`: for every sleeper pod with an IP, a simulated engine serving the vLLM (or,
-  for a pod annotated ``warmscale.io/engine: sglang``, SGLang's) sleep surface (``warmscale/simulation/engine_http.py``) on ``<pod IP>:<port>``; it starts awake, as a
-  freshly started vLLM does, and the waker records its canary and puts it to sleep.
+  for a pod annotated ``warmscale.io/engine: sglang``, SGLang's) sleep surface
+  (``warmscale/simulation/engine_http.py``) on ``<pod IP>:<port>``; it starts awake, as a freshly
+  started engine does, and the waker records its canary and puts it to sleep.
 - :class:`HotSide`: :class:`~warmscale.warmpool.hot.reconciler.HotReconciler` and
   :class:`~warmscale.warmpool.hot.waker.Waker` with the real Redis, as ``warmscale warmpool`` runs them.
 """

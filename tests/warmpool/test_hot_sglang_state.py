@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -16,11 +15,10 @@ import pytest
 from aiohttp import web
 
 from tests.servers import RedisServer
-from tests.warmpool.test_hot_waker import FAST, WL, until
+from tests.warmpool.test_hot_waker import WL, rig_of, serve, until
 from warmscale.scaler.hot_status import WakeIntent
 from warmscale.scaler.store import RedisStore
 from warmscale.simulation.engine import EngineProfile, Request, SimulatedEngine
-from warmscale.simulation.engine_http import engine_app
 from warmscale.warmpool.hot.engine_state import (
     ASLEEP,
     AWAKE,
@@ -74,12 +72,7 @@ class SglangRig:
 
     async def engine(self, index: int, device: str, record: str | None) -> SimulatedEngine:
         engine = SimulatedEngine(f"e{index}", EngineProfile())  # a new engine starts awake
-        runner = web.AppRunner(engine_app(engine, "sglang", time_factor=FAST), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = await serve(engine, "sglang", self.runners)
         self.engines.append(engine)
         pod = f"ns/llama-sleeper-{index}"
         if record is not None:
@@ -105,14 +98,8 @@ class SglangRig:
 
 @pytest.fixture
 async def srig(redis_server: RedisServer) -> AsyncIterator[SglangRig]:
-    store = RedisStore(redis_server.url, prefix=f"t{uuid.uuid4().hex[:8]}")
-    session = aiohttp.ClientSession()
-    r = SglangRig(store, session)
-    yield r
-    await session.close()
-    for runner in r.runners:
-        await runner.cleanup()
-    await store.close()
+    async with rig_of(SglangRig, redis_server) as r:
+        yield r
 
 
 async def test_a_new_sglang_sleeper_is_put_to_sleep_counted_asleep_woken_and_counted_awake(srig: SglangRig) -> None:
