@@ -217,3 +217,16 @@ async def test_a_state_recorded_only_as_changing_is_unknown_to_a_restarted_waker
     await asyncio.sleep(0.2)
     assert again.status(WL).asleep == 0 and again.unknown_pods() == ["ns/llama-sleeper-0"] and e.sleep_level == 1
     await again.close()
+
+
+async def test_a_record_that_failed_is_written_again_at_the_next_pass(srig: SglangRig) -> None:
+    e = await srig.engine(0, "gpu-0", state_value(AWAKE, 0))
+    srig.refuse.add(ASLEEP)
+    w = srig.waker()
+    await w.resync()
+    await until(lambda: w.status(WL).asleep == 1)
+    assert srig.records["ns/llama-sleeper-0"] == "changing@0"
+    srig.refuse.clear()
+    await w.resync()  # the pod's record differs from what this waker knows: written again
+    assert srig.records["ns/llama-sleeper-0"] == "asleep@0" and e.sleep_level == 1
+    await w.close()

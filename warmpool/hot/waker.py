@@ -188,6 +188,7 @@ class Waker:
             return
         seen: dict[str, set[str]] = {}
         new: list[tuple[_Workload, Sleeper, EngineSleeper]] = []
+        repairs: list[tuple[_Tracked, str]] = []
         for s in found:
             seen.setdefault(s.workload, set()).add(s.pod)
             wl = self._workloads.setdefault(s.workload, _Workload())
@@ -198,6 +199,11 @@ class Waker:
                 # Its container restarted (a new engine, awake), or its state is still unknown: asked
                 # again, as a sleeper seen for the first time (an unknown SGLang one: its record reread).
                 del wl.sleepers[s.pod]
+            elif known is not None and not known.op and known.asleep is not None \
+                    and s.recorded is not known.asleep and state_call(s.engine) is None:
+                # What this waker knows differs from the pod's record (a record that failed after a
+                # sleep or wake): written again, so that a restart reads the state, not "changing".
+                repairs.append((known, ASLEEP if known.asleep else AWAKE))
             if s.pod not in wl.sleepers:
                 client = EngineSleeper(self.session, s.base_url, s.engine, s.model)
                 client.reference = s.canary_reference if known is None else known.client.reference
@@ -205,6 +211,7 @@ class Waker:
         # A new sleeper's state, asked of all at once (one hung engine delays none of the others); an
         # unknown state (no answer; SGLang: no record for this incarnation) is neither counted nor woken.
         states = await asyncio.gather(*(client.sleeping(s.recorded) for _, s, client in new))
+        await asyncio.gather(*(self._mark(t, state) for t, state in repairs))
         for (wl, s, client), sleeping in zip(new, states, strict=True):
             t = wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping)
             if sleeping is False:
@@ -402,8 +409,8 @@ class Waker:
         if awake is None:
             t.asleep, t.awake = None, False
             return
-        t.asleep, t.awake = False, awake and routable
-        await self._mark(t, AWAKE)
+        t.asleep, t.awake = not awake, awake and routable
+        await self._mark(t, AWAKE if awake else ASLEEP)
 
     def unknown_pods(self) -> list[str]:
         """The sleepers (namespace/pod) whose state is unknown: neither counted, woken nor slept."""
