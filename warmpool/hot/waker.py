@@ -211,7 +211,7 @@ class Waker:
         # A new sleeper's state, asked of all at once (one hung engine delays none of the others); an
         # unknown state (no answer; SGLang: no record for this incarnation) is neither counted nor woken.
         states = await asyncio.gather(*(client.sleeping(s.recorded) for _, s, client in new))
-        await asyncio.gather(*(self._mark(t, state) for t, state in repairs))
+        await asyncio.gather(*(self._repair(t, state) for t, state in repairs))
         for (wl, s, client), sleeping in zip(new, states, strict=True):
             t = wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping)
             if sleeping is False:
@@ -293,6 +293,10 @@ class Waker:
                                                                      "error": repr(exc)})
             return False
         return True
+
+    async def _repair(self, t: _Tracked, state: str) -> None:
+        if not t.op:  # a sleep or wake started meanwhile records its own
+            await self._mark(t, state)
 
     async def _wake(self, key: str, t: _Tracked, intent: WakeIntent) -> None:
         if not await self._mark(t, CHANGING):
