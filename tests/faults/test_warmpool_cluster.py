@@ -234,10 +234,6 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
             async def hot_created() -> bool:
                 return await hot_objects() == (1, 1)
 
-            await s.poll(hot_created, 30, "the hot pool's shared claim and sleeper created")
-            # opted out: the sleeper and its claim are deleted (polled at the end, after the rest)
-            await apps.patch_namespaced_deployment("hot", ns_b, {"metadata": {"annotations": {
-                "warmscale.io/hot-standby": None}}})
             async def so() -> Any:
                 return await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm")
 
@@ -247,6 +243,10 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
 
             await s.poll(so, 60, "ScaledObject created")
             await s.poll(staged_and_held, 60, "model staged and a placeholder held")
+            # (the hot pool's pass runs meanwhile: polled after the staging, deleted while the rest runs)
+            await s.poll(hot_created, 30, "the hot pool's shared claim and sleeper created")
+            await apps.patch_namespaced_deployment("hot", ns_b, {"metadata": {"annotations": {
+                "warmscale.io/hot-standby": None}}})  # opted out: its sleeper and claim are deleted
             await s.poll(lambda: _has_status(apps, ns, ns_b), 30, "status annotations written")
             await s.poll(lambda: _pod_groups(custom, ns_b, 1), 30, "the Volcano gang's PodGroup created")
             await custom.patch_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, ns_b, ob.LWS_PLURAL, "vc", {
