@@ -13,7 +13,7 @@ from warmscale.signals.engines.dcgm import attributions
 from warmscale.signals.parsing import parse_text
 from warmscale.warmpool.annotations import AnnotationError
 from warmscale.warmpool.controller import workload_from
-from warmscale.warmpool.hot.config import HOT_HOST_RAM, NODE_DRA_DRIVER, parse_hot, parse_pool_node
+from warmscale.warmpool.hot.config import HOT_HOST_RAM, NODE_DRA_DRIVER, parse_hot, parse_pool_node, watched_namespaces
 from warmscale.warmpool.hot.devices import DCGM_PREFIX, claim_device, dcgm_attribution, dra_devices
 from warmscale.warmpool.hot.pool import Placement
 from warmscale.warmpool.hot.sleeper_pods import (
@@ -182,3 +182,10 @@ def test_host_ram_defaults_by_level_and_pool_nodes_name_their_dra_driver() -> No
     with pytest.raises(AnnotationError) as exc:
         parse_pool_node({**node, NODE_DRA_DRIVER: "Not A Driver"})
     assert exc.value.key == NODE_DRA_DRIVER
+
+
+@pytest.mark.parametrize(("given", "watched"), [
+    (None, ()), ("", ()), ("a", ("a",)), ("a,b", ("a", "b")), (" a , b ,a,", ("a", "b")), (["b", "a"], ("b", "a")),
+])
+def test_the_watched_namespaces_of_the_hot_pool(given: str | list[str] | None, watched: tuple[str, ...]) -> None:
+    assert watched_namespaces(given) == watched

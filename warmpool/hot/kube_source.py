@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from warmscale.warmpool.hot.config import watched_namespaces
 from warmscale.warmpool.hot.engine_state import HOT_STATE, state_value
 from warmscale.warmpool.hot.sleepers import SLEEPER_SELECTOR, DeviceOf, Sleeper, sleeper_from_pod
 from warmscale.warmpool.hot.waker import EventHook, SleeperSource, StateHook
@@ -17,7 +18,7 @@ def kube_sleepers(core: Any, namespace: str | None = None, device_of: DeviceOf |
     """Lists the sleeper pods (``core``: a kubernetes_asyncio CoreV1Api), in ``namespace`` (one, or
     several comma-separated: each listed) or all; ``device_of``: DCGM's attribution, for time-sliced
     sleepers."""
-    namespaces = [n.strip() for n in (namespace or "").split(",") if n.strip()]
+    namespaces = watched_namespaces(namespace)
 
     async def source() -> list[Sleeper]:
         if namespaces:

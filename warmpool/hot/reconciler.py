@@ -44,6 +44,7 @@ from warmscale.warmpool.hot.config import (
     parse_hot,
     parse_pool_node,
     placement_off_reason,
+    watched_namespaces,
 )
 from warmscale.warmpool.hot.devices import DcgmAttribution, claim_device, dcgm_attribution, dra_devices
 from warmscale.warmpool.hot.pool import Placement, Pool, PoolGPU, SleeperWant, plan_pool
@@ -114,7 +115,7 @@ class HotReconciler:
         self.apps = client.AppsV1Api(api)
         self.resource: Any = client.ResourceV1Api(api)
         # The watched namespaces (one, several: `--namespace a,b`), or () for all.
-        self.namespaces = _namespaces(namespace)
+        self.namespaces = watched_namespaces(namespace)
         self.events = events or EventRecorder(self.core)
         self.dcgm = dcgm
         self.failed = failed
@@ -406,8 +407,3 @@ def _placement(p: Mapping[str, Any], device_of: Callable[[str, str], str | None]
 
 
 
-
-def _namespaces(namespace: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"a"``, ``"a,b"`` or ``["a", "b"]`` -> ("a", "b"); None or "" -> () (all namespaces)."""
-    parts = (namespace or "").split(",") if isinstance(namespace, str) or namespace is None else list(namespace)
-    return tuple(dict.fromkeys(n.strip() for n in parts if n.strip()))
