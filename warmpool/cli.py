@@ -140,7 +140,7 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
     import aiohttp
     from kubernetes_asyncio import client
 
-    from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers
+    from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers, kube_states
     from warmscale.warmpool.hot.reconciler import HotReconciler
     from warmscale.warmpool.hot.waker import Waker
     from warmscale.warmpool.kube import EventRecorder
@@ -148,13 +148,11 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
     core = client.CoreV1Api(api)
     async with aiohttp.ClientSession() as session:
         recorder = EventRecorder(core)
-        single = namespace if namespace and "," not in namespace else None
-        # The pool's controller creates the sleepers and their shared claims, in the one watched
-        # namespace or in all (several watched namespaces: not yet; its cluster-wide lists are denied
-        # and it changes nothing, with a warning each pass).
-        reconciler = HotReconciler(api, namespace=single, events=recorder, dcgm=_dcgm_source(session, dcgm_urls))
+        # The pool's controller creates the sleepers and their shared claims in the watched namespaces
+        # (each listed; one pass plans them together) or in all.
+        reconciler = HotReconciler(api, namespace=namespace, events=recorder, dcgm=_dcgm_source(session, dcgm_urls))
         waker = Waker(sink, kube_sleepers(core, namespace, reconciler.device_of), session,
-                      events=kube_events(recorder), metrics=metrics)
+                      events=kube_events(recorder), metrics=metrics, record=kube_states(core))
         reconciler.failed, reconciler.busy = waker.failed_pods, waker.busy_pods
         reconciler.bursts = getattr(sink, "get_burst_stats", None)  # `hot-standby: auto` sizing
         tasks = [asyncio.create_task(waker.run(), name="hot waker"),

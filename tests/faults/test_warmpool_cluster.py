@@ -30,10 +30,14 @@ from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.faults import warmpool_support as s
+from tests.keda.hot_rig import DRIVER, publish_gpus, unpublish
+from tests.servers import RedisServer
 from warmscale.localcluster import crds, kueue, volcano
 from warmscale.localcluster.harness import Cluster
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool import rbac
+from warmscale.warmpool.hot.sleeper_pods import CLAIM_SELECTOR
+from warmscale.warmpool.hot.sleepers import SLEEPER_SELECTOR
 from warmscale.warmpool.kueue import QUEUE_LABEL
 from warmscale.warmpool.model_uri import CacheKey, parse_model_uri, staged_label_key
 from warmscale.warmpool.raycluster import RAY_GROUP, RAY_PLURAL, RAY_VERSION, RAYCLUSTER_KIND
@@ -51,6 +55,10 @@ def label(ns: str, uri: str = URI) -> str:
 
 
 NODES = [f"kwok-{s.POOL}-{i}" for i in range(3)]
+# A hot pool on one of them (docs/hot-tier.md), and a workload's hot standby there.
+HOT_NODE_ANN = {"warmscale.io/hot-pool": s.POOL, "warmscale.io/hot-pool-host-ram": "64Gi",
+                "warmscale.io/hot-pool-dra-driver": DRIVER}
+HOT_ANN = {"warmscale.io/hot-standby": "1", "warmscale.io/engine": "vllm", "warmscale.io/hot-host-ram": "16Gi"}
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +156,11 @@ def _rule_allows(ev: dict[str, Any], namespaces: list[str] | None) -> bool:
 
 
 @pytest.mark.parametrize("mode", ["namespaced", "cluster-wide"])
-async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path: Path, mode: str) -> None:
+async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path: Path, mode: str,
+                                                         redis_server: RedisServer) -> None:
+    """With a store (``--redis-url``) and a hot pool (a pool node publishing one DRA GPU, a workload with
+    a hot standby in the second namespace), so that the hot tier's grants (``rbac.granted(hot=True)``:
+    ResourceClaims, ResourceSlices) are audited with the rest."""
     cluster_wide = mode == "cluster-wide"
     ns = "ws-audit-cw" if cluster_wide else "ws-audit"
     ns_b = ns + "-b"  # namespaced mode watches both (`--namespace ws-audit,ws-audit-b`): a Role in each
@@ -202,11 +214,26 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         bad = {P + "enabled": "true", P + "standby": "1", P + "prestage-nodes": "1", P + "model-uri": URI2,
                P + "cache-root": "/var/lib/kubelet"}
         await apps.create_namespaced_deployment(ns, s.gpu_deployment("bad", 0, bad))
+        # the hot pool: one GPU published by a DRA ResourceSlice on a pool node; a hot standby in ns_b
+        hot_node = NODES[-1]
+        slices = await publish_gpus(admin, [hot_node], count=1)
+        await core.patch_node(hot_node, {"metadata": {"annotations": HOT_NODE_ANN}})
+        await apps.create_namespaced_deployment(ns_b, s.gpu_deployment("hot", 0, {**HOT_ANN, "warmscale.io/hot-pool":
+                                                                                  s.POOL}))
         t0 = time.time()
         ctl = s.Controller(await s.sa_kubeconfig(fc, tmp_path / "sa.kubeconfig"),
                            None if cluster_wide else f"{ns},{ns_b}",
-                           tmp_path / "ctl.log", f"audit-{mode}")
+                           tmp_path / "ctl.log", f"audit-{mode}", extra=["--redis-url", redis_server.url])
         try:
+            async def hot_objects() -> tuple[int, int]:
+                claims = await client.ResourceV1Api(admin).list_namespaced_resource_claim(
+                    ns_b, label_selector=CLAIM_SELECTOR)
+                sleepers = await core.list_namespaced_pod(ns_b, label_selector=SLEEPER_SELECTOR)
+                return len(claims.items), len(sleepers.items)
+
+            async def hot_created() -> bool:
+                return await hot_objects() == (1, 1)
+
             async def so() -> Any:
                 return await custom.get_namespaced_custom_object("keda.sh", "v1alpha1", ns, "scaledobjects", "llm")
 
@@ -216,6 +243,10 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
 
             await s.poll(so, 60, "ScaledObject created")
             await s.poll(staged_and_held, 60, "model staged and a placeholder held")
+            # (the hot pool's pass runs meanwhile: polled after the staging, deleted while the rest runs)
+            await s.poll(hot_created, 30, "the hot pool's shared claim and sleeper created")
+            await apps.patch_namespaced_deployment("hot", ns_b, {"metadata": {"annotations": {
+                "warmscale.io/hot-standby": None}}})  # opted out: its sleeper and claim are deleted
             await s.poll(lambda: _has_status(apps, ns, ns_b), 30, "status annotations written")
             await s.poll(lambda: _pod_groups(custom, ns_b, 1), 30, "the Volcano gang's PodGroup created")
             await custom.patch_namespaced_custom_object(ob.LWS_GROUP, ob.LWS_VERSION, ns_b, ob.LWS_PLURAL, "vc", {
@@ -269,8 +300,15 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
                 return False
 
             await s.poll(deleted, 60, "Deployment released by the finalizer")
+
+            async def hot_deleted() -> bool:
+                return await hot_objects() == (0, 0)
+
+            await s.poll(hot_deleted, 30, "the opted-out sleeper and its claim deleted")
         finally:
             assert ctl.stop() == 0
+            await unpublish(admin, slices)
+            await core.patch_node(hot_node, {"metadata": {"annotations": {k: None for k in HOT_NODE_ANN}}})
         await asyncio.sleep(1.5)  # the audit backend writes asynchronously
         events = [e for e in fc.audit_events(s.SA_USER) if _ts(e) >= t0]
         assert events, "no audit events of the controller"
@@ -279,7 +317,7 @@ async def test_every_request_granted_and_every_grant_used(fc: Cluster, tmp_path:
         outside = [_brief(e) for e in events if not _rule_allows(e, None if cluster_wide else [ns, ns_b])]
         assert not outside, f"requests outside the granted rules: {outside[:10]}"
         used = {((e["objectRef"].get("apiGroup") or ""), e["objectRef"]["resource"], e["verb"]) for e in events}
-        unused = rbac.granted() - used
+        unused = rbac.granted(hot=True) - used
         assert not unused, f"granted but never used: {sorted(unused)}"
         s.record(f"rbac_audit_{mode}", requests=len(events), distinct=sorted("/".join(u) for u in used))
         await s.strip_finalizers(admin, ns)

@@ -1,12 +1,13 @@
-"""The hot tier's cluster rig: DRA ResourceSlices for KWOK GPU nodes, simulated vLLM engines on the
+"""The hot tier's cluster rig: DRA ResourceSlices for KWOK GPU nodes, simulated engines on the
 sleeper pods' IPs, and the controller's hot side (reconciler + waker) in the test process.
 
 - :func:`publish_gpus`: a DeviceClass ``gpu.warmscale.test`` and one ResourceSlice per node with
   ``count`` GPUs (each with a ``uuid`` attribute), so that the real scheduler allocates the shared
   claims the controller creates.
-- :class:`SleeperEngines`: for every sleeper pod with an IP, a simulated engine serving the vLLM sleep
-  surface (``warmscale/simulation/engine_http.py``) on ``<pod IP>:<port>``; it starts awake, as a
-  freshly started vLLM does, and the waker records its canary and puts it to sleep.
+- :class:`SleeperEngines`: for every sleeper pod with an IP, a simulated engine serving the vLLM (or,
+  for a pod annotated ``warmscale.io/engine: sglang``, SGLang's) sleep surface
+  (``warmscale/simulation/engine_http.py``) on ``<pod IP>:<port>``; it starts awake, as a freshly
+  started engine does, and the waker records its canary and puts it to sleep.
 - :class:`HotSide`: :class:`~warmscale.warmpool.hot.reconciler.HotReconciler` and
   :class:`~warmscale.warmpool.hot.waker.Waker` with the real Redis, as ``warmscale warmpool`` runs them.
 """
@@ -29,7 +30,8 @@ from warmscale.scaler.kube import EventRecorder
 from warmscale.scaler.store import RedisStore
 from warmscale.simulation.engine import EngineProfile, SimulatedEngine
 from warmscale.simulation.engine_http import engine_app
-from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers
+from warmscale.warmpool.hot.config import ENGINE
+from warmscale.warmpool.hot.kube_source import kube_events, kube_sleepers, kube_states
 from warmscale.warmpool.hot.reconciler import HotReconciler
 from warmscale.warmpool.hot.sleepers import HOT_PORT, SLEEPER_SELECTOR, Sleeper
 from warmscale.warmpool.hot.waker import Waker
@@ -119,9 +121,11 @@ class SleeperEngines:
                     key = f"{m['uid']}"
                     seen.add(key)
                     if ip and key not in self.engines:
-                        port = int((m.get("annotations") or {}).get(HOT_PORT, "8000"))
+                        ann = m.get("annotations") or {}
+                        port = int(ann.get(HOT_PORT, "8000"))
                         engine = SimulatedEngine(m["name"], EngineProfile())
-                        runner = web.AppRunner(engine_app(engine, "vllm", time_factor=self.time_factor),
+                        flavour = "sglang" if ann.get(ENGINE) == "sglang" else "vllm"
+                        runner = web.AppRunner(engine_app(engine, flavour, time_factor=self.time_factor),
                                                access_log=None)
                         await runner.setup()
                         await web.TCPSite(runner, ip, port).start()
@@ -155,7 +159,7 @@ class HotSide:
         recorder = EventRecorder(core, every_s=5.0)
         self.reconciler = HotReconciler(self.api, namespace=self.namespace, events=recorder)
         self.waker = Waker(self.store, kube_sleepers(core, self.namespace, self.reconciler.device_of), self._session,
-                           events=kube_events(recorder),
+                           events=kube_events(recorder), record=kube_states(core),
                            on_request=lambda s, _i, t: self.wake_requests.append((t, s)))
         self.reconciler.failed, self.reconciler.busy = self.waker.failed_pods, self.waker.busy_pods
         self._tasks = [asyncio.create_task(self.reconciler.run(), name="hot reconciler"),

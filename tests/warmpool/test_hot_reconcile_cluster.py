@@ -4,6 +4,8 @@ bad input as Events with nothing deleted, and only warmscale's sleepers ever del
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -11,13 +13,19 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.cluster.fixtures import NodePoolFactory, wait_for
-from tests.keda.hot_rig import DRIVER, events, publish_gpus, unpublish
+from tests.keda.hot_rig import DRIVER, HotSide, SleeperEngines, events, publish_gpus, unpublish
+from tests.servers import RedisServer
+from warmscale.localcluster.engines import stop_task
 from warmscale.localcluster.fleet import H100
 from warmscale.localcluster.scaling import engine_deployment
+from warmscale.scaler.hot_status import WakeIntent
 from warmscale.scaler.kube import EventRecorder
+from warmscale.warmpool.hot.engine_state import HOT_STATE
+from warmscale.warmpool.hot.kube_source import kube_sleepers, kube_states
 from warmscale.warmpool.hot.reconciler import HotReconciler
 from warmscale.warmpool.hot.sleeper_pods import CLAIM_SELECTOR
 from warmscale.warmpool.hot.sleepers import SLEEPER_SELECTOR
+from warmscale.warmpool.hot.waker import Waker
 
 pytestmark = pytest.mark.cluster
 
@@ -194,3 +202,108 @@ async def test_a_sleeper_is_recreated_from_a_changed_template_and_never_deleted_
         assert last.deleted[0] == f"Pod/{ns}/{new.metadata.name}" and last.deleted[1].startswith("ResourceClaim/")
     finally:
         await unpublish(k8s_admin, slices)
+
+
+async def test_an_sglang_sleeper_is_counted_asleep_woken_and_counted_awake_from_the_state_on_its_pod(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory,
+        redis_server: RedisServer) -> None:
+    """SGLang cannot be asked whether it sleeps: the waker records on the pod the state it drove the
+    engine to (warmscale.io/hot-state), and a restarted waker reads it back. Before that record, the
+    sleeper the controller created for an SGLang workload was never counted (nor slept: it held its GPU)."""
+    ns = k8s_namespace
+    pool = f"s{ns[-6:]}"
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)
+    slices = await publish_gpus(k8s_admin, nodes, count=1)
+    apps, core = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin)
+    await apps.create_namespaced_deployment(ns, hot_deployment("sgl", 8110, pool, engine="sglang"))
+    engines = SleeperEngines(k8s_admin, ns).start()
+    hot = await HotSide(k8s_admin, ns, redis_server.url).start()
+    assert hot.store is not None and hot.waker is not None
+    store = hot.store
+
+    async def state() -> str | None:
+        pods = await sleeper_pods(core, ns)
+        return (pods[0].metadata.annotations or {}).get(HOT_STATE) if len(pods) == 1 else None
+
+    async def counted(asleep: int, awake: int) -> bool:
+        hs = await store.get_hot_status(ns, "sgl")
+        return hs is not None and (hs.asleep, hs.awake) == (asleep, awake)
+
+    try:
+        # Created awake@0; its canary recorded, put to sleep (no intent ever asked for it), counted asleep.
+        await wait_for(lambda: _is(state, "asleep@0"), within=60, what="the SGLang sleeper recorded asleep")
+        await wait_for(lambda: counted(1, 0), within=15, what="the SGLang sleeper counted asleep")
+        [se] = engines.engines.values()
+        assert se.engine.sleep_level == 1 and not se.engine.dead
+
+        # A restarted waker: the state is read back from the pod, counted at once, nothing sent to change it.
+        await stop_task(hot._tasks[1])
+        assert hot._session is not None
+        again = Waker(store, kube_sleepers(core, ns), hot._session, record=kube_states(core))
+        await again.resync()
+        assert again.status(f"{ns}/sgl").asleep == 1 and se.engine.sleep_level == 1
+
+        # Woken: counted awake once its canary passed, and recorded awake.
+        await store.put_wake_intent(WakeIntent(ns, "sgl", 1, time.time(), "wake"))
+        task = asyncio.create_task(again.run())
+        try:
+            await wait_for(lambda: counted(0, 1), within=20, what="the SGLang sleeper counted awake")
+            assert se.engine.awake and await state() == "awake@0"
+            hs = await store.get_hot_status(ns, "sgl")
+            assert hs is not None and hs.awake_urls == [f"http://{se.ip}:8110"]
+            # Released: drains, sleeps, recorded asleep again.
+            await store.put_wake_intent(WakeIntent(ns, "sgl", 0, time.time(), "release"))
+            await wait_for(lambda: _is(state, "asleep@0"), within=30, what="the SGLang sleeper asleep again")
+            await wait_for(lambda: counted(1, 0), within=15, what="counted asleep again")
+        finally:
+            await stop_task(task)
+    finally:
+        await hot.aclose()
+        await engines.aclose()
+        await unpublish(k8s_admin, slices)
+
+
+async def _is(read: Any, want: str) -> bool:
+    return bool(await read() == want)
+
+
+async def test_several_watched_namespaces_share_the_pool_one_gpu_each_planned_in_one_pass(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory) -> None:
+    """`--namespace a,b`: the pool's controller lists each watched namespace (never cluster-wide: its
+    namespaced RBAC would deny it) and plans them in one pass; a GPU's claim belongs to one namespace,
+    so the second namespace gets the GPU the first does not hold. Before, several namespaces turned
+    the hot pool off (its cluster-wide lists were denied)."""
+    ns = k8s_namespace
+    ns2 = f"{ns}-b"
+    pool = f"m{ns[-6:]}"
+    core, apps, res = client.CoreV1Api(k8s_admin), client.AppsV1Api(k8s_admin), client.ResourceV1Api(k8s_admin)
+    await core.create_namespace({"metadata": {"name": ns2}})
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)
+    slices = await publish_gpus(k8s_admin, nodes, count=2)
+    try:
+        for n in (ns, ns2):
+            await apps.create_namespaced_deployment(n, hot_deployment("llama", 8100, pool))
+        rec = HotReconciler(k8s_admin, namespace=f"{ns},{ns2}", events=EventRecorder(core))
+        first = await rec.reconcile()
+        made = sorted(tuple(c.split("/")[:2]) for c in first.created)
+        assert made == sorted([("Pod", ns), ("Pod", ns2), ("ResourceClaim", ns), ("ResourceClaim", ns2)]), first
+
+        async def running() -> list[Any] | None:
+            pods = [*await sleeper_pods(core, ns), *await sleeper_pods(core, ns2)]
+            return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else None
+
+        await wait_for(running, within=30, what="a sleeper in each namespace scheduled and running")
+        allocated = []
+        for n in (ns, ns2):
+            [claim] = (await res.list_namespaced_resource_claim(n, label_selector=CLAIM_SELECTOR)).items
+            allocated += [r.device for r in claim.status.allocation.devices.results]
+        assert sorted(allocated) == ["gpu-0", "gpu-1"]  # one GPU each, allocated by the real scheduler
+        again = await rec.reconcile()
+        assert again.created == [] and again.deleted == [], again
+        # The waker's source lists both namespaces too.
+        found = await kube_sleepers(core, f"{ns},{ns2}")()
+        assert sorted(s.workload for s in found) == sorted([f"{ns}/llama", f"{ns2}/llama"])
+    finally:
+        await unpublish(k8s_admin, slices)
+        await core.delete_namespace(ns2)
+

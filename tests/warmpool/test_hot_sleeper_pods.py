@@ -3,6 +3,7 @@ claims, the pool's GPUs from ResourceSlices, and the time-sliced fallback's map 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from warmscale.signals.engines.dcgm import attributions
 from warmscale.signals.parsing import parse_text
 from warmscale.warmpool.annotations import AnnotationError
 from warmscale.warmpool.controller import workload_from
-from warmscale.warmpool.hot.config import HOT_HOST_RAM, NODE_DRA_DRIVER, parse_hot, parse_pool_node
+from warmscale.warmpool.hot.config import HOT_HOST_RAM, NODE_DRA_DRIVER, parse_hot, parse_pool_node, watched_namespaces
 from warmscale.warmpool.hot.devices import DCGM_PREFIX, claim_device, dcgm_attribution, dra_devices
 from warmscale.warmpool.hot.pool import Placement
 from warmscale.warmpool.hot.sleeper_pods import (
@@ -93,6 +94,10 @@ def test_flags_already_there_are_not_repeated_and_sglang_gets_its_own() -> None:
     assert c["args"] == ["--model-path", "Qwen/Qwen3-8B", "--enable-memory-saver", "--enable-weights-cpu-backup"]
     assert all(e["name"] != "VLLM_SERVER_DEV_MODE" for e in c["env"])
     assert pod["metadata"]["annotations"]["warmscale.io/hot-model"] == "Qwen/Qwen3-8B"
+    # SGLang cannot be asked its state: a new engine starts awake, recorded so for the waker (engine_state).
+    assert pod["metadata"]["annotations"]["warmscale.io/hot-state"] == "awake@0"
+    vllm = sleeper_pod(wl, replace(cfg, engine="vllm"), SleeperTarget(Placement(f"{NS}/llama", 0, "n1", "d"), "c"))
+    assert "warmscale.io/hot-state" not in vllm["metadata"]["annotations"]  # vLLM has GET /is_sleeping
 
 
 def test_a_time_sliced_sleeper_keeps_its_gpu_request_is_pinned_to_its_node_and_waits_for_dcgm() -> None:
@@ -177,3 +182,10 @@ def test_host_ram_defaults_by_level_and_pool_nodes_name_their_dra_driver() -> No
     with pytest.raises(AnnotationError) as exc:
         parse_pool_node({**node, NODE_DRA_DRIVER: "Not A Driver"})
     assert exc.value.key == NODE_DRA_DRIVER
+
+
+@pytest.mark.parametrize(("given", "watched"), [
+    (None, ()), ("", ()), ("a", ("a",)), ("a,b", ("a", "b")), (" a , b ,a,", ("a", "b")), (["b", "a"], ("b", "a")),
+])
+def test_the_watched_namespaces_of_the_hot_pool(given: str | list[str] | None, watched: tuple[str, ...]) -> None:
+    assert watched_namespaces(given) == watched

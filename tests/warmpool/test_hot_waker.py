@@ -5,10 +5,11 @@ wakes, release with drain, and what it never touches. No timed asserts: waits ar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -50,12 +51,7 @@ class Rig:
     async def engine(self, index: int, device: str, *, reference: str | None = CANARY_TEXT) -> SimulatedEngine:
         engine = SimulatedEngine(f"e{index}", EngineProfile())
         engine.sleep_level = 1  # created asleep, as the controller leaves a sleeper
-        runner = web.AppRunner(engine_app(engine, "vllm", time_factor=FAST), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = await serve(engine, "vllm", self.runners)
         self.engines.append(engine)
         self.sleepers.append(Sleeper(pod=f"ns/llama-sleeper-{index}", workload=WL, index=index,
                                      base_url=f"http://127.0.0.1:{port}", engine="vllm", model="m", node="n1",
@@ -79,16 +75,39 @@ class Rig:
         return await self.store.get_hot_status("ns", "llama")
 
 
-@pytest.fixture
-async def rig(redis_server: RedisServer) -> AsyncIterator[Rig]:
+async def serve(engine: SimulatedEngine, flavour: str, runners: list[web.AppRunner]) -> int:
+    """``engine``'s HTTP surface on 127.0.0.1 (a free port, returned; the runner kept to clean up)."""
+    runner = web.AppRunner(engine_app(engine, flavour, time_factor=FAST), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    runners.append(runner)
+    return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+
+R = TypeVar("R")
+
+
+@contextlib.asynccontextmanager
+async def rig_of(cls: Callable[[RedisStore, aiohttp.ClientSession], R], redis_server: RedisServer) -> AsyncIterator[R]:
+    """A rig (``cls(store, session)``, with ``runners``) on a store with a prefix of its own; its engines'
+    servers, the session and the store closed after."""
     store = RedisStore(redis_server.url, prefix=f"t{uuid.uuid4().hex[:8]}")
     session = aiohttp.ClientSession()
-    r = Rig(store, session)
-    yield r
-    await session.close()
-    for runner in r.runners:
-        await runner.cleanup()
-    await store.close()
+    r = cls(store, session)
+    try:
+        yield r
+    finally:
+        await session.close()
+        for runner in r.runners:  # type: ignore[attr-defined]
+            await runner.cleanup()
+        await store.close()
+
+
+@pytest.fixture
+async def rig(redis_server: RedisServer) -> AsyncIterator[Rig]:
+    async with rig_of(Rig, redis_server) as r:
+        yield r
 
 
 async def running(w: Waker) -> asyncio.Task[None]:

@@ -39,6 +39,10 @@ class SleepResult:
     slept: bool
     why: str
     seconds: float
+    # Where it did not sleep: True where the engine is known to serve still (a pause found work in
+    # flight and was undone); None where a call failed midway (unknown: the caller asks the engine's
+    # state call if it has one, else the state is unknown).
+    awake: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,15 @@ class EngineSleeper:
             return None
         return sig.running + sig.waiting
 
-    async def sleeping(self) -> bool | None:
-        """Whether the engine sleeps, where it can say (vLLM ``/is_sleeping``); ``None``: unknown."""
+    async def sleeping(self, recorded: bool | None = None) -> bool | None:
+        """Whether the engine sleeps, where it can say (vLLM ``/is_sleeping``); ``None``: unknown. An
+        engine without a state call (SGLang) is in the state ``recorded`` (what the waker last drove it
+        to, :mod:`.engine_state`) once it answers its ``/metrics`` (it is up), else unknown."""
         call = state_call(self.engine)
         if call is None:
-            return None
+            if recorded is None:
+                return None
+            return recorded if await self.in_flight() is not None else None
         try:
             status, body = await self._call(call, METRICS_TIMEOUT_SECONDS)
         except (aiohttp.ClientError, TimeoutError):
@@ -121,10 +129,10 @@ class EngineSleeper:
                 if call.needs_idle:
                     left = await self.in_flight()
                     if left is None or left > 0:
-                        for undo in undo_pause(self.engine):
-                            await self._call(undo)
+                        undone = [(await self._call(undo))[0] for undo in undo_pause(self.engine)]
                         why = "in-flight count unknown" if left is None else f"{left:g} requests in flight"
-                        return SleepResult(False, f"not released: {why} while paused", time.monotonic() - t0)
+                        return SleepResult(False, f"not released: {why} while paused", time.monotonic() - t0,
+                                           awake=True if all(code == 200 for code in undone) else None)
                 status, body = await self._call(call)
                 if status != 200:
                     return SleepResult(False, f"{call.path} answered HTTP {status}: {str(body)[:200]}",

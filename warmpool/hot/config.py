@@ -22,7 +22,7 @@ GPU node of a pool:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from warmscale.common.quantity import parse_quantity
@@ -152,3 +152,10 @@ def placement_off_reason(has_dra: bool, has_dcgm_attribution: bool) -> str | Non
         return None
     return ("the pool's nodes publish no DRA ResourceSlices and no DCGM pod attribution, so a sleeper's GPU "
             "cannot be known; the hot tier stays off (docs/hot-tier.md, 'Placement')")
+
+
+def watched_namespaces(namespace: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The watched namespaces (``--namespace``): ``"a"``, ``"a,b"`` or ``["a", "b"]`` -> ("a", "b");
+    None or "" -> () (all namespaces)."""
+    parts = (namespace or "").split(",") if isinstance(namespace, str) or namespace is None else list(namespace)
+    return tuple(dict.fromkeys(n.strip() for n in parts if n.strip()))

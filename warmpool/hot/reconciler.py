@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ from warmscale.warmpool.hot.config import (
     parse_hot,
     parse_pool_node,
     placement_off_reason,
+    watched_namespaces,
 )
 from warmscale.warmpool.hot.devices import DcgmAttribution, claim_device, dcgm_attribution, dra_devices
 from warmscale.warmpool.hot.pool import Placement, Pool, PoolGPU, SleeperWant, plan_pool
@@ -105,14 +106,16 @@ def _involved(wl: Workload) -> dict[str, Any]:
 
 
 class HotReconciler:
-    def __init__(self, api: client.ApiClient, *, namespace: str | None = None, events: EventRecorder | None = None,
+    def __init__(self, api: client.ApiClient, *, namespace: str | Sequence[str] | None = None,
+                 events: EventRecorder | None = None,
                  dcgm: DcgmSource | None = None, failed: FailedSource | None = None,
                  busy: BusySource | None = None, bursts: BurstSource | None = None) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.resource: Any = client.ResourceV1Api(api)
-        self.namespace = namespace
+        # The watched namespaces (one, several: `--namespace a,b`), or () for all.
+        self.namespaces = watched_namespaces(namespace)
         self.events = events or EventRecorder(self.core)
         self.dcgm = dcgm
         self.failed = failed
@@ -158,9 +161,15 @@ class HotReconciler:
 
     # -- reading --------------------------------------------------------------------------------
     async def _list(self, cluster_call: Any, ns_call: Any, **kw: Any) -> list[dict[str, Any]]:
-        body = await (read_raw(lambda **k: ns_call(self.namespace, **k, **kw)) if self.namespace
-                      else read_raw(lambda **k: cluster_call(**k, **kw)))
-        return list(body.get("items") or [])
+        """Every namespace's items (cluster-wide), or those of each watched namespace, as one list: a
+        pass plans the watched namespaces together (one host-RAM budget per node across them)."""
+        if not self.namespaces:
+            return list((await read_raw(lambda **k: cluster_call(**k, **kw))).get("items") or [])
+        out: list[dict[str, Any]] = []
+        for ns in self.namespaces:
+            body = await read_raw(lambda ns=ns, **k: ns_call(ns, **k, **kw))
+            out += list(body.get("items") or [])
+        return out
 
     async def _workloads(self) -> list[Workload]:
         out: list[Workload] = []
@@ -198,7 +207,9 @@ class HotReconciler:
             raise
 
     async def _claims(self) -> list[dict[str, Any]]:
-        """Every claim (cluster-wide mode) or the namespace's: a device another claim holds is no pool GPU."""
+        """Every claim (cluster-wide mode) or the watched namespaces': a device another claim holds is no
+        pool GPU (one in a namespace not watched is not seen: the scheduler then leaves that sleeper
+        pending, as in one watched namespace)."""
         try:
             return await self._list(self.resource.list_resource_claim_for_all_namespaces,
                                     self.resource.list_namespaced_resource_claim)
@@ -393,5 +404,6 @@ def _placement(p: Mapping[str, Any], device_of: Callable[[str, str], str | None]
         return Placement(str(ann[HOT_WORKLOAD]), int(ann[HOT_INDEX]), str(ann.get(HOT_NODE, "")), device)
     except (KeyError, ValueError):
         return None
+
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from warmscale.warmpool.hot.config import ENGINE, SLEEP_LEVEL, HotConfig
 from warmscale.warmpool.hot.devices import UUID_ATTRIBUTE, DraDevice
+from warmscale.warmpool.hot.engine_state import AWAKE, HOT_STATE, state_value
 from warmscale.warmpool.hot.pool import Placement
 from warmscale.warmpool.hot.sleepers import (
     DEFAULT_PORT,
@@ -40,6 +41,7 @@ from warmscale.warmpool.hot.sleepers import (
     HOT_WORKLOAD,
     SLEEPER_ROLE,
 )
+from warmscale.warmpool.hot.surface import state_call
 from warmscale.warmpool.objects import MANAGED_BY, MANAGED_BY_VALUE, ROLE, Workload, _dns_trunc, _on_node, h, labels
 
 CLAIM_ROLE = "hot-claim"
@@ -162,6 +164,11 @@ def sleeper_pod(wl: Workload, cfg: HotConfig, target: SleeperTarget) -> dict[str
         HOT_MODEL: served_model(wl), ENGINE: cfg.engine, SLEEP_LEVEL: str(cfg.level),
         HOT_GPU_PRODUCT: target.gpu_product, HOT_CLAIM: target.claim, HOT_NODE: p.node, HOT_TEMPLATE: template_hash(wl),
     })
+    annotations.pop(HOT_STATE, None)  # never a state the template carries
+    if state_call(cfg.engine) is None:
+        # An engine that cannot be asked its state (SGLang): a new engine starts awake, in its first
+        # container incarnation; the waker records every state it drives it to from there (engine_state).
+        annotations[HOT_STATE] = state_value(AWAKE, 0)
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": sleeper_name(wl, p.index), "namespace": wl.namespace,

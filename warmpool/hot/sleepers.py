@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warmscale.warmpool.hot.config import ENGINE, SLEEP_LEVEL
+from warmscale.warmpool.hot.engine_state import HOT_STATE, engine_restarts, recorded_sleeping
 from warmscale.warmpool.hot.surface import LEVEL_OFFLOAD, LEVELS, support
 from warmscale.warmpool.objects import MANAGED_BY, MANAGED_BY_VALUE, ROLE
 
@@ -43,6 +44,10 @@ class Sleeper:
     gpu_product: str = ""
     canary_reference: str | None = None
     uid: str = ""  # the pod's (an Event's involvedObject)
+    restarts: int | None = None  # the engine container's restartCount (its incarnation); None: unreported
+    # The state the waker recorded on the pod for this incarnation (engine_state): True asleep, False
+    # awake, None unknown. What the waker knows of an engine without a state call (SGLang).
+    recorded: bool | None = None
 
 
 DeviceOf = Callable[[str, str], "str | None"]
@@ -77,10 +82,12 @@ def sleeper_from_pod(pod: Mapping[str, Any], device_of: DeviceOf | None = None) 
         return None
     if level not in LEVELS or not 0 < port < 65536:
         return None
+    restarts = engine_restarts(pod)
     return Sleeper(pod=f"{meta.get('namespace')}/{meta.get('name')}", workload=str(workload), index=index,
                    base_url=f"http://{ip}:{port}", engine=engine, model=str(model), node=str(node),
                    device=str(device), level=level, gpu_product=str(ann.get(HOT_GPU_PRODUCT, "")),
-                   canary_reference=ann.get(HOT_CANARY), uid=str(meta.get("uid", "")))
+                   canary_reference=ann.get(HOT_CANARY), uid=str(meta.get("uid", "")), restarts=restarts,
+                   recorded=recorded_sleeping(ann.get(HOT_STATE), restarts))
 
 
 SLEEPER_SELECTOR = f"{MANAGED_BY}={MANAGED_BY_VALUE},{ROLE}={SLEEPER_ROLE}"

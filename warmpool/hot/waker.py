@@ -15,6 +15,10 @@ docs/hot-tier.md, "The wake path").
 - **Release**: awake sleepers beyond the intent drain and sleep (vLLM ``mode=wait``; SGLang is released
   only with nothing in flight), the highest index first; a sleep that cannot drain keeps it awake
   and is retried at the next pass.
+- **An engine without a state call** (SGLang): its state is what the waker last drove it to, recorded
+  on its pod (:mod:`~warmscale.warmpool.hot.engine_state`, through ``record``): ``changing`` before
+  each sleep or wake (no record, no call), ``asleep``/``awake`` once it is known. Unknown (no record,
+  a call failed midway) is neither counted, woken nor slept.
 - Only :class:`~warmscale.warmpool.hot.sleepers.Sleeper` s read from pods with the controller's sleeper
   labels are ever called (:func:`~warmscale.warmpool.hot.sleepers.sleeper_from_pod`).
 """
@@ -34,9 +38,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from warmscale.scaler.hot_status import HotStatus, WakeIntent
 from warmscale.scaler.store import Store, StoreError
-from warmscale.warmpool.hot.client import EngineSleeper, WakeResult
+from warmscale.warmpool.hot.client import EngineSleeper, SleepResult, WakeResult
+from warmscale.warmpool.hot.engine_state import ASLEEP, AWAKE, CHANGING
 from warmscale.warmpool.hot.pool import Placement, PoolPlan, choose_wakes
 from warmscale.warmpool.hot.sleepers import Sleeper
+from warmscale.warmpool.hot.surface import state_call
 
 log = logging.getLogger("warmscale.warmpool.hot.waker")
 
@@ -63,6 +69,9 @@ SleeperSource = Callable[[], Awaitable[Sequence[Sleeper]]]
 """Lists the sleepers there are now (from the pods with the controller's sleeper labels)."""
 EventHook = Callable[[Sleeper, str, str], Awaitable[None]]
 """(sleeper, reason, message): an Event on the sleeper's workload (the controller's EventRecorder)."""
+StateHook = Callable[[Sleeper, str], Awaitable[None]]
+"""(sleeper, state): record on the sleeper's pod the state (engine_state AWAKE, ASLEEP, CHANGING) the
+waker drives an engine without a state call to; raises where it could not."""
 RequestHook = Callable[[Sleeper, WakeIntent, float], None]
 """Called as a wake request goes out (sleeper, the intent, time.monotonic()); benchmarks time it."""
 
@@ -95,6 +104,8 @@ class _Tracked:
     op: str = ""  # "wake" or "sleep" while one is in flight
     failures: int = 0
     failed: bool = False
+    # Its state could not be recorded before a sleep or wake: left as it is until the next pass.
+    hold: bool = False
 
 
 @dataclass
@@ -110,13 +121,14 @@ class Waker:
     def __init__(self, store: Store, source: SleeperSource, session: aiohttp.ClientSession, *,
                  metrics: WakerMetrics | None = None, events: EventHook | None = None,
                  on_request: RequestHook | None = None, clock: Callable[[], float] = time.time,
-                 awake_per_gpu: int = AWAKE_PER_GPU) -> None:
+                 awake_per_gpu: int = AWAKE_PER_GPU, record: StateHook | None = None) -> None:
         self.store = store
         self.source = source
         self.session = session
         self.metrics = metrics or WakerMetrics()
         self.events = events
         self.on_request = on_request
+        self.record = record
         self.clock = clock
         self.awake_per_gpu = awake_per_gpu
         self._workloads: dict[str, _Workload] = {}
@@ -176,16 +188,30 @@ class Waker:
             return
         seen: dict[str, set[str]] = {}
         new: list[tuple[_Workload, Sleeper, EngineSleeper]] = []
+        repairs: list[tuple[_Tracked, str]] = []
         for s in found:
             seen.setdefault(s.workload, set()).add(s.pod)
             wl = self._workloads.setdefault(s.workload, _Workload())
+            known = wl.sleepers.get(s.pod)
+            if known is not None:
+                known.hold = False
+            if known is not None and not known.op and (_restarted(known.sleeper, s) or _unknown(known)):
+                # Its container restarted (a new engine, awake), or its state is still unknown: asked
+                # again, as a sleeper seen for the first time (an unknown SGLang one: its record reread).
+                del wl.sleepers[s.pod]
+            elif known is not None and not known.op and known.asleep is not None \
+                    and s.recorded is not known.asleep and state_call(s.engine) is None:
+                # What this waker knows differs from the pod's record (a record that failed after a
+                # sleep or wake): written again, so that a restart reads the state, not "changing".
+                repairs.append((known, ASLEEP if known.asleep else AWAKE))
             if s.pod not in wl.sleepers:
                 client = EngineSleeper(self.session, s.base_url, s.engine, s.model)
-                client.reference = s.canary_reference
+                client.reference = s.canary_reference if known is None else known.client.reference
                 new.append((wl, s, client))
         # A new sleeper's state, asked of all at once (one hung engine delays none of the others); an
-        # unknown state (no answer, SGLang: no state call) is neither counted nor woken.
-        states = await asyncio.gather(*(client.sleeping() for _, _, client in new))
+        # unknown state (no answer; SGLang: no record for this incarnation) is neither counted nor woken.
+        states = await asyncio.gather(*(client.sleeping(s.recorded) for _, s, client in new))
+        await asyncio.gather(*(self._repair(t, state) for t, state in repairs))
         for (wl, s, client), sleeping in zip(new, states, strict=True):
             t = wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping)
             if sleeping is False:
@@ -221,13 +247,15 @@ class Waker:
             for t in self._choose(key, intent.awake - have):
                 self._start(key, t, "wake", self._wake(key, t, intent))
         elif intent.awake < len(awake):
-            for t in sorted(awake, key=lambda t: -t.sleeper.index)[:len(awake) - intent.awake]:
+            # Held ones (a sleep that found work, a state it could not record) wait for the next pass.
+            victims = sorted(awake, key=lambda t: -t.sleeper.index)[:len(awake) - intent.awake]
+            for t in [t for t in victims if not t.hold]:
                 self._start(key, t, "sleep", self._sleep(key, t))
 
     def _choose(self, key: str, count: int) -> list[_Tracked]:
         wl = self._workloads[key]
         eligible = {t.sleeper.index: t for t in wl.sleepers.values()
-                    if t.asleep is True and not t.op and not t.failed}
+                    if t.asleep is True and not t.op and not t.failed and not t.hold}
         plan = PoolPlan(tuple(Placement(key, t.sleeper.index, t.sleeper.node, t.sleeper.device)
                               for t in eligible.values()))
         on_gpu: dict[str, int] = {}
@@ -252,7 +280,28 @@ class Waker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _mark(self, t: _Tracked, state: str) -> bool:
+        """Record ``state`` on the pod of a sleeper whose engine has no state call (SGLang); False where
+        the record could not be written. Nothing to record for an engine that can be asked (vLLM), or
+        without a hook (the state is then known only to this process)."""
+        if self.record is None or state_call(t.sleeper.engine) is not None:
+            return True
+        try:
+            await self.record(t.sleeper, state)
+        except Exception as exc:  # an API outage or a pod replaced meanwhile
+            log.warning("cannot record the sleeper's state", extra={"pod": t.sleeper.pod, "state": state,
+                                                                     "error": repr(exc)})
+            return False
+        return True
+
+    async def _repair(self, t: _Tracked, state: str) -> None:
+        if not t.op:  # a sleep or wake started meanwhile records its own
+            await self._mark(t, state)
+
     async def _wake(self, key: str, t: _Tracked, intent: WakeIntent) -> None:
+        if not await self._mark(t, CHANGING):
+            t.hold = True  # unrecorded, a wake could leave a state no restart could know: not sent
+            return
         t.asleep = False
         now = time.monotonic()
         self.metrics.intent_lag.observe(max(0.0, self.clock() - intent.at))
@@ -264,6 +313,7 @@ class Waker:
         seconds = time.monotonic() - now
         if result.ready:
             t.awake, t.failures = True, 0
+            await self._mark(t, AWAKE)
             self.metrics.wakes.labels(key, "ready").inc()
             self.metrics.wake_seconds.observe(seconds)
             samples = self._wake_s.setdefault(t.sleeper.gpu_product, [])
@@ -285,7 +335,8 @@ class Waker:
         # A wake that failed may have left the engine half awake: it is not routed either way; try to
         # put it back to sleep so its GPU is free for the next sleeper.
         with contextlib.suppress(Exception):
-            t.asleep = (await t.client.sleep(t.sleeper.level)).slept
+            if await self._mark(t, CHANGING):  # (a found-awake one's canary failed: nothing recorded yet)
+                await self._after_sleep(t, await t.client.sleep(t.sleeper.level), routable=False)
         if t.failures < WAKE_FAILURES_MAX:
             return
         t.failed = True
@@ -328,20 +379,46 @@ class Waker:
     async def _sleep(self, key: str, t: _Tracked) -> None:
         if t.client.reference is None:
             await t.client.record_reference()  # awake: the answer later wakes must repeat
+        if not await self._mark(t, CHANGING):
+            t.hold = True  # unrecorded, a sleep could leave a state no restart could know: kept awake
+            return
         t.awake = False  # no longer routed from the moment it drains
         await self.publish(key)
         result = await t.client.sleep(t.sleeper.level)
+        await self._after_sleep(t, result, routable=True)
         if result.slept:
-            t.asleep = True
             self.metrics.sleeps.labels(key, "slept").inc()
             log.info("sleeper asleep again", extra={"workload": key, "pod": t.sleeper.pod,
                                                     "seconds": round(result.seconds, 3)})
             return
-        # Could not drain (SGLang with work in flight) or failed: it is still awake and serving.
-        t.awake = (await t.client.sleeping()) is not True
-        t.asleep = not t.awake
+        # Could not drain (SGLang with work in flight: still awake and serving) or failed midway (its
+        # state asked where it can be, else unknown: neither counted nor woken nor slept). Tried again
+        # at the next pass, not at once (SGLang's pause and continue would repeat while it is busy).
+        t.hold = True
         self.metrics.sleeps.labels(key, "kept").inc()
-        log.warning("sleeper not put to sleep", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why})
+        log.warning("sleeper not put to sleep", extra={"workload": key, "pod": t.sleeper.pod, "why": result.why,
+                                                       "awake": t.awake, "state_known": t.asleep is not None})
+
+    async def _after_sleep(self, t: _Tracked, result: SleepResult, *, routable: bool) -> None:
+        """The state a sleep left (``t.asleep``, ``t.awake``), recorded where it is known; an engine kept
+        awake is routed again only if ``routable`` (its canary passed)."""
+        if result.slept:
+            t.asleep, t.awake = True, False
+            await self._mark(t, ASLEEP)
+            return
+        awake = result.awake
+        if awake is None:
+            sleeping = await t.client.sleeping()  # None for SGLang: the record says "changing", unknown
+            awake = None if sleeping is None else not sleeping
+        if awake is None:
+            t.asleep, t.awake = None, False
+            return
+        t.asleep, t.awake = not awake, awake and routable
+        await self._mark(t, AWAKE if awake else ASLEEP)
+
+    def unknown_pods(self) -> list[str]:
+        """The sleepers (namespace/pod) whose state is unknown: neither counted, woken nor slept."""
+        return sorted(t.sleeper.pod for wl in self._workloads.values() for t in wl.sleepers.values() if _unknown(t))
 
     def failed_pods(self) -> list[str]:
         """The sleepers (namespace/pod) that failed to wake WAKE_FAILURES_MAX times: the controller
@@ -383,3 +460,12 @@ class Waker:
                 await self.store.put_hot_status(hs)
             except StoreError as exc:
                 log.warning("cannot publish the hot status", extra={"workload": key, "error": str(exc)})
+
+
+def _restarted(old: Sleeper, new: Sleeper) -> bool:
+    """The pod's engine container restarted since the sleeper was first seen (a new engine)."""
+    return old.restarts is not None and new.restarts is not None and new.restarts != old.restarts
+
+
+def _unknown(t: _Tracked) -> bool:
+    return t.asleep is None and not t.awake and not t.op and not t.failed
