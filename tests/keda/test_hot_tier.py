@@ -27,6 +27,9 @@ from warmscale.simulation.engine import CANARY_TEXT
 # cold start is minutes: the scaler must see a sleeper as the sooner capacity, else it wakes none).
 READY_DELAY = "8s"
 OWN_TTR_S = 30
+# The first sleep of a new sleeper: pod scheduled on its DRA claim, engine up, canary, then the sleep;
+# once over 60 s with three clusters sharing the two cores (a bound, not a pace).
+FIRST_SLEEP_S = 120
 HOT = {"warmscale.io/hot-standby": "1", "warmscale.io/engine": "vllm", "warmscale.io/hot-host-ram": "16Gi"}
 
 
@@ -102,7 +105,7 @@ async def test_scale_from_zero_wakes_a_sleeper_that_bridges_until_the_deployment
         async def asleep() -> bool:
             s = await status(hot, ns, "llm")
             return s is not None and s.asleep == 1 and s.awake == 0
-        await until(asleep, 60, "the llm sleeper asleep")
+        await until(asleep, FIRST_SLEEP_S, "the llm sleeper asleep")
         await w.timeline.wait(spec=0, within=30, what="at zero before the load")
         await until(lambda: w.timeline.samples and w.timeline.samples[-1][2] == 0, 30, "no replica ready")
         await until(asleep, 60, "the llm sleeper asleep again (a new tracker may wake it once)")
@@ -170,7 +173,7 @@ async def test_a_wake_whose_canary_fails_is_never_routed_and_the_sleeper_is_repl
         async def asleep() -> bool:
             s = await status(hot, ns, "llm")
             return s is not None and s.asleep == 1
-        await until(asleep, 60, "the sleeper asleep")
+        await until(asleep, FIRST_SLEEP_S, "the sleeper asleep")
         # A new tracker starts active (absent history is not idleness) and may wake it once: let that pass.
         await w.timeline.wait(spec=0, within=30, what="at zero before the load")
         await until(asleep, 60, "the sleeper asleep again")
