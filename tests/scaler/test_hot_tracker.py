@@ -8,17 +8,19 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
 from tests.scaler.conftest import META, ScriptedReader, eventually
-from tests.servers import RedisServer
+from tests.servers import FakeEngine, RedisServer
+from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus, WakeIntent
 from warmscale.scaler.metrics import ScalerMetrics
 from warmscale.scaler.store import RedisStore
 from warmscale.scaler.tracker import TrackerManager
+from warmscale.signals.model import ReplicaReading
 
 
 @pytest.fixture
@@ -117,35 +119,25 @@ def _vllm_exposition(slow_first_tokens: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-async def test_the_awake_sleepers_slow_first_tokens_are_read_and_scale_the_workload(store: RedisStore) -> None:
+async def test_the_awake_sleepers_slow_first_tokens_are_read_and_scale_the_workload(
+        store: RedisStore, fake_engine: Callable[..., FakeEngine]) -> None:
     """The scaler reads the awake sleepers at the URLs the waker publishes (``awake_urls``), as
     production's reader does (scaler/sources.py read_awake_sleepers): a sleeper serving slow first
     tokens raises the count by the TTFT rule, though the own replica reports none."""
     import aiohttp
-    from aiohttp import web
 
     from warmscale.scaler.sources import read_awake_sleepers
 
-    served = {"slow": 0}
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(text=_vllm_exposition(served["slow"]))
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    sleeper = fake_engine(_vllm_exposition(0))
+    url = f"http://{sleeper.target}"
     session = aiohttp.ClientSession()
 
-    async def awake(cfg: object, urls: object, now: float) -> object:
-        return await read_awake_sleepers(session, cfg, urls, now)  # type: ignore[arg-type]
+    async def awake(cfg: ScalerConfig, urls: Sequence[str], now: float) -> tuple[ReplicaReading, ...]:
+        return await read_awake_sleepers(session, cfg, urls, now)
 
     meta = {**META, "ttftSloSeconds": "0.5", "targetInflightPerReplica": "1000"}
     m = TrackerManager(store, ScriptedReader(load=5.0), ScalerMetrics(), DecisionLog(50), instance_id="t",
-                       awake=awake)  # type: ignore[arg-type]
+                       awake=awake)
 
     async def publish() -> None:
         await store.put_hot_status(HotStatus("llm", "chat", time.time(), asleep=1, awake=1, wake_s={"": 2.2},
@@ -156,14 +148,14 @@ async def test_the_awake_sleepers_slow_first_tokens_are_read_and_scale_the_workl
         t = m.get("llm", "chat", meta)
         assert (await t.current()).rules.get("ttft") is None
         await asyncio.sleep(0.3)  # the sleeper read at least once (the baseline)
-        served["slow"] = 40
+        sleeper.serve(_vllm_exposition(40))
 
         async def ttft_rule() -> bool:
             await publish()
             return (await t.current()).rules.get("ttft") is not None
 
         await eventually(ttft_rule)
+        assert sleeper.hits >= 2
     finally:
         await m.stop()
         await session.close()
-        await runner.cleanup()
