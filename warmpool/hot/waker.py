@@ -38,12 +38,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from warmscale.scaler.hot_status import HotStatus, WakeIntent
 from warmscale.scaler.store import Store, StoreError
+from warmscale.warmpool.hot import unknown_life
 from warmscale.warmpool.hot.client import EngineSleeper, SleepResult, WakeResult
 from warmscale.warmpool.hot.engine_state import ASLEEP, AWAKE, CHANGING
 from warmscale.warmpool.hot.pool import Placement, PoolPlan, choose_wakes
 from warmscale.warmpool.hot.sleepers import Sleeper
 from warmscale.warmpool.hot.surface import state_call
-from warmscale.warmpool.hot.unknown_life import UnknownLife, expired, seen
+from warmscale.warmpool.hot.unknown_life import UnknownLife
 
 log = logging.getLogger("warmscale.warmpool.hot.waker")
 
@@ -241,8 +242,8 @@ class Waker:
         loads = await asyncio.gather(*(t.client.in_flight() for t in unknown))
         now = self.clock()
         for t, load in zip(unknown, loads, strict=True):
-            t.unknown = seen(t.unknown, now, load, answered_before=t.known_once)
-            why = expired(t.unknown, now)
+            t.unknown = unknown_life.seen(t.unknown, now, load, answered_before=t.known_once)
+            why = unknown_life.expired(t.unknown, now)
             if why is not None and not t.expired:
                 log.error("a sleeper's unknown state outlived its bound; the controller replaces it",
                           extra={"workload": t.sleeper.workload, "pod": t.sleeper.pod, "why": why})
