@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +29,7 @@ from warmscale.cliargs import non_negative_float, non_negative_int, port, positi
 from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.streamcap import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_SCALEDOBJECT
 from warmscale.scaler.tracker import ScaledObjectKey
-from warmscale.signals.model import Snapshot
+from warmscale.signals.model import ReplicaReading, Snapshot
 from warmscale.signals.sources.budget import DEFAULT_WORKER_MEMORY_BYTES, Budget, PayloadLimits, SizeRefused
 
 log = logging.getLogger("warmscale.scaler")
@@ -126,6 +127,17 @@ class SourcesReader:
         if provider is not None:
             snapshot = await self._with_counts(snapshot, provider, cfg)
         return with_attributed_gpus(snapshot, namespace)
+
+    async def awake_sleepers(self, cfg: ScalerConfig, urls: Sequence[str], now: float) -> tuple[ReplicaReading, ...]:
+        """The awake hot-tier sleepers at ``urls`` (the hot status's ``awake_urls``), read through this
+        reader's session, parser and ``--allow-targets`` like the replicas (scaler/sources.py)."""
+        from warmscale.scaler.sources import read_awake_sleepers
+
+        if self._session is None:  # the first tick makes it; a read before then has nothing to read with
+            return ()
+        if self.guard is not None:
+            await self.guard.refresh_hosts()
+        return await read_awake_sleepers(self._session, cfg, urls, now, parse=self.parser.parse, budgets=(self.budget,))
 
     async def onset(self, cfg: ScalerConfig, scope: ScaledObjectKey) -> float | None:
         """The summed length of ``cfg``'s Redis queues and of its endpoint picker's flow-control queue

@@ -258,6 +258,29 @@ def idle_gap_seconds(cfg: ScalerConfig) -> float:
     return max(3.0 * cfg.scrape_interval_seconds, cfg.scrape_interval_seconds + 2.0)
 
 
+# The memory key prefix of an awake sleeper's reading (not a pod of the scale target).
+HOT_REPLICA = "hot:"
+
+
+def _hot_ttfts(snapshot: Snapshot, memory: dict[str, ReplicaMemory], ttft_deltas: list[tuple[float, Histogram]],
+               now: float) -> None:
+    """The awake sleepers' first tokens since their last reading join the TTFT window (a woken sleeper
+    serves the workload's requests: the SLO is theirs too). Only the TTFT: their load is the waker's
+    ``hot_load``. A sleeper whose reading failed keeps its last one (differenced when it is back); one
+    no longer awake is forgotten (its next wake starts from a new reading)."""
+    for reading in snapshot.hot_replicas:
+        sig = reading.signal
+        if sig is None:
+            continue
+        key = HOT_REPLICA + reading.replica
+        prev = memory.get(key)
+        if prev is not None and sig.ttft is not None and prev.ttft is not None:
+            d = sig.ttft.delta(prev.ttft)
+            if d is not None and d.count > 0:
+                ttft_deltas.append((now, d))
+        memory[key] = ReplicaMemory(observed_at=reading.observed_at, ttft=sig.ttft)
+
+
 def _without_sleeping(snapshot: Snapshot) -> tuple[Snapshot, int]:
     """The snapshot without the replicas whose engine sleeps, and how many they were. Until the hot tier
     exists, a sleeping replica is not ready: its zero load is no capacity and no idle evidence (issue 20
@@ -396,7 +419,8 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
             kv_transfer_seconds_total=sig.kv_transfer_seconds_total,
             kv_transfers_total=sig.kv_transfers_total,
         )
-    present = {r.replica for r in snapshot.replicas}
+    _hot_ttfts(snapshot, memory, ttft_deltas, now)
+    present = {r.replica for r in snapshot.replicas} | {HOT_REPLICA + r.replica for r in snapshot.hot_replicas}
     memory = {k: v for k, v in memory.items() if k in present}
 
     if snapshot.ttft_window is not None:

@@ -206,6 +206,8 @@ class ScalerServer:
             instance_id=options.instance_id, clock=SteadyClock(wall=clock), guard=guard,
             # The reader's cheap read of the queues between ticks, where it has one (scaler/onset.py).
             onset=getattr(reader, "onset", None),
+            # Its read of the awake hot-tier sleepers' engines (their TTFT), where it has one.
+            awake=getattr(reader, "awake_sleepers", None),
         )
         self.manager.on_refused = on_refused  # the Event on a ScaledObject refused for size
         self.service = ExternalScalerService(

@@ -15,20 +15,22 @@ no replica is counted twice. (Here, not in ``signals/``: the configuration is th
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import aiohttp
 
 from warmscale.scaler.config import ScalerConfig
-from warmscale.signals.sources.base import EndpointProvider, Source, StaticEndpoints
+from warmscale.signals.model import ReplicaReading
+from warmscale.signals.sources.base import Endpoint, EndpointProvider, Source, StaticEndpoints
 from warmscale.signals.sources.budget import Budget
 from warmscale.signals.sources.collector import MissingProviderSource, SnapshotCollector
 from warmscale.signals.sources.dcgm import DcgmSource
 from warmscale.signals.sources.gateway import EppPrometheusSource, EppScrapeSource
 from warmscale.signals.sources.prometheus import PrometheusSource
 from warmscale.signals.sources.redis_queue import Allows, RedisQueueSource
-from warmscale.signals.sources.scrape import ParseFn, ScrapeSource
+from warmscale.signals.sources.scrape import ParseFn, ScrapeSource, scrape_endpoint
 from warmscale.signals.sources.shared import SharedReads
 
 
@@ -140,3 +142,18 @@ def build_collector(
         deadline=cfg.read_budget_seconds + 0.5,
         clock=clock,
     )
+
+
+async def read_awake_sleepers(session: aiohttp.ClientSession, cfg: ScalerConfig, urls: Sequence[str], now: float, *,
+                              parse: ParseFn | None = None, budgets: tuple[Budget, ...] = ()
+                              ) -> tuple[ReplicaReading, ...]:
+    """The awake hot-tier sleepers' engines, read as the scale target's replicas are: each base URL the
+    waker published in the hot status (``awake_urls``) plus ``metricsPath``, concurrently, each within
+    the decision's read budget (a sleeper that does not answer is unknown for this decision, never
+    idle). Each reading is named by its base URL."""
+    async def one(url: str) -> ReplicaReading:
+        ep = Endpoint(replica=url, url=url.rstrip("/") + cfg.metrics_path)
+        return await scrape_endpoint(session, ep, now, engine=cfg.engine, timeout_s=cfg.read_budget_seconds,
+                                     max_bytes=cfg.max_payload_bytes, parse=parse, budgets=budgets)
+
+    return tuple(await asyncio.gather(*(one(u) for u in urls)))

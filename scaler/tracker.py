@@ -20,7 +20,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
@@ -46,7 +46,7 @@ from warmscale.scaler.store import Store as StoreProtocol
 from warmscale.scaler.store import StoreError, TrackerRecord
 from warmscale.scaler.target_guard import TargetGuard
 from warmscale.scaler.warm_status import WarmStatus
-from warmscale.signals.model import Snapshot
+from warmscale.signals.model import ReplicaReading, Snapshot
 from warmscale.signals.redact import redact
 from warmscale.signals.sources.budget import SizeRefused
 
@@ -65,6 +65,11 @@ its last decision and counts a scrape error."""
 OnsetReader = Callable[[ScalerConfig, ScaledObjectKey], Awaitable[float | None]]
 """``await onset(cfg, key)``: the summed length of the ScaledObject's queues, read cheaply between
 ticks (scaler/onset.py); None: unknown or not read."""
+
+AwakeReader = Callable[[ScalerConfig, Sequence[str], float], Awaitable[tuple[ReplicaReading, ...]]]
+"""``await awake(cfg, urls, now)``: the awake hot-tier sleepers' engines at the base URLs the waker
+published (``HotStatus.awake_urls``), one reading each, named by its URL (scaler/sources.py
+``read_awake_sleepers``); their first tokens join the workload's TTFT window."""
 
 MetaKey = tuple[str, str, tuple[tuple[str, str], ...]]
 
@@ -476,9 +481,21 @@ class Tracker:
 
     async def _compute(self, now: float, ttl: float, *, save: bool) -> None:
         """Read a snapshot, decide from ``self._state``, store (``save``: as the lease holder), adopt."""
-        m = self.manager
         if self._state is None:
             self._state = self._continue_from(None, now)
+        # The awake sleepers the last hot status lists are read alongside the target's replicas.
+        awake = self._read_awake(now)
+        try:
+            await self._compute_read(now, ttl, save=save, awake=awake)
+        finally:
+            if awake is not None and not awake.done():
+                awake.cancel()
+            elif awake is not None and not awake.cancelled():
+                awake.exception()  # retrieved (a decision that returned early did not look at it)
+
+    async def _compute_read(self, now: float, ttl: float, *, save: bool,
+                            awake: asyncio.Task[tuple[ReplicaReading, ...]] | None) -> None:
+        m = self.manager
         t0 = time.perf_counter()
         try:
             read = m.reader(self.cfg, now, (self.namespace, self.name))
@@ -503,8 +520,10 @@ class Tracker:
         self._last_ok_snapshot = now
         snapshot, ctx = await self._with_warm_status(snapshot)
         snapshot = await self._with_hot_status(snapshot)
+        snapshot = await self._with_awake_readings(snapshot, awake)
         ctx = await self._with_pd_group(snapshot, ctx)
 
+        assert self._state is not None  # set by _compute
         obs, state = observe(snapshot, self._state, self.cfg, ctx)
         self._account_slo(state, snapshot.taken_at)
         decision, state = decide(obs, state, self.cfg, snapshot.taken_at)
@@ -613,6 +632,35 @@ class Tracker:
         wake_s = hs.wake_seconds(self.cfg.gpu_product or snapshot.gpu_product, HOT_WAKE_PRIOR_SECONDS)
         return replace(snapshot, hot_asleep=hs.asleep, hot_awake=hs.awake, hot_wake_s=wake_s, hot_load=hs.awake_load,
                        hot_waking=hs.waking)
+
+    def _fresh_hot(self, at: float) -> HotStatus | None:
+        hs = self._hot
+        return hs if hs is not None and at - hs.updated_at <= HOT_STATUS_MAX_AGE else None
+
+    def _read_awake(self, now: float) -> asyncio.Task[tuple[ReplicaReading, ...]] | None:
+        """The read of the awake sleepers of the last fresh hot status, started (None: none to read)."""
+        hs = self._fresh_hot(now)
+        if self.manager.awake is None or hs is None or not hs.awake_urls:
+            return None
+        return asyncio.ensure_future(self.manager.awake(self.cfg, tuple(hs.awake_urls), now))
+
+    async def _with_awake_readings(self, snapshot: Snapshot,
+                                   awake: asyncio.Task[tuple[ReplicaReading, ...]] | None) -> Snapshot:
+        """The awake sleepers' readings (``Snapshot.hot_replicas``) of those the hot status just read
+        still lists as awake; none while it is unknown. A read that fails leaves them out (unknown:
+        their TTFT is missing from this decision, nothing else changes)."""
+        if awake is None:
+            return snapshot
+        try:
+            readings = await asyncio.wait_for(awake, timeout=self.cfg.read_budget_seconds + 1.0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("cannot read the awake sleepers", extra={"tracker": self.id, "error": repr(exc)})
+            return snapshot
+        hs = self._fresh_hot(snapshot.taken_at)
+        still = set(hs.awake_urls) if hs is not None else set()
+        return replace(snapshot, hot_replicas=tuple(r for r in readings if r.replica in still))
 
     async def _publish_intent(self, decision: Decision, now: float) -> None:
         """The hot step's target as the workload's wake intent, at once when it changes (the waker
@@ -893,9 +941,11 @@ class TrackerManager:
         clock: Callable[[], float] = time.time,
         guard: TargetGuard | None = None,
         onset: OnsetReader | None = None,
+        awake: AwakeReader | None = None,
     ) -> None:
         self.store = store
         self.reader = reader
+        self.awake = awake  # reads the awake sleepers' engines (their TTFT); None: not read
         self.onset = onset  # the cheap read of the queues between ticks (scaler/onset.py); None: no fast poll
         self.metrics = metrics
         self.decisions = decisions

@@ -247,6 +247,10 @@ class Snapshot:
     hot_wake_s: float | None = None
     hot_load: float | None = None  # requests in the awake sleepers (None: unknown)
     hot_waking: int = 0  # wakes in progress (not capacity yet, but no longer asleep)
+    # The awake sleepers' own readings: the scaler scrapes the hot status's ``awake_urls`` as it does
+    # its replicas (scaler/tracker.py). Only their first tokens are used (they join the TTFT window);
+    # their load is ``hot_load``, their count ``hot_awake``.
+    hot_replicas: tuple[ReplicaReading, ...] = ()
 
     @property
     def known(self) -> tuple[ReplicaReading, ...]:

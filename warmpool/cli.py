@@ -154,6 +154,7 @@ async def _with_waker(run: Any, api: Any, sink: Any, namespace: str | None, metr
         waker = Waker(sink, kube_sleepers(core, namespace, reconciler.device_of), session,
                       events=kube_events(recorder), metrics=metrics, record=kube_states(core))
         reconciler.failed, reconciler.busy = waker.failed_pods, waker.busy_pods
+        reconciler.unknown = waker.expired_pods
         reconciler.bursts = getattr(sink, "get_burst_stats", None)  # `hot-standby: auto` sizing
         tasks = [asyncio.create_task(waker.run(), name="hot waker"),
                  asyncio.create_task(reconciler.run(), name="hot pool")]

@@ -3,16 +3,21 @@ injected clock (pure)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.scaler.test_decide_steps import obs
-from tests.scaler.test_policy import Run, cfg, replica
+from tests.scaler.test_policy import Run, cfg, replica, ttft
 from warmscale.scaler.decide.bounds import bounds
 from warmscale.scaler.decide.fleet import Fleet, fleet_of
 from warmscale.scaler.decide.hot import hot
 from warmscale.scaler.hot_status import HotStatus, WakeIntent
 from warmscale.scaler.ladder import HOT, break_even, time_to_ready, warm_steps, with_hot
+from warmscale.scaler.observation import HOT_REPLICA, observe
 from warmscale.scaler.state import ScalerState
+from warmscale.signals.histogram import Histogram
+from warmscale.signals.model import ReplicaReading, ReplicaSignal, Snapshot
 
 NOW = 10_000.0
 COLD_S = 510.0
@@ -197,3 +202,32 @@ def test_in_a_lull_the_sleepers_go_back_to_sleep_while_the_hold_keeps_the_count(
     early = [p for p in plans if p[0] - plans[0][0] < 50.0]
     assert all(t == 3 for _, _, t in early), plans  # within the idle window: still bridging
     assert plans[-1][2] == 0 and plans[-1][1] > 1, plans  # then released, the count still held
+
+
+def _hot_snapshot(at: float, own: Histogram, sleeper: Histogram | None) -> Snapshot:
+    return Snapshot(taken_at=at, replicas=(replica("own", running=5, hist=own, at=at),),
+                    hot_asleep=1, hot_awake=1, hot_load=5.0,
+                    hot_replicas=() if sleeper is None else (ReplicaReading(
+                        "http://10.0.0.9:8000", at, ReplicaSignal(engine="vllm", waiting=0, running=5, ttft=sleeper)),))
+
+
+def test_the_awake_sleepers_first_tokens_join_the_ttft_window_but_not_the_load() -> None:
+    """A woken sleeper serves the workload's requests: its first tokens are the SLO's too. Its load is
+    the waker's ``hot_load`` (not counted twice); a reading that fails keeps its last one."""
+    c = cfg(ttftSloSeconds="0.5", targetInflightPerReplica="1000", burstConfirmSeconds="0")
+    state = ScalerState()
+    o, state = observe(_hot_snapshot(0.0, ttft({}), ttft({})), state, c)
+    # The own replica's first tokens are fast; the sleeper's 18 of 20 take 1 s.
+    o, state = observe(_hot_snapshot(1.0, ttft({0.1: 20}), ttft({0.1: 2, 1.0: 18})), state, c)
+    assert o.ttft_window is not None and o.ttft_window.count == 40
+    assert o.running == 5  # the own replica's; the sleeper's 5 are hot_load
+    # The sleeper's read failed this time: nothing of it, and its last reading is kept...
+    failed = replace(_hot_snapshot(2.0, ttft({0.1: 20}), None),
+                     hot_replicas=(ReplicaReading("http://10.0.0.9:8000", 2.0, None, "timeout"),))
+    o, state = observe(failed, state, c)
+    # ...so that its next reading is differenced against it (2 more first tokens, not 22).
+    o, state = observe(_hot_snapshot(3.0, ttft({0.1: 20}), ttft({0.1: 4, 1.0: 18})), state, c)
+    assert o.ttft_window is not None and o.ttft_window.count == 42
+    # No longer awake: forgotten (its next wake starts from a new reading).
+    o, state = observe(_hot_snapshot(4.0, ttft({0.1: 20}), None), state, c)
+    assert not any(k.startswith(HOT_REPLICA) for k in state.replicas)

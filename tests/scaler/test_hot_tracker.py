@@ -8,17 +8,19 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 
 from tests.scaler.conftest import META, ScriptedReader, eventually
-from tests.servers import RedisServer
+from tests.servers import FakeEngine, RedisServer
+from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.decision_log import DecisionLog
 from warmscale.scaler.hot_status import HOT_STATUS_MAX_AGE, HotStatus, WakeIntent
 from warmscale.scaler.metrics import ScalerMetrics
 from warmscale.scaler.store import RedisStore
 from warmscale.scaler.tracker import TrackerManager
+from warmscale.signals.model import ReplicaReading
 
 
 @pytest.fixture
@@ -101,3 +103,59 @@ async def test_awake_sleepers_count_as_ready_capacity(store: RedisStore, hot_loa
         assert (d.hot_target, d.hot_wake, d.hot_release) == (desired - 1, desired - 2, 0)
     finally:
         await m.stop()
+
+
+def _vllm_exposition(slow_first_tokens: int) -> str:
+    """A vLLM exposition whose TTFT histogram holds ``slow_first_tokens`` first tokens of about 1 s."""
+    lab = 'engine="0",model_name="llama"'
+    lines = [f"vllm:num_requests_running{{{lab}}} 0", f"vllm:num_requests_waiting{{{lab}}} 0",
+             "# TYPE vllm:time_to_first_token_seconds histogram"]
+    for le in ("0.1", "0.5"):
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="{le}"}} 0')
+    for le in ("2.5", "+Inf"):
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{{lab},le="{le}"}} {slow_first_tokens}')
+    lines += [f"vllm:time_to_first_token_seconds_count{{{lab}}} {slow_first_tokens}",
+              f"vllm:time_to_first_token_seconds_sum{{{lab}}} {slow_first_tokens * 1.0}"]
+    return "\n".join(lines) + "\n"
+
+
+async def test_the_awake_sleepers_slow_first_tokens_are_read_and_scale_the_workload(
+        store: RedisStore, fake_engine: Callable[..., FakeEngine]) -> None:
+    """The scaler reads the awake sleepers at the URLs the waker publishes (``awake_urls``), as
+    production's reader does (scaler/sources.py read_awake_sleepers): a sleeper serving slow first
+    tokens raises the count by the TTFT rule, though the own replica reports none."""
+    import aiohttp
+
+    from warmscale.scaler.sources import read_awake_sleepers
+
+    sleeper = fake_engine(_vllm_exposition(0))
+    url = f"http://{sleeper.target}"
+    session = aiohttp.ClientSession()
+
+    async def awake(cfg: ScalerConfig, urls: Sequence[str], now: float) -> tuple[ReplicaReading, ...]:
+        return await read_awake_sleepers(session, cfg, urls, now)
+
+    meta = {**META, "ttftSloSeconds": "0.5", "targetInflightPerReplica": "1000"}
+    m = TrackerManager(store, ScriptedReader(load=5.0), ScalerMetrics(), DecisionLog(50), instance_id="t",
+                       awake=awake)
+
+    async def publish() -> None:
+        await store.put_hot_status(HotStatus("llm", "chat", time.time(), asleep=1, awake=1, wake_s={"": 2.2},
+                                             awake_load=0.0, awake_urls=[url], awake_pods=["llm/s-0"]))
+
+    try:
+        await publish()
+        t = m.get("llm", "chat", meta)
+        assert (await t.current()).rules.get("ttft") is None
+        await asyncio.sleep(0.3)  # the sleeper read at least once (the baseline)
+        sleeper.serve(_vllm_exposition(40))
+
+        async def ttft_rule() -> bool:
+            await publish()
+            return (await t.current()).rules.get("ttft") is not None
+
+        await eventually(ttft_rule)
+        assert sleeper.hits >= 2
+    finally:
+        await m.stop()
+        await session.close()

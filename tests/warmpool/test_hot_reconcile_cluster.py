@@ -307,3 +307,49 @@ async def test_several_watched_namespaces_share_the_pool_one_gpu_each_planned_in
         await unpublish(k8s_admin, slices)
         await core.delete_namespace(ns2)
 
+
+
+async def test_a_sleeper_whose_unknown_state_outlived_its_bound_is_replaced_with_an_event_never_while_busy(
+        k8s_admin: client.ApiClient, k8s_namespace: str, k8s_node_pool: NodePoolFactory) -> None:
+    """The waker lists a sleeper whose unknown state outlived its bound (warmpool/hot/unknown_life.py,
+    ``expired_pods``): the controller deletes it and creates a new pod, with a HotSleeperReplaced Event
+    saying why; not while the waker counts it busy; and no pod warmscale did not create."""
+    ns = k8s_namespace
+    pool = f"u{ns[-6:]}"
+    nodes = await pool_nodes(k8s_admin, k8s_node_pool, pool)
+    slices = await publish_gpus(k8s_admin, nodes, count=1)
+    apps, core = client.AppsV1Api(k8s_admin), client.CoreV1Api(k8s_admin)
+    expired: dict[str, str] = {}
+    busy: set[str] = set()
+    try:
+        await apps.create_namespaced_deployment(ns, hot_deployment("llama", 8100, pool))
+        rec = HotReconciler(k8s_admin, namespace=ns, events=EventRecorder(core), busy=lambda: busy,
+                            unknown=lambda: expired)
+        await rec.reconcile()
+        [pod] = await wait_for(lambda: _running(core, ns), within=30, what="the sleeper running")
+        key = f"{ns}/{pod.metadata.name}"
+        # A pod with the same name pattern that warmscale did not create is never touched.
+        stranger = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranger", "labels": {"app": "x"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                             "tolerations": [{"operator": "Exists"}]}}
+        await core.create_namespaced_pod(ns, stranger)
+        expired.update({key: "its state has been unknown for 121 s (over 120 s) with nothing in flight",
+                        f"{ns}/stranger": "unknown"})
+        busy.add(key)  # the waker counts it busy (it may be serving): kept
+        assert (await rec.reconcile()).replaced == []
+        busy.clear()
+        assert (await rec.reconcile()).replaced == [key]
+
+        async def recreated() -> bool:
+            pods = await sleeper_pods(core, ns)
+            if not pods:
+                await rec.reconcile()  # the next pass creates it once the old one is gone
+                return False
+            return pods[0].metadata.uid != pod.metadata.uid
+        expired.clear()  # the new pod is a new sleeper (the waker's life of the old one ended with it)
+        await wait_for(recreated, within=30, what="a new sleeper pod")
+        [ev] = await events(k8s_admin, ns, "HotSleeperReplaced")
+        assert "unknown for 121 s" in ev.message and pod.metadata.name in ev.message
+        assert (await core.read_namespaced_pod("stranger", ns)).metadata.name == "stranger"
+    finally:
+        await unpublish(k8s_admin, slices)

@@ -1,5 +1,6 @@
 """The hot pool's controller: creates the sleepers the pool plan keeps and their shared ResourceClaims,
-deletes the ones it no longer keeps, replaces the ones that failed to wake twice (I/O shell;
+deletes the ones it no longer keeps, replaces the ones that failed to wake twice or whose unknown state
+outlived its bound (warmpool/hot/unknown_life.py) (I/O shell;
 docs/hot-tier.md, "Placement").
 
 Every ``RESYNC_SECONDS`` it lists the opted-in workloads (``warmscale.io/hot-standby``), the pool
@@ -81,6 +82,9 @@ FailedSource = Callable[[], Iterable[str]]
 BurstSource = Callable[[str, str], Awaitable[BurstStats | None]]
 """The scaler's burst statistics of a workload (namespace, name) from the store (``get_burst_stats``);
 it raises when the store cannot be read."""
+UnknownSource = Callable[[], Mapping[str, str]]
+"""The sleepers (namespace/pod) whose unknown state outlived its bound, and why (the waker's
+``expired_pods``): replaced as the failed ones are."""
 BusySource = Callable[[], Iterable[str]]
 """The sleepers (namespace/pod) awake, waking or draining (the waker's ``busy_pods``): never deleted
 by a pass; a later pass deletes them once they sleep."""
@@ -92,7 +96,8 @@ class PassResult:
 
     created: list[str] = field(default_factory=list)  # kind/namespace/name
     deleted: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)  # sleepers that failed twice, deleted for a new pod
+    # Sleepers that failed to wake twice, or stayed unknown past the bound, deleted for a new pod.
+    replaced: list[str] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)  # workload -> why the tier is off for it
 
 
@@ -109,7 +114,8 @@ class HotReconciler:
     def __init__(self, api: client.ApiClient, *, namespace: str | Sequence[str] | None = None,
                  events: EventRecorder | None = None,
                  dcgm: DcgmSource | None = None, failed: FailedSource | None = None,
-                 busy: BusySource | None = None, bursts: BurstSource | None = None) -> None:
+                 busy: BusySource | None = None, bursts: BurstSource | None = None,
+                 unknown: UnknownSource | None = None) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
@@ -120,6 +126,7 @@ class HotReconciler:
         self.dcgm = dcgm
         self.failed = failed
         self.busy = busy
+        self.unknown = unknown
         self.bursts = bursts
         self._auto_last: dict[str, int] = {}  # `hot-standby: auto`: the size chosen before, per workload
         self._attribution = DcgmAttribution((), {})
@@ -320,19 +327,22 @@ class HotReconciler:
 
     async def _replace_failed(self, pods: list[dict[str, Any]], wls: list[Workload], res: PassResult) -> None:
         failed = set(self.failed() if self.failed is not None else ())
+        unknown = dict(self.unknown() if self.unknown is not None else {})
+        busy = set(self.busy() if self.busy is not None else ())  # (never one of these: it may be serving)
         owners = {f"{wl.namespace}/{wl.name}": wl for wl in wls}
         for p in pods:
             key = _pod_key(p)
-            if key not in failed:
+            if key in busy or (key not in failed and key not in unknown):
                 continue
             ns, name = key.split("/", 1)
+            why = "failed to wake twice" if key in failed else unknown[key]
             await ignore_status(self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0), 404)
             res.replaced.append(key)
             wl = owners.get(str(((p.get("metadata") or {}).get("annotations") or {}).get(HOT_WORKLOAD)))
-            log.warning("replacing a sleeper that failed to wake twice", extra={"pod": key})
+            log.warning("replacing a sleeper", extra={"pod": key, "why": why})
             if wl is not None:
                 await self.events.emit(_involved(wl), "Warning", "HotSleeperReplaced",
-                                       f"sleeper {name} failed to wake twice; deleted, a new pod replaces it")
+                                       f"sleeper {name}: {why}; deleted, a new pod replaces it")
 
     async def _apply(self, pods: list[dict[str, Any]], claims: list[dict[str, Any]], wanted: dict[str, dict[str, Any]],
                      wanted_claims: dict[str, dict[str, Any]], keep: set[str], res: PassResult) -> None:

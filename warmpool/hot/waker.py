@@ -38,11 +38,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from warmscale.scaler.hot_status import HotStatus, WakeIntent
 from warmscale.scaler.store import Store, StoreError
+from warmscale.warmpool.hot import unknown_life
 from warmscale.warmpool.hot.client import EngineSleeper, SleepResult, WakeResult
 from warmscale.warmpool.hot.engine_state import ASLEEP, AWAKE, CHANGING
 from warmscale.warmpool.hot.pool import Placement, PoolPlan, choose_wakes
 from warmscale.warmpool.hot.sleepers import Sleeper
 from warmscale.warmpool.hot.surface import state_call
+from warmscale.warmpool.hot.unknown_life import UnknownLife
 
 log = logging.getLogger("warmscale.warmpool.hot.waker")
 
@@ -106,6 +108,9 @@ class _Tracked:
     failed: bool = False
     # Its state could not be recorded before a sleep or wake: left as it is until the next pass.
     hold: bool = False
+    known_once: bool = False  # its state was known in this container incarnation (it is not starting)
+    unknown: UnknownLife | None = None  # since its state became unknown (unknown_life.py)
+    expired: str = ""  # why its unknown state outlived its bound: the controller replaces it
 
 
 @dataclass
@@ -189,6 +194,7 @@ class Waker:
         seen: dict[str, set[str]] = {}
         new: list[tuple[_Workload, Sleeper, EngineSleeper]] = []
         repairs: list[tuple[_Tracked, str]] = []
+        carried: dict[str, _Tracked] = {}  # unknown ones asked again: what was seen of them before
         for s in found:
             seen.setdefault(s.workload, set()).add(s.pod)
             wl = self._workloads.setdefault(s.workload, _Workload())
@@ -198,6 +204,8 @@ class Waker:
             if known is not None and not known.op and (_restarted(known.sleeper, s) or _unknown(known)):
                 # Its container restarted (a new engine, awake), or its state is still unknown: asked
                 # again, as a sleeper seen for the first time (an unknown SGLang one: its record reread).
+                if not _restarted(known.sleeper, s):
+                    carried[s.pod] = known  # the same engine: its unknown life goes on
                 del wl.sleepers[s.pod]
             elif known is not None and not known.op and known.asleep is not None \
                     and s.recorded is not known.asleep and state_call(s.engine) is None:
@@ -212,14 +220,34 @@ class Waker:
         # unknown state (no answer; SGLang: no record for this incarnation) is neither counted nor woken.
         states = await asyncio.gather(*(client.sleeping(s.recorded) for _, s, client in new))
         await asyncio.gather(*(self._repair(t, state) for t, state in repairs))
+        unknown: list[_Tracked] = []
         for (wl, s, client), sleeping in zip(new, states, strict=True):
-            t = wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping)
+            before = carried.get(s.pod)
+            t = wl.sleepers[s.pod] = _Tracked(s, client, asleep=sleeping, known_once=sleeping is not None or (
+                before is not None and before.known_once))
+            if sleeping is None:
+                t.unknown, t.expired = (before.unknown, before.expired) if before is not None else (None, "")
+                unknown.append(t)
             if sleeping is False:
                 # Found awake (a new sleeper, or one woken before a restart): routed only after its canary.
                 self._start(s.workload, t, "wake", self._settle(s.workload, t))
+        await self._age_unknown(unknown)
         for key, wl in self._workloads.items():
             for pod in [p for p in wl.sleepers if p not in seen.get(key, set())]:
                 del wl.sleepers[pod]  # the pod is gone (deleted or replaced)
+
+    async def _age_unknown(self, unknown: Sequence[_Tracked]) -> None:
+        """Read the requests in flight on each sleeper whose state is unknown (all at once) and age its
+        unknown life (unknown_life.py): one past its bound is listed for the controller to replace."""
+        loads = await asyncio.gather(*(t.client.in_flight() for t in unknown))
+        now = self.clock()
+        for t, load in zip(unknown, loads, strict=True):
+            t.unknown = unknown_life.seen(t.unknown, now, load, answered_before=t.known_once)
+            why = unknown_life.expired(t.unknown, now)
+            if why is not None and not t.expired:
+                log.error("a sleeper's unknown state outlived its bound; the controller replaces it",
+                          extra={"workload": t.sleeper.workload, "pod": t.sleeper.pod, "why": why})
+            t.expired = why or ""
 
     # -- intents --------------------------------------------------------------------------------
     def receive(self, intent: WakeIntent) -> None:
@@ -261,7 +289,8 @@ class Waker:
         on_gpu: dict[str, int] = {}
         for other in self._workloads.values():
             for t in other.sleepers.values():
-                if t.awake or t.op:  # awake, waking, or still draining: its engine holds the GPU
+                # Awake, waking, still draining, or unknown (it may be awake): its engine holds the GPU.
+                if t.awake or t.op or _unknown(t):
                     on_gpu[t.sleeper.device] = on_gpu.get(t.sleeper.device, 0) + 1
         return [eligible[p.index] for p in choose_wakes(plan, key, count, on_gpu, self.awake_per_gpu)]
 
@@ -419,6 +448,12 @@ class Waker:
     def unknown_pods(self) -> list[str]:
         """The sleepers (namespace/pod) whose state is unknown: neither counted, woken nor slept."""
         return sorted(t.sleeper.pod for wl in self._workloads.values() for t in wl.sleepers.values() if _unknown(t))
+
+    def expired_pods(self) -> dict[str, str]:
+        """The sleepers (namespace/pod) whose unknown state outlived its bound, and why (unknown_life.py):
+        the controller replaces them (a new pod, an Event). None of them may be serving."""
+        return {t.sleeper.pod: t.expired for wl in self._workloads.values() for t in wl.sleepers.values()
+                if t.expired and _unknown(t)}
 
     def failed_pods(self) -> list[str]:
         """The sleepers (namespace/pod) that failed to wake WAKE_FAILURES_MAX times: the controller

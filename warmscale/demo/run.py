@@ -13,7 +13,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,9 +41,9 @@ from warmscale.scaler.capacity import prior_for
 from warmscale.scaler.config import ScalerConfig, parse_metadata
 from warmscale.scaler.server import ScalerServer
 from warmscale.scaler.server_options import ServerOptions
-from warmscale.scaler.sources import build_collector
+from warmscale.scaler.sources import build_collector, read_awake_sleepers
 from warmscale.scaler.warm_status import WarmStatus
-from warmscale.signals.model import Snapshot
+from warmscale.signals.model import ReplicaReading, Snapshot
 from warmscale.signals.sources import Endpoint
 from warmscale.simulation.engine import EngineProfile, Request
 from warmscale.traces import resolve
@@ -127,6 +127,23 @@ class FleetEndpoints:
 
     async def endpoints(self) -> Sequence[Endpoint]:
         return [Endpoint(replica=url.rsplit("/", 2)[-2], url=url) for url in self.fleet.endpoints(self.clock.now())]
+
+
+class DemoReader:
+    """The demo's snapshot reader (``read``: each fleet's replicas, as pod discovery would list them)
+    and, as the production reader (scaler/cli.py), ``awake_sleepers``: the awake hot-tier sleepers at
+    the URLs the waker published (scaler/sources.py ``read_awake_sleepers``), read by the tracker."""
+
+    def __init__(self, read: Callable[[ScalerConfig, float, tuple[str, str]], Awaitable[Snapshot]],
+                 session: aiohttp.ClientSession) -> None:
+        self._read = read
+        self._session = session
+
+    async def __call__(self, cfg: ScalerConfig, now: float, scope: tuple[str, str]) -> Snapshot:
+        return await self._read(cfg, now, scope)
+
+    async def awake_sleepers(self, cfg: ScalerConfig, urls: Sequence[str], now: float) -> tuple[ReplicaReading, ...]:
+        return await read_awake_sleepers(self._session, cfg, urls, now)
 
 
 def _p(values: Sequence[float], q: float) -> float | None:
@@ -271,7 +288,7 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     scaled = {"vllm-demo": ws_fleet, **({HOT_NAME: hot_fleet} if hot_fleet is not None else {})}
     discovery = {name: FleetEndpoints(f, clock) for name, f in scaled.items()}
 
-    async def reader(cfg: ScalerConfig, now: float, scope: tuple[str, str]) -> Snapshot:
+    async def read(cfg: ScalerConfig, now: float, scope: tuple[str, str]) -> Snapshot:
         name = scope[1]
         if (cfg, name) not in collectors:
             collectors[(cfg, name)] = build_collector(cfg, session=session, pod_endpoints=discovery[name])
@@ -279,6 +296,10 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
         f = scaled[name]
         ready, starting = f.counts(clock.now())
         return replace(snap, ready_replicas=ready, starting_replicas=starting, current_replicas=f.spec_replicas)
+
+    # The scaler's reader, with the production read of the awake sleepers the waker publishes in the
+    # hot status (their first tokens join the hot row's TTFT window, as in `warmscale scaler`).
+    reader = DemoReader(read, session)
 
     prom_cfg = parse_metadata({"engine": "vllm", "podSelector": "app=today", "scrapeTimeoutSeconds": "1",
                                "stalenessSeconds": f"{PROMETHEUS_SCRAPE_S * 2 / opts.speed:g}"})
