@@ -46,6 +46,9 @@ GATEWAY_KV_UTIL = 0.8
 # tick (issue 21, requirement 4: halving the tick must not move a result); 0.1 s is below every
 # policy's loop and every engine step that matters (a modelling step: the EPP dispatches on events).
 GATEWAY_RELEASE_S = 0.1
+# The grid's instants are k / RELEASES_PER_S (exact for every tenth of a second, so that a grid point and
+# a control tick on it are the same float whatever the tick).
+RELEASES_PER_S = round(1.0 / GATEWAY_RELEASE_S)
 
 
 class Pod:
@@ -106,7 +109,7 @@ class Cluster:
         self.arrived_n = 0
         self.arrived_in = 0.0
         self.arrived_out = 0.0
-        self._release_k = 0  # the next release instant is _release_k * GATEWAY_RELEASE_S
+        self._release_k = 0  # the next release instant is _release_k / RELEASES_PER_S
 
     # ---- views ---------------------------------------------------------------------------------
     def ready_pods(self) -> list[Pod]:
@@ -230,6 +233,17 @@ class Cluster:
 
     # ---- time ------------------------------------------------------------------------------------
     def events_until(self, t: float) -> None:
+        """What the cluster does on its own up to ``t``, in time order: pods becoming ready, each at its
+        own ready time (held requests go out then), and with flow control the gateway's release checks
+        on their fixed grid (:meth:`release_until`). In time order whatever ``t`` the caller cuts at (an
+        arrival, a control tick): a pod ready at 12.34 s is seen by the checks at 12.4 s, not at 12.1 s
+        (issue 21, requirement 4: until this, an arrival at 12.5 s made the pod ready before the checks
+        at 12.1-12.3 s ran while a control tick at 12.5 s did not, so halving the tick moved results
+        once start-ups were drawn off the whole seconds)."""
+        self.release_until(t)
+        self._ready_until(t)
+
+    def _ready_until(self, t: float) -> None:
         """Pods becoming ready up to ``t``, each at its own ready time (held requests go out then)."""
         while self.next_ready <= t:
             at = self.next_ready
@@ -256,7 +270,6 @@ class Cluster:
 
     def advance(self, now: float) -> None:
         """Control-tick housekeeping at ``now``: engines run up to it, drained pods leave, idle nodes expire."""
-        self.release_until(now)
         self.events_until(now)
         self.now = now
         for p in self.ready:
@@ -272,24 +285,36 @@ class Cluster:
             self.draining = still
         if self.idle_nodes:
             self.idle_nodes = [t for t in self.idle_nodes if t > now]
-        if self.gateway and self.ready:
+        if self.gateway and self.ready and not self.flow_control:  # with flow control: on the grid only
             self._flush_gateway(now)
 
     def _hold(self, r: Request) -> None:
         if not self.gateway:  # the first release check is the grid point after this hold
-            self._release_k = max(self._release_k, math.floor(max(r.t_arr, self.now) / GATEWAY_RELEASE_S) + 1)
+            self._release_k = max(self._release_k, math.floor(max(r.t_arr, self.now) * RELEASES_PER_S) + 1)
         self.gateway.append(r)
         self.gateway_n += r.n
 
     def release_until(self, t: float) -> None:
         """With flow control: the gateway's saturation checks on its fixed grid up to ``t``, each
-        releasing the held requests that an endpoint no longer saturated takes."""
+        releasing the held requests that an endpoint no longer saturated takes, with the pods that
+        became ready before each check (and only those) among the endpoints. While no endpoint is
+        ready nothing is checked: the pod that becomes ready first takes requests at its ready time,
+        and the checks resume on the grid after it."""
         if not self.flow_control:
             return
-        while self.gateway and self.ready and self._release_k * GATEWAY_RELEASE_S <= t + 1e-12:
-            tau = self._release_k * GATEWAY_RELEASE_S
+        while self.gateway:
+            tau = self._release_k / RELEASES_PER_S
+            if tau > t + 1e-12:
+                return
+            if not self.ready:
+                at = self.next_ready
+                if at > t:
+                    return
+                self._ready_until(at)
+                self._release_k = max(self._release_k, math.floor(at * RELEASES_PER_S) + 1)
+                continue
             self._release_k += 1
-            self.events_until(tau)
+            self._ready_until(tau)
             self._flush_gateway(tau)
 
     def saturated(self, now: float) -> bool:

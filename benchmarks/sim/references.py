@@ -430,28 +430,38 @@ def cache_key(kind: str, work: Workload, engine: EngineProfile, startup: Startup
 
 
 class ReferenceCache:
-    """Found schedules as JSON files named by :func:`cache_key`; an unreadable file is a miss."""
+    """Found schedules (and the ``-tuned`` rows' sweeps, benchmarks/sim/runner.py) as JSON files named by
+    :func:`cache_key`; an unreadable file is a miss."""
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
 
     def get(self, key: str) -> SearchOutcome | None:
-        if self.root is None:
-            return None
-        path = self.root / f"{key}.json"
+        data = self.get_json(key)
         try:
-            data = json.loads(path.read_text())
-            return SearchOutcome(**{**data, "cached": True})
-        except (OSError, ValueError, TypeError):
+            return None if data is None else SearchOutcome(**{**data, "cached": True})
+        except TypeError:
             return None
 
     def put(self, key: str, outcome: SearchOutcome) -> None:
+        self.put_json(key, {k: v for k, v in asdict(outcome).items() if k != "cached"})
+
+    def get_json(self, key: str) -> dict[str, Any] | None:
+        if self.root is None:
+            return None
+        try:
+            data = json.loads((self.root / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def put_json(self, key: str, data: dict[str, Any]) -> None:
         if self.root is None:
             return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = self.root / f"{key}.json.tmp{os.getpid()}"
-            tmp.write_text(json.dumps({k: v for k, v in asdict(outcome).items() if k != "cached"}))
+            tmp.write_text(json.dumps(data))
             tmp.replace(self.root / f"{key}.json")
         except OSError:
             pass  # a read-only home only costs the search again next time

@@ -445,25 +445,73 @@ def reactive_policy(name: str, value: float | None, max_r: int, fast: bool, *, c
     raise ValueError(f"not a reactive baseline: {name!r}")
 
 
+def default_value(name: str, profile: str) -> float:
+    """The main threshold of a reactive baseline's default row (what :func:`reactive_policy` takes for None)."""
+    return kpa_scale_target(profile) if name == "kpa-concurrency" else TUNING[name][0]
+
+
+# What a ``-tuned`` row's cached sweep depends on besides the workload and the settings: the source of
+# the modules that simulate a baseline (its policy, the actuation, the cluster, the engine, this runner),
+# so that a cached sweep never outlives the code that produced it.
+_SWEEP_SOURCES = ("warmscale.benchmarks.sim.policies", "warmscale.benchmarks.sim.cluster",
+                  "warmscale.benchmarks.sim.engine", "warmscale.benchmarks.sim.exposition",
+                  "warmscale.benchmarks.sim.conditions", "warmscale.benchmarks.sim.runner",
+                  "warmscale.simulation.actuation", "warmscale.simulation.profiles", "warmscale.scaler.hpa")
+
+
+def _sweep_code_digest() -> str:
+    import importlib
+
+    h = hashlib.sha256()
+    for mod in _SWEEP_SOURCES:
+        f = importlib.import_module(mod).__file__
+        h.update(Path(f).read_bytes() if f else mod.encode())
+    return h.hexdigest()[:16]
+
+
 def tuned(name: str, work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings,
-          bc: BenchConfig, initial: int) -> PolicyResult:
+          bc: BenchConfig, initial: int, default_row: PolicyResult | None = None) -> PolicyResult:
     """``<name>-tuned``: the best of TUNING[name] on this trace - the cheapest that reaches the target,
-    else the highest warm attainment to a tenth of a point (then the cheapest)."""
+    else the highest warm attainment to a tenth of a point (then the cheapest).
+
+    The default row (``default_row``: the same policy at its default threshold, same start and
+    settings) is not simulated again. The sweep's figures and pick are cached like the references
+    (``bc.cache_dir``; keyed by the workload, the member's settings and conditions, the start fleet and
+    the simulator's source): a cached sweep simulates only its pick, nothing when the pick is the
+    default. The row is the same either way; its ``wall_s`` is the time it spent."""
     base = name.removesuffix(TUNED_SUFFIX)
     max_r = bc.max_replicas or max_replicas_for(bc.profile)
     quiet = replace(s, progress=None)
-    runs = [(v, simulate(work, reactive_policy(base, v, max_r, s.fast_signals, cond=s.conditions,
-                                               hpa_profile=bc.hpa_profile, profile=bc.profile),
-                         engine, startup, initial, quiet))
-            for v in TUNING[base]]
-    meets = [(r.gpu_hours, i) for i, (_, r) in enumerate(runs) if r.slo_attainment_warm >= SLO_TARGET]
-    pick = min(meets)[1] if meets else min((-round(r.slo_attainment_warm, 3), r.gpu_hours, i)
-                                           for i, (_, r) in enumerate(runs))[2]
-    value, res = runs[pick]
-    sweep = [{"value": v, "slo_attainment_warm": round(r.slo_attainment_warm, 6), "gpu_hours": round(r.gpu_hours, 4)}
-             for v, r in runs]
+    values = list(TUNING[base])
+    dv = default_value(base, bc.profile)
+    wall0 = time.perf_counter()
+
+    def run(v: float) -> PolicyResult:
+        if default_row is not None and v == dv:
+            return default_row
+        return simulate(work, reactive_policy(base, v, max_r, s.fast_signals, cond=s.conditions,
+                                              hpa_profile=bc.hpa_profile, profile=bc.profile),
+                        engine, startup, initial, quiet)
+
+    cache = ReferenceCache(bc.cache_dir)
+    key = cache_key(f"tuned:{base}", work, engine, startup,
+                    _reference_settings(s, bc, initial=initial, values=values, default=dv, hpa=bc.hpa_profile,
+                                        profile=bc.profile, fast=s.fast_signals, code=_sweep_code_digest()))
+    found = cache.get_json(key)
+    if found is not None and found.get("values") == values:
+        pick, sweep = int(found["pick"]), list(found["sweep"])
+        value, res = values[pick], run(values[pick])
+    else:
+        runs = [(v, run(v)) for v in values]
+        meets = [(r.gpu_hours, i) for i, (_, r) in enumerate(runs) if r.slo_attainment_warm >= SLO_TARGET]
+        pick = min(meets)[1] if meets else min((-round(r.slo_attainment_warm, 3), r.gpu_hours, i)
+                                               for i, (_, r) in enumerate(runs))[2]
+        value, res = runs[pick]
+        sweep = [{"value": v, "slo_attainment_warm": round(r.slo_attainment_warm, 6),
+                  "gpu_hours": round(r.gpu_hours, 4)} for v, r in runs]
+        cache.put_json(key, {"values": values, "pick": pick, "sweep": sweep})
     return replace(res, name=name, params={**res.params, "tuned_value": value, "sweep": sweep},
-                   wall_s=sum(r.wall_s for _, r in runs))
+                   wall_s=time.perf_counter() - wall0)
 
 
 def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: EngineProfile,
@@ -541,7 +589,8 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
             results[pol.name] = res
             report(res)
         for name in tuned_names(bc):
-            results[name] = tuned(name, work, engine, startup, s, bc, initial)
+            results[name] = tuned(name, work, engine, startup, s, bc, initial,
+                                  default_row=results[name.removesuffix(TUNED_SUFFIX)])
             report(results[name])
         if bc.references:
             for res in reference_rows(work, first_peak, curve, engine, startup, s, bc, initial):
@@ -675,8 +724,13 @@ def _job(name: str, initial: int, need: np.ndarray | None) -> tuple[str, int, An
                                st["bc"].oracle_iterations, lines.append)
         return name, initial, (curve.need, lines)
     curve = st["curve"] if need is None else NeedCurve(grid_s=st["curve"].grid_s, need=need)
-    if name.endswith(TUNED_SUFFIX):
-        return name, initial, tuned(name, st["work"], st["engine"], st["startup"], st["s"], st["bc"], initial)
+    if name.endswith(TUNED_SUFFIX):  # the default row too: the sweep's default value is that simulation
+        base = name.removesuffix(TUNED_SUFFIX)
+        (pol,) = build_policies((base,), curve, int(curve.need.max()), st["engine"], st["startup"], st["s"],
+                                st["bc"], initial)
+        default = simulate(st["work"], pol, st["engine"], st["startup"], initial, st["s"])
+        return name, initial, [default, tuned(name, st["work"], st["engine"], st["startup"], st["s"], st["bc"],
+                                              initial, default_row=default)]
     if name == _REFERENCES:  # static-best's sweep from the unrefined peak, as in the sequential path
         return name, initial, reference_rows(st["work"], int(st["curve"].need.max()), curve, st["engine"],
                                              st["startup"], st["s"], st["bc"], initial)
@@ -706,7 +760,8 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
     rank = {n: i for i, n in enumerate(_COST_RANK)}
     order = sorted(bc.policies, key=lambda n: rank.get(n, -1))  # an unranked name: first (unknown cost)
     todo: list[tuple[str, int, np.ndarray | None]] = [(_SIZING, guess, None)]
-    order = [*tuned_names(bc), *order]  # a sweep: the longest tasks
+    swept = {n.removesuffix(TUNED_SUFFIX) for n in tuned_names(bc)}  # their default rows come with the sweep
+    order = [*tuned_names(bc), *(n for n in order if n not in swept)]  # a sweep: the longest tasks
     todo += [(n, guess, None) for n in order if n not in CLAIRVOYANT]
     later = [n for n in order if n in CLAIRVOYANT]  # after the sizing passes
     if bc.references:
@@ -747,13 +802,10 @@ def _simulate_in_processes(work: Workload, curve: NeedCurve, engine: EngineProfi
                         out.clear()  # only reactive results so far, all from the guess
                         todo[:] = [(n, initial, None) for n in order if n not in CLAIRVOYANT]
                     todo[:] = sorted(todo + [(n, initial, need) for n in later], key=lambda a: rank.get(a[0], -1))
-                elif name == _REFERENCES:
-                    for res in value:
+                elif name == _REFERENCES or start == initial:  # else from a start the sizing passes overruled
+                    for res in value if isinstance(value, list) else [value]:
                         out[res.name] = res
                         report(res)
-                elif start == initial:  # else simulated from a start the sizing passes overruled
-                    out[name] = value
-                    report(value)
                 submit()
     finally:
         _FORK_STATE.clear()
