@@ -127,3 +127,19 @@ def test_preemption_releases_the_pins() -> None:
     e.advance_to(1000.0)
     assert e.preemptions_total >= 1 and e.idle
     assert e.cache is not None and not e.cache.pinned  # every pin released (finish or preemption)
+
+
+def test_the_engine_exports_its_hits_as_vllm_does() -> None:
+    """``vllm:prefix_cache_hits_total`` / ``_queries_total`` (tokens): the scaler's capacity floor
+    subtracts the hits from the prompt tokens (it read 0 before, overstating the capacity)."""
+    from warmscale.benchmarks.sim.exposition import engine_signal, render_vllm
+    from warmscale.signals.engines import parse_payload
+
+    e = Engine(PROFILE, [])
+    _serve(e, Request(0.0, 1100, 1, hashes=(1, 2, 3), hash_tokens=512), 0.0)
+    _serve(e, Request(10.0, 1100, 1, hashes=(1, 2, 9), hash_tokens=512), 10.0)
+    text = render_vllm(e)
+    assert 'vllm:prefix_cache_hits_total{engine="0",model_name="llm"} 1024.0' in text
+    assert 'vllm:prefix_cache_queries_total{engine="0",model_name="llm"} 2200.0' in text
+    assert parse_payload(text, "vllm").prefix_cache_hits_total == 1024.0
+    assert engine_signal(e).prefix_cache_hits_total == 1024.0
