@@ -455,6 +455,10 @@ def format_table(doc: dict[str, Any]) -> str:
                     f"{sb['replicas'] if sb['replicas'] is not None else 'none'} replicas "
                     f"({sb['gpu_hours']:.2f} GPU-h); target: warm attainment >= "
                     f"{refs['target_warm_attainment'] * 100:g}%")
+    pc = doc["details"].get("prefix_cache")
+    if pc:
+        rows.append("prefix cache hit rate (prompt tokens): "
+                    + ", ".join(f"{n} {v * 100:.1f}%" for n, v in pc["hit_rate"].items()))
     return "\n".join(rows)
 
 
