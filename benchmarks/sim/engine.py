@@ -370,6 +370,8 @@ class Engine:
             return
         p = self.p
         bs = self.bs
+        if self.cache is not None:  # the steps since the last plan took free KV: evict before looking up
+            self._trim()
         budget = p.max_num_batched_tokens
         comp: list[tuple[Request, int, bool]] = []
         preempted = False

@@ -143,3 +143,21 @@ def test_the_engine_exports_its_hits_as_vllm_does() -> None:
     assert 'vllm:prefix_cache_queries_total{engine="0",model_name="llm"} 2200.0' in text
     assert parse_payload(text, "vllm").prefix_cache_hits_total == 1024.0
     assert engine_signal(e).prefix_cache_hits_total == 1024.0
+
+
+def test_blocks_a_decode_outgrew_are_evicted_before_the_next_lookup() -> None:
+    """A long decode fills the free KV within one segment: the next admission finds the LRU blocks
+    gone (the cache is trimmed before the lookup, not only after the last plan's allocation)."""
+    e = Engine(PROFILE, [])
+    _serve(e, Request(0.0, 1100, 1, hashes=(1, 2, 3), hash_tokens=512), 0.0)
+    _serve(e, Request(0.5, 1100, 1, hashes=(5, 6, 7), hash_tokens=512), 0.5)
+    assert e.cache is not None and list(e.cache.free) == [2, 1, 6, 5]
+    b = Request(1.0, 100, 3500, hashes=(50,), hash_tokens=512)
+    e.enqueue(b, 1.0)
+    # At 34 s B holds ~3,400 KV tokens (213 of 256 blocks): the 43 free blocks (688 tokens) hold one
+    # trace block, the most recent (5); block 1 is gone, so C computes its whole prompt.
+    c = Request(34.0, 600, 1, hashes=(1, 9), hash_tokens=512)
+    e.enqueue(c, 34.0)
+    assert c in e.running and b.gen < b.out
+    assert e.prefix_hits_total == 0.0  # (it was 512 when the cache was trimmed only after a plan)
+    assert not e.cache.free  # C's blocks took the rest
