@@ -426,7 +426,7 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
             "oracle": meta,
             **({"prefix_cache": {
                 "block_tokens": work.hash_tokens,
-                "what": "vLLM automatic prefix caching per replica (benchmarks/sim/prefix_cache.py); "
+                "what": "vLLM automatic prefix caching per replica (warmscale/simulation/prefix_cache.py); "
                         "hit rate = prompt tokens found cached / prompt tokens looked up, over the run",
                 "router": "least outstanding requests (not prefix-aware)",
                 "hit_rate": {n: _clean(r.prefix_cache_hit_rate or 0.0) for n, r in results.items()}}}

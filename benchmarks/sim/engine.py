@@ -31,7 +31,7 @@ A :class:`Request` may stand for ``n`` identical requests (a cohort: rate-curve 
 prefill one after another and get their first tokens with the last one, TTFT recorded for the mean
 member. Per-request traces use n = 1.
 
-Prefix caching (:mod:`benchmarks.sim.prefix_cache`): a request that carries its trace's block ids
+Prefix caching (:mod:`warmscale.simulation.prefix_cache`): a request that carries its trace's block ids
 (``Request.hashes``, Mooncake's ``hash_ids``) is admitted with its longest run of leading cached
 blocks already computed (at most ``prompt - 1`` tokens: the last block is always computed); its KV
 still takes blocks for those tokens (no sharing of physical blocks between running requests: a
@@ -46,7 +46,7 @@ import bisect
 import math
 from collections import deque
 
-from warmscale.benchmarks.sim.prefix_cache import PrefixCache
+from warmscale.simulation.prefix_cache import PrefixCache
 from warmscale.simulation.profiles import CALIBRATED_PROFILES as CALIBRATED_PROFILES
 
 # The profiles live beneath the benchmarks and the demo, which both run on them (re-exported here).

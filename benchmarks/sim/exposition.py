@@ -67,7 +67,7 @@ def render_vllm(e: Engine) -> str:
     _one(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
          e.preemptions_total)
     _one(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total)
-    # Prefix caching (benchmarks/sim/prefix_cache.py; 0 on traces without block hashes, as V1 exports it
+    # Prefix caching (warmscale/simulation/prefix_cache.py; 0 on traces without block hashes, as V1 exports it
     # with nothing cached): the capacity floor subtracts the hits from the prompt tokens.
     _one(out, "vllm:prefix_cache_queries_total", "counter",
          "Prefix cache queries, in terms of number of queried tokens.", getattr(e, "prefix_queries_total", 0.0))

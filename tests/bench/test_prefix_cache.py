@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from warmscale.benchmarks.sim.engine import Engine, EngineProfile, Request
-from warmscale.benchmarks.sim.prefix_cache import PrefixCache
+from warmscale.simulation.prefix_cache import PrefixCache
 
 BT = 4  # tokens per trace block in these tables
 

@@ -9,8 +9,9 @@ block, and a last full block that ends the prompt, are always computed. Blocks o
 are referenced (pinned); a finished request's blocks stay cached in the free pool and are evicted,
 least recently used first (a request's tail blocks before its head), when the free pool is allocated.
 
-Here a block is a trace's block (Mooncake: 512 tokens) named by the trace's id. The engine
-(``benchmarks/sim/engine.py``) bounds the unpinned blocks by its free KV memory (:meth:`trim`).
+Here a block is a trace's block (Mooncake: 512 tokens) named by the trace's id. Both simulated
+engines use it (the benchmarks' ``benchmarks/sim/engine.py`` and the demo's
+``warmscale/simulation/engine.py``); each bounds the unpinned blocks by its free KV memory (:meth:`trim`).
 """
 
 from __future__ import annotations
