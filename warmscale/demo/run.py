@@ -31,7 +31,7 @@ from warmscale.demo.actuation import (
     TodaySetup,
     WarmscaleActuation,
 )
-from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, window_start
+from warmscale.demo.burst import DEFAULT_TRACE, Arrival, block_hashes, burst, load_trace, window_start
 from warmscale.demo.fixed import equal_cost_replicas, replay_fixed
 from warmscale.demo.fleet import Fleet
 from warmscale.demo.hot import HOT_SLEEPERS, IDLE_MODELS, POOL_GPUS, HotPoolDemo, hot_wake_s
@@ -202,7 +202,7 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     parse_metadata(opts.metadata())  # a bad option combination fails here, naming the key
     trace_path = resolve(opts.trace, opts.traces_dir)
     rows = load_trace(trace_path)
-    arrivals = burst(rows, opts.lead, opts.span)
+    arrivals = burst(rows, opts.lead, opts.span, block_hashes(trace_path, rows))
     t_start = window_start(rows, opts.lead)
     startup: StartupProfile = PROFILES[opts.profile]
     engine = EngineProfile.of(opts.profile)  # the trace benchmark's calibrated engine profile
@@ -334,7 +334,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                 a: Arrival = arrivals[i]
                 arrived_at.append(a.at)
                 for fleet in fleets.values():
-                    fleet.submit(Request(a.at, a.input_tokens, a.output_tokens), now)
+                    fleet.submit(Request(a.at, a.input_tokens, a.output_tokens, hashes=a.hashes,
+                                         hash_tokens=a.hash_tokens), now)
                 i += 1
             for name, fleet in fleets.items():
                 fleet.step(now)
