@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from warmscale.traces import hashes_for, loader
+from warmscale.traces import block_hashes, loader
 
 # The arrival bin of a rate curve in the trace replay: fixed, so that the control tick paces only the
 # control loops. (It was the tick until issue 21: halving the tick drew other Poisson counts, a
@@ -79,11 +79,9 @@ def detect_kind(path: Path) -> str:
 
 
 def _block_ids(path: Path, rows: list[tuple[float, int, int]]) -> tuple[np.ndarray | None, int]:
-    side = hashes_for(path)
-    if side is None:
+    hashes = block_hashes(path, rows)
+    if hashes is None:
         return None, 0
-    hashes = loader.read_block_hashes(side)
-    loader.check_block_hashes(hashes, rows, side)
     ids = np.empty(len(rows), dtype=object)
     ids[:] = hashes.ids
     return ids, hashes.block_tokens

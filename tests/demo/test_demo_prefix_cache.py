@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from warmscale.demo.burst import block_hashes, burst, load_trace
+from warmscale.demo.burst import burst, load_trace
 from warmscale.simulation.engine import EngineProfile, Request, SimulatedEngine
-from warmscale.traces import resolve
+from warmscale.traces import block_hashes, resolve
 
 # 1,000 prompt tokens per second of prefill: the TTFTs below read as tokens computed.
 PROFILE = EngineProfile(max_num_seqs=8, kv_capacity_tokens=100_000, prefill_tps=1000.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from warmscale.traces import hashes_for, loader
+from warmscale.traces import loader
 
 # The Azure coding trace (shipped in the package): on/off bursts, twelve of its 57 minutes idle.
 DEFAULT_TRACE = "azure-code"
@@ -38,17 +38,6 @@ def busiest_minute(rows: list[tuple[float, int, int]]) -> float:
 def window_start(rows: list[tuple[float, int, int]], lead_s: float) -> float:
     """``lead_s`` before the start of the busiest minute."""
     return max(0.0, busiest_minute(rows) - lead_s)
-
-
-def block_hashes(path: Path, rows: list[tuple[float, int, int]]) -> loader.BlockHashes | None:
-    """The trace's block-hash sidecar (``<stem>.hashes.gz``, :func:`warmscale.traces.hashes_for`),
-    checked against its rows; None when it has none."""
-    side = hashes_for(path)
-    if side is None:
-        return None
-    hashes = loader.read_block_hashes(side)
-    loader.check_block_hashes(hashes, rows, side)
-    return hashes
 
 
 def burst(rows: list[tuple[float, int, int]], lead_s: float, span_s: float,

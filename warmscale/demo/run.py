@@ -31,7 +31,7 @@ from warmscale.demo.actuation import (
     TodaySetup,
     WarmscaleActuation,
 )
-from warmscale.demo.burst import DEFAULT_TRACE, Arrival, block_hashes, burst, load_trace, window_start
+from warmscale.demo.burst import DEFAULT_TRACE, Arrival, burst, load_trace, window_start
 from warmscale.demo.fixed import equal_cost_replicas, replay_fixed
 from warmscale.demo.fleet import Fleet
 from warmscale.demo.hot import HOT_SLEEPERS, IDLE_MODELS, POOL_GPUS, HotPoolDemo, hot_wake_s
@@ -46,7 +46,7 @@ from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import Snapshot
 from warmscale.signals.sources import Endpoint
 from warmscale.simulation.engine import EngineProfile, Request
-from warmscale.traces import resolve
+from warmscale.traces import block_hashes, resolve
 from warmscale.warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
 
 TICK_S = 0.02  # wall seconds per loop turn

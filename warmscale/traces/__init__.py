@@ -134,6 +134,17 @@ def hashes_for(trace: Path) -> Path | None:
     return None
 
 
+def block_hashes(trace: Path, rows: list[tuple[float, int, int]]) -> loader.BlockHashes | None:
+    """The block ids of a per-request trace's ``rows`` (its sidecar, :func:`hashes_for`), checked
+    against them; None when it has no sidecar."""
+    side = hashes_for(trace)
+    if side is None:
+        return None
+    hashes = loader.read_block_hashes(side)
+    loader.check_block_hashes(hashes, rows, side)
+    return hashes
+
+
 def shipped() -> Iterable[Trace]:
     return (t for t in TRACES.values() if t.shipped)
 
