@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     except TraceNotFound as exc:
         print(f"warmscale bench pd: {exc}", file=sys.stderr)
         return 2
-    work = load_trace(path, dt=1.0, seed=args.seed)
+    work = load_trace(path, dt=1.0, seed=args.seed, prefix_cache=False)  # P/D: no prefix cache (yet)
     if work.kind != "requests" or int(work.n.max()) != 1:
         print("warmscale bench pd: needs a per-request trace (one request per row)", file=sys.stderr)
         return 2

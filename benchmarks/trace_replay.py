@@ -108,6 +108,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="every replica starts in exactly the start-up ladder's time and every loop at phase 0 "
                              "(default: per-replica lognormal draws and per-member phases; docs/benchmarks.md, "
                              "'Equal information')")
+    parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+                        help="simulate vLLM's automatic prefix caching on a trace with block hashes (its "
+                             "<stem>.hashes.gz: mooncake-conv); default on, --no-prefix-cache computes every "
+                             "prompt token (docs/benchmarks.md, 'Prefix caching')")
     parser.add_argument("--no-references", action="store_true",
                         help="skip the cost references (bound, static-best, clairvoyant-best; docs/benchmarks.md)")
     parser.add_argument("--search-evals", type=int, default=None,
@@ -154,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         # A rate curve away from the per-request traces: take the token sizes from the shipped ones.
         tokens_from = resolve(default_tokens_for(path).name, args.traces)
     dt = args.tick if args.tick is not None else 1.0
-    work = load_trace(path, dt=RATE_BIN_S, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale)
+    work = load_trace(path, dt=RATE_BIN_S, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale,
+                      prefix_cache=getattr(args, "prefix_cache", True))
     if args.hours is not None:
         work = _truncate(work, args.hours * 3600.0)
     members = distinct_members(max(1, args.ensemble), args.seed)
@@ -200,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
              # Each member's own figures, so that two runs compare member by member (issue 22, req 7).
              "policies": {name: {"slo_attainment": _clean(r.slo_attainment),
                                  "slo_attainment_warm": _clean(r.slo_attainment_warm),
-                                 "gpu_hours": _clean(r.gpu_hours), "gpu_hours_warm": _clean(r.gpu_hours_warm)}
+                                 "gpu_hours": _clean(r.gpu_hours), "gpu_hours_warm": _clean(r.gpu_hours_warm),
+                                 **_hit_rate(r)}
                           for name, r in outcomes[i][0].items()}} for i in sorted(outcomes)]
     json_out = Path(args.json_out or f"{path.stem}__{args.profile}.json")
     json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -348,9 +354,14 @@ def paired(members: dict[int, dict[str, PolicyResult]], subject: str, baseline: 
             "ci95_gpu": ci_gpu}
 
 
+def _hit_rate(r: PolicyResult) -> dict[str, float]:
+    """``{"prefix_cache_hit_rate": ...}`` with prefix caching on, else nothing (the JSON stays as it was)."""
+    rate = r.prefix_cache_hit_rate
+    return {} if rate is None else {"prefix_cache_hit_rate": _clean(rate)}
+
+
 def _truncate(work: Any, seconds: float) -> Any:
-    keep = work.t < seconds
-    work.t, work.n, work.inp, work.out = work.t[keep], work.n[keep], work.inp[keep], work.out[keep]
+    work.keep(work.t < seconds)
     work.span_s = min(work.span_s, seconds)
     return work
 
@@ -413,6 +424,13 @@ def build_json(work: Any, args: argparse.Namespace, results: dict[str, PolicyRes
             "time_to_ready_s": time_to_ready_table(startup),
             "cluster": {"node_idle_s (cluster-autoscaler scale-down-unneeded-time)": settings.node_idle_s},
             "oracle": meta,
+            **({"prefix_cache": {
+                "block_tokens": work.hash_tokens,
+                "what": "vLLM automatic prefix caching per replica (warmscale/simulation/prefix_cache.py); "
+                        "hit rate = prompt tokens found cached / prompt tokens looked up, over the run",
+                "router": "least outstanding requests (not prefix-aware)",
+                "hit_rate": {n: _clean(r.prefix_cache_hit_rate or 0.0) for n, r in results.items()}}}
+               if work.hashes is not None else {}),
         },
     }
 
@@ -437,6 +455,10 @@ def format_table(doc: dict[str, Any]) -> str:
                     f"{sb['replicas'] if sb['replicas'] is not None else 'none'} replicas "
                     f"({sb['gpu_hours']:.2f} GPU-h); target: warm attainment >= "
                     f"{refs['target_warm_attainment'] * 100:g}%")
+    pc = doc["details"].get("prefix_cache")
+    if pc:
+        rows.append("prefix cache hit rate (prompt tokens): "
+                    + ", ".join(f"{n} {v * 100:.1f}%" for n, v in pc["hit_rate"].items()))
     return "\n".join(rows)
 
 

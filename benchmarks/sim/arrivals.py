@@ -1,7 +1,10 @@
 """Arrivals from trace files: per-request CSVs as they are, rate curves as Poisson cohorts.
 
 - Per-request: header ``timestamp_s,input_tokens,output_tokens`` (extra columns are ignored); any
-  such CSV works. Rows are sorted by time; one :class:`~benchmarks.sim.engine.Request` per row.
+  such CSV works. Rows are sorted by time; one :class:`~benchmarks.sim.engine.Request` per row. When
+  the trace has a block-hash sidecar (``<stem>.hashes.gz``: Mooncake's ``hash_ids``), each row keeps
+  its prompt's block ids (``Workload.hashes``) and the simulated engines cache prefixes
+  (``prefix_cache=False``: ``--no-prefix-cache``, the ids are not loaded).
 - Rate curve: header ``bucket_start_s,bucket_end_s,requests`` or ``...,rate_rps[,...]``. The
   expected count of each tick is the curve's integral over the tick; the count is Poisson around
   it; the tick's requests form one cohort (n identical requests at the tick's middle) whose token
@@ -17,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from warmscale.traces import loader
+from warmscale.traces import block_hashes, loader
 
 # The arrival bin of a rate curve in the trace replay: fixed, so that the control tick paces only the
 # control loops. (It was the tick until issue 21: halving the tick drew other Poisson counts, a
@@ -36,18 +39,57 @@ class Workload:
     out: np.ndarray  # output tokens (per member)
     span_s: float
     tokens_from: str | None = None
+    # Per entry, its prompt's block ids (a tuple; object array), and tokens per block; None: no prefix caching.
+    hashes: np.ndarray | None = None
+    hash_tokens: int = 0
 
     @property
     def requests(self) -> int:
         return int(self.n.sum())
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the entries where ``mask`` (a boolean array or an index) selects, block ids too."""
+        self.t, self.n, self.inp, self.out = self.t[mask], self.n[mask], self.inp[mask], self.out[mask]
+        if self.hashes is not None:
+            self.hashes = self.hashes[mask]
+
+    def compute_floor(self) -> np.ndarray:
+        """Prompt tokens each entry must compute at least: its prompt less the longest run of leading
+        full blocks any earlier entry's prompt holds (an infinite cache shared by every replica, a
+        block reusable as soon as it arrives; at most ``prompt - 1`` tokens, as the engines cache).
+        Without block ids, the prompts. For lower bounds (``references.lower_bound``)."""
+        if self.hashes is None:
+            return self.inp
+        bt = self.hash_tokens
+        seen: set[int] = set()
+        floor = self.inp.copy()
+        for i, ids in enumerate(self.hashes):
+            p = int(self.inp[i])
+            limit = min(len(ids), (p - 1) // bt)
+            k = 0
+            while k < limit and ids[k] in seen:
+                k += 1
+            floor[i] = p - k * bt
+            seen.update(ids[:p // bt])
+        return floor
 
 
 def detect_kind(path: Path) -> str:
     return loader.detect_kind(path)
 
 
-def load_requests(path: Path) -> Workload:
+def _block_ids(path: Path, rows: list[tuple[float, int, int]]) -> tuple[np.ndarray | None, int]:
+    hashes = block_hashes(path, rows)
+    if hashes is None:
+        return None, 0
+    ids = np.empty(len(rows), dtype=object)
+    ids[:] = hashes.ids
+    return ids, hashes.block_tokens
+
+
+def load_requests(path: Path, *, prefix_cache: bool = True) -> Workload:
     rows = loader.read_requests(path)
+    ids, block_tokens = _block_ids(path, rows) if prefix_cache else (None, 0)
     t = np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows))
     inp = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
     out = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
@@ -57,7 +99,8 @@ def load_requests(path: Path) -> Workload:
         t = t - t[0]
     span = float(t[-1]) if len(t) else 0.0
     return Workload(name=path.name, kind="requests", t=t, n=np.ones(len(t), dtype=np.int64),
-                    inp=np.maximum(inp, 1.0), out=np.maximum(out, 1.0), span_s=span)
+                    inp=np.maximum(inp, 1.0), out=np.maximum(out, 1.0), span_s=span,
+                    hashes=None if ids is None else ids[order], hash_tokens=block_tokens)
 
 
 def load_rate(path: Path, tokens: Workload, *, dt: float, seed: int, scale: float = 1.0) -> Workload:
@@ -109,11 +152,11 @@ def default_tokens_for(rate_path: Path) -> Path:
 
 
 def load_trace(path: str | Path, *, dt: float, seed: int, tokens_from: str | Path | None = None,
-               rate_scale: float = 1.0) -> Workload:
+               rate_scale: float = 1.0, prefix_cache: bool = True) -> Workload:
     p = Path(path)
     kind = detect_kind(p)
     if kind == "requests":
-        return load_requests(p)
+        return load_requests(p, prefix_cache=prefix_cache)
     tok = Path(tokens_from) if tokens_from else default_tokens_for(p)
     if not tok.exists():
         raise loader.TraceError(p, f"a rate curve takes its token sizes from a per-request trace: {tok} does not "
@@ -121,13 +164,14 @@ def load_trace(path: str | Path, *, dt: float, seed: int, tokens_from: str | Pat
     if loader.detect_kind(tok) != "requests":
         raise loader.TraceError(tok, "the token sizes of a rate curve come from a per-request trace "
                                 "(timestamp_s,input_tokens,output_tokens) (--tokens-from)", line=1, column=1)
-    return load_rate(p, load_requests(tok), dt=dt, seed=seed, scale=rate_scale)
+    return load_rate(p, load_requests(tok, prefix_cache=False), dt=dt, seed=seed, scale=rate_scale)
 
 
 def _reordered(work: Workload, t: np.ndarray, name: str) -> Workload:
     order = np.argsort(t, kind="stable")
     return Workload(name=name, kind=work.kind, t=t[order], n=work.n[order], inp=work.inp[order],
-                    out=work.out[order], span_s=work.span_s, tokens_from=work.tokens_from)
+                    out=work.out[order], span_s=work.span_s, tokens_from=work.tokens_from,
+                    hashes=None if work.hashes is None else work.hashes[order], hash_tokens=work.hash_tokens)
 
 
 def jittered(work: Workload, seed: int, half_width_s: float = 0.5) -> Workload:

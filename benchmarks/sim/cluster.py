@@ -103,6 +103,7 @@ class Cluster:
         self._seq = 0
         self.next_ready = math.inf
         self.ttft_sink: list[tuple[float, float, int]] = []
+        self.engines: list[Engine] = []  # every replica's engine, in creation order (run totals)
         self.ttr = TimeToReady()
         self.now = 0.0
         # What the frontend counts (a predictive planner reads it): arrivals and their tokens so far.
@@ -142,7 +143,14 @@ class Cluster:
 
     def _new_pod(self, now: float, ready_at: float, warm: str) -> Pod:
         self._seq += 1
-        return Pod(f"pod-{self._seq}", now, ready_at, warm, self.make_engine(self.ep, self.ttft_sink, now))
+        engine = self.make_engine(self.ep, self.ttft_sink, now)
+        self.engines.append(engine)
+        return Pod(f"pod-{self._seq}", now, ready_at, warm, engine)
+
+    def prefix_cache_tokens(self) -> tuple[float, float]:
+        """(prompt tokens looked up, tokens found) in the replicas' prefix caches over the run, every
+        replica the run made included (``vllm:prefix_cache_queries`` / ``..._hits``); (0, 0) without."""
+        return (sum(e.prefix_queries_total for e in self.engines), sum(e.prefix_hits_total for e in self.engines))
 
     # ---- actuation -------------------------------------------------------------------------------
     def set_spec(self, n: int, now: float) -> None:

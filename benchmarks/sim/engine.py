@@ -30,6 +30,14 @@ segment engine against stepping one iteration at a time.
 A :class:`Request` may stand for ``n`` identical requests (a cohort: rate-curve replays); its members
 prefill one after another and get their first tokens with the last one, TTFT recorded for the mean
 member. Per-request traces use n = 1.
+
+Prefix caching (:mod:`warmscale.simulation.prefix_cache`): a request that carries its trace's block ids
+(``Request.hashes``, Mooncake's ``hash_ids``) is admitted with its longest run of leading cached
+blocks already computed (at most ``prompt - 1`` tokens: the last block is always computed); its KV
+still takes blocks for those tokens (no sharing of physical blocks between running requests: a
+conservative simplification). Its prompt's full blocks are cached when its prefill completes and
+pinned until it finishes or is preempted; unpinned cached blocks are bounded by the free KV memory
+and evicted LRU. Requests without ids (every other trace, ``--no-prefix-cache``) take the old path.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import bisect
 import math
 from collections import deque
 
+from warmscale.simulation.prefix_cache import PrefixCache
 from warmscale.simulation.profiles import CALIBRATED_PROFILES as CALIBRATED_PROFILES
 
 # The profiles live beneath the benchmarks and the demo, which both run on them (re-exported here).
@@ -93,9 +102,11 @@ class Hist:
 class Request:
     """``n`` identical requests that arrived at ``t_arr`` (n = 1 for per-request traces)."""
 
-    __slots__ = ("blocks", "done", "gen", "inp", "kv", "n", "out", "t_arr", "t_first", "t_sched", "target")
+    __slots__ = ("blocks", "done", "gen", "hash_tokens", "hashes", "inp", "kv", "n", "out", "pins", "t_arr",
+                 "t_first", "t_sched", "target")
 
-    def __init__(self, t_arr: float, inp: float, out: float, n: int = 1) -> None:
+    def __init__(self, t_arr: float, inp: float, out: float, n: int = 1,
+                 hashes: tuple[int, ...] | None = None, hash_tokens: int = 0) -> None:
         self.t_arr = t_arr
         self.inp = max(1, round(inp))
         self.out = max(1, round(out))
@@ -107,6 +118,10 @@ class Request:
         self.blocks = 0  # KV blocks held
         self.t_sched: float | None = None  # first scheduled
         self.t_first: float | None = None  # first token
+        # The prompt's block ids (prefix caching; n = 1 only) and tokens per block; None: no caching.
+        self.hashes = hashes if n == 1 and hash_tokens > 0 else None
+        self.hash_tokens = hash_tokens
+        self.pins = 0  # leading blocks of ``hashes`` this request pins in its engine's prefix cache
 
     def split(self, k: int) -> Request:
         """Detach ``k`` members (not yet scheduled) into a new request; this one keeps ``n - k``."""
@@ -168,6 +183,11 @@ class Engine:
         self.h_prompt = Hist(VLLM_PROMPT_TOKENS_BUCKETS)  # per request, with its prefill time
         self.h_decode = Hist(VLLM_REQUEST_LATENCY_BUCKETS)
         self.h_iter = Hist(VLLM_ITERATION_TOKENS_BUCKETS)
+        # Prefix cache, made by the first request that carries block ids; vLLM's
+        # ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` counters, in tokens.
+        self.cache: PrefixCache | None = None
+        self.prefix_queries_total = 0.0
+        self.prefix_hits_total = 0.0
 
     # ---- views -----------------------------------------------------------------------------------
     @property
@@ -305,7 +325,30 @@ class Engine:
         return j
 
     # ---- scheduler (one V1 step's decisions at self.clock) -----------------------------------------
+    def _unpin(self, r: Request) -> None:
+        if r.pins and self.cache is not None and r.hashes is not None:
+            self.cache.unpin(r.hashes[:r.pins])
+            r.pins = 0
+
+    def _trim(self) -> None:
+        """Cached blocks nobody references live in the free KV memory: at most what it holds."""
+        c = self.cache
+        if c is not None and c.free:
+            c.trim(self.free_blocks * self.bs // c.block_tokens)
+
+    def _cached_tokens(self, r: Request) -> tuple[int, int]:
+        """(blocks, tokens) of ``r``'s prompt found in the prefix cache at admission (a fresh start)."""
+        ids = r.hashes
+        if ids is None or r.done or r.kv:
+            return 0, 0
+        c = self.cache
+        if c is None:
+            c = self.cache = PrefixCache(r.hash_tokens)
+        k = c.hit_blocks(ids, r.inp)
+        return k, k * c.block_tokens
+
     def _preempt(self, r: Request) -> None:
+        self._unpin(r)
         self.free_blocks += r.blocks
         r.blocks = 0
         r.kv = 0
@@ -327,6 +370,8 @@ class Engine:
             return
         p = self.p
         bs = self.bs
+        if self.cache is not None:  # the steps since the last plan took free KV: evict before looking up
+            self._trim()
         budget = p.max_num_batched_tokens
         comp: list[tuple[Request, int, bool]] = []
         preempted = False
@@ -399,11 +444,20 @@ class Engine:
                 if r.n > slots:
                     r = r.split(slots)
                     waiting.appendleft(r)
-                left = r.target - r.done
+                hit_k, hit = self._cached_tokens(r) if r.hashes is not None else (0, 0)
+                left = r.target - r.done - hit
                 t = left if left < budget else budget
-                need = _blocks(r, r.kv + t, bs) - r.blocks
+                need = _blocks(r, r.kv + hit + t, bs) - r.blocks
                 if need > self.free_blocks:
                     break
+                if r.hashes is not None and self.cache is not None:
+                    self.prefix_queries_total += r.inp
+                    self.prefix_hits_total += hit
+                    if hit:
+                        r.done += hit
+                        r.kv += hit
+                        self.cache.pin(r.hashes[:hit_k])
+                        r.pins = hit_k
                 waiting.popleft()
                 self.waiting_n -= r.n
                 running.append(r)
@@ -427,6 +481,8 @@ class Engine:
                         k = left
                 else:
                     k = 1
+        if self.cache is not None:
+            self._trim()
         if not comp:  # nothing can run (cannot happen with requests that fit the cache); stay idle
             self._seg = None
             self.seg_end = math.inf
@@ -482,6 +538,12 @@ class Engine:
             if pre:
                 r.done += add
                 if r.done >= r.target:
+                    ids = r.hashes
+                    if ids is not None and self.cache is not None:  # its full prompt blocks are cached now
+                        full = min(len(ids), r.inp // r.hash_tokens)
+                        if full > r.pins:
+                            self.cache.pin(ids[r.pins:full])
+                            r.pins = full
                     if r.t_first is None:
                         t0 = r.t_sched if r.t_sched is not None else r.t_arr
                         first = t_end if r.n == 1 else t0 + (t_end - t0) * (r.n + 1) / (2 * r.n)
@@ -513,6 +575,7 @@ class Engine:
             self._finish(r, t_end)
 
     def _finish(self, r: Request, now: float) -> None:
+        self._unpin(r)
         self.free_blocks += r.blocks
         r.blocks = 0
         self.running.remove(r)

@@ -67,9 +67,12 @@ def render_vllm(e: Engine) -> str:
     _one(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.",
          e.preemptions_total)
     _one(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", e.prompt_tokens_total)
-    # No prefix caching in the simulator: V1 exports the counter at 0 (the capacity floor needs it).
+    # Prefix caching (warmscale/simulation/prefix_cache.py; 0 on traces without block hashes, as V1 exports it
+    # with nothing cached): the capacity floor subtracts the hits from the prompt tokens.
+    _one(out, "vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.", getattr(e, "prefix_queries_total", 0.0))
     _one(out, "vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
-         0.0)
+         getattr(e, "prefix_hits_total", 0.0))
     _one(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
          e.generation_tokens_total)
     _one(out, "vllm:request_success_total", "counter", "Count of successfully processed requests.",
@@ -115,7 +118,7 @@ def engine_signal(e: Engine) -> ReplicaSignal:
         prefill_seconds_total=e.h_prefill.sum,
         prefills_total=float(e.h_prefill.count),
         prefill_prompt_tokens_total=e.h_prompt.sum,
-        prefix_cache_hits_total=0.0,
+        prefix_cache_hits_total=getattr(e, "prefix_hits_total", 0.0),
     )
 
 

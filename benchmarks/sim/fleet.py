@@ -110,7 +110,7 @@ def model_work(spec: ModelSpec, hours: float | None, traces: str | None, dt: flo
     from warmscale.benchmarks.sim.arrivals import load_trace
     from warmscale.traces import resolve
 
-    work = load_trace(resolve(spec.trace, traces), dt=dt, seed=1)
+    work = load_trace(resolve(spec.trace, traces), dt=dt, seed=1, prefix_cache=False)  # fleet: no prefix cache
     if hours is not None:
         keep = work.t < hours * 3600.0
         work.t, work.n, work.inp, work.out = work.t[keep], work.n[keep], work.inp[keep], work.out[keep]

@@ -116,10 +116,12 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
 
 
 def _bound_one(work: Workload, *, peak: float, slo: float, warm: float, span: float, acq: float, tail: float,
-               window: float, offset: float, budget: int, keep: np.ndarray) -> tuple[float, float]:
+               window: float, offset: float, budget: int, keep: np.ndarray, prompt: np.ndarray
+               ) -> tuple[float, float]:
     """The bound, in replica-seconds over [0, span) and over [warm, span), for one window grid; ``slo``
-    is the time within which a request that meets the SLO has all its prompt tokens computed."""
-    t, n, inp = work.t[keep], work.n[keep].astype(np.float64), work.inp[keep]
+    is the time within which a request that meets the SLO has all its prompt tokens computed
+    (``prompt``: the tokens each must compute at least, :meth:`Workload.compute_floor`)."""
+    t, n, inp = work.t[keep], work.n[keep].astype(np.float64), prompt[keep]
     serve = window - slo  # arrivals in [s_k, s_k + serve) are prefilled within [s_k, s_k + window]
     k_first = math.floor((0.0 - offset) / window)
     n_windows = math.ceil((span + window - offset) / window) - k_first + 1
@@ -193,8 +195,10 @@ def lower_bound(work: Workload, engine: EngineProfile, startup: StartupProfile, 
     span = work.span_s
     warm_mask = work.t >= warmup_s
     n_warm = float(work.n[warm_mask].sum())
+    # With prefix caching a prompt computes at least its tokens that no earlier prompt holds.
+    prompt = work.compute_floor()
     # A prompt whose prefill alone takes longer than the SLO on an idle replica always misses.
-    hopeless = warm_mask & (work.inp / peak > slo)
+    hopeless = warm_mask & (prompt / peak > slo)
     forced = int(work.n[hopeless].sum())
     budget = max(0, math.floor((1.0 - target) * n_warm + 1e-9) - forced)
     keep = warm_mask & ~hopeless
@@ -206,7 +210,7 @@ def lower_bound(work: Workload, engine: EngineProfile, startup: StartupProfile, 
     for window in sorted({deadline + 1.0, deadline + 2.0, 2.0 * deadline + 1.0, deadline + 10.0, deadline + 60.0}):
         for offset in (0.0, window / 2.0):
             b, bw = _bound_one(work, peak=peak, slo=deadline, warm=warmup_s, span=span, acq=acq, tail=tail,
-                               window=window, offset=offset, budget=budget, keep=keep)
+                               window=window, offset=offset, budget=budget, keep=keep, prompt=prompt)
             configs.append({"window_s": window, "offset_s": offset, "replica_s": round(b, 1)})
             if b > best[0]:
                 best = (b, bw, window, offset)
@@ -423,6 +427,9 @@ def cache_key(kind: str, work: Workload, engine: EngineProfile, startup: Startup
     for arr in (work.t, work.n, work.inp, work.out):
         h.update(np.ascontiguousarray(arr).tobytes())
     h.update(repr(work.span_s).encode())
+    if work.hashes is not None:  # prefix caching on: the block ids change every simulation
+        h.update(f"prefix:{work.hash_tokens}".encode())
+        h.update(np.ascontiguousarray(work.compute_floor()).tobytes())
     h.update(repr(engine).encode())
     h.update(repr(startup).encode())
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())

@@ -108,6 +108,16 @@ class PolicyResult:
     gpu_hours_warm: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
     misses: list[tuple[float, float]] = field(default_factory=list)  # (arrival, ttft) of SLO misses
+    # Prefix cache over the run (traces with block ids): (prompt tokens looked up, tokens hit); None: off.
+    prefix_cache: tuple[float, float] | None = None
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Share of the prompt tokens looked up that the replicas' prefix caches held (vLLM's hit rate)."""
+        if self.prefix_cache is None:
+            return None
+        q, h = self.prefix_cache
+        return h / q if q > 0 else 0.0
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -142,6 +152,8 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
     cluster.start_ready(initial, 0.0)
     policy.start(cluster, 0.0)
     T, N, IN, OUT = work.t.tolist(), work.n.tolist(), work.inp.tolist(), work.out.tolist()
+    H = work.hashes.tolist() if work.hashes is not None else None
+    HT = work.hash_tokens
     total_n = work.requests
     m = len(T)
     ptr = 0
@@ -167,7 +179,8 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
         while ptr < m and T[ptr] < t_next:
             ta = T[ptr]
             cluster.events_until(ta)
-            cluster.dispatch(Request(ta, IN[ptr], OUT[ptr], N[ptr]))
+            cluster.dispatch(Request(ta, IN[ptr], OUT[ptr], N[ptr]) if H is None
+                             else Request(ta, IN[ptr], OUT[ptr], N[ptr], H[ptr], HT))
             ptr += 1
         cluster.advance(t_next)
         if t < span:
@@ -235,6 +248,7 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
         gpu_hours_warm=gpu_warm / 3600.0,
         params=params,
         misses=misses,
+        prefix_cache=cluster.prefix_cache_tokens() if work.hashes is not None else None,
     )
 
 

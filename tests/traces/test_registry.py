@@ -61,7 +61,8 @@ def test_unknown_and_unshipped_traces_say_where_to_look(no_shared: Path) -> None
 def test_package_data_ships_the_traces() -> None:
     """pyproject's package-data carries them (a wheel, not only the editable checkout)."""
     text = (REPO / "pyproject.toml").read_text()
-    assert '"warmscale.traces" = ["*.csv", "README.md"]' in text
+    assert '"warmscale.traces" = ["*.csv", "*.hashes.gz", "README.md"]' in text
+    assert (traces.PACKAGE_DIR / "mooncake_fast25_conversation.hashes.gz").is_file()  # Mooncake's block hashes
     readme = (traces.PACKAGE_DIR / "README.md").read_text()
     for t in traces.shipped():
         assert t.file in readme and t.name in readme

@@ -16,6 +16,8 @@ class Arrival:
     at: float  # trace seconds since the start of the replayed window
     input_tokens: int
     output_tokens: int
+    hashes: tuple[int, ...] | None = None  # the prompt's block ids when the trace has them (prefix caching)
+    hash_tokens: int = 0
 
 
 def load_trace(path: Path) -> list[tuple[float, int, int]]:
@@ -38,7 +40,12 @@ def window_start(rows: list[tuple[float, int, int]], lead_s: float) -> float:
     return max(0.0, busiest_minute(rows) - lead_s)
 
 
-def burst(rows: list[tuple[float, int, int]], lead_s: float, span_s: float) -> list[Arrival]:
-    """Arrivals from ``lead_s`` before the busiest minute, ``span_s`` of trace time."""
+def burst(rows: list[tuple[float, int, int]], lead_s: float, span_s: float,
+          hashes: loader.BlockHashes | None = None) -> list[Arrival]:
+    """Arrivals from ``lead_s`` before the busiest minute, ``span_s`` of trace time (with their
+    block ids when ``hashes``, row for row)."""
     start = window_start(rows, lead_s)
-    return [Arrival(t - start, i, o) for t, i, o in rows if start <= t < start + span_s]
+    if hashes is None:
+        return [Arrival(t - start, i, o) for t, i, o in rows if start <= t < start + span_s]
+    return [Arrival(t - start, i, o, ids, hashes.block_tokens)
+            for (t, i, o), ids in zip(rows, hashes.ids, strict=True) if start <= t < start + span_s]

@@ -34,7 +34,8 @@ def replay_fixed(arrivals: Sequence[Arrival], startup: StartupProfile, profile: 
     while True:
         while i < len(arrivals) and arrivals[i].at <= now:
             a = arrivals[i]
-            fleet.submit(Request(a.at, a.input_tokens, a.output_tokens), now)
+            fleet.submit(Request(a.at, a.input_tokens, a.output_tokens, hashes=a.hashes,
+                                 hash_tokens=a.hash_tokens), now)
             i += 1
         fleet.step(now)
         ttfts.extend(fleet.take_ttfts())

@@ -46,7 +46,7 @@ from warmscale.scaler.warm_status import WarmStatus
 from warmscale.signals.model import ReplicaReading, Snapshot
 from warmscale.signals.sources import Endpoint
 from warmscale.simulation.engine import EngineProfile, Request
-from warmscale.traces import resolve
+from warmscale.traces import block_hashes, resolve
 from warmscale.warmpool.startup_model import PROFILES, StartupProfile, time_to_ready_table
 
 TICK_S = 0.02  # wall seconds per loop turn
@@ -219,7 +219,7 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
     parse_metadata(opts.metadata())  # a bad option combination fails here, naming the key
     trace_path = resolve(opts.trace, opts.traces_dir)
     rows = load_trace(trace_path)
-    arrivals = burst(rows, opts.lead, opts.span)
+    arrivals = burst(rows, opts.lead, opts.span, block_hashes(trace_path, rows))
     t_start = window_start(rows, opts.lead)
     startup: StartupProfile = PROFILES[opts.profile]
     engine = EngineProfile.of(opts.profile)  # the trace benchmark's calibrated engine profile
@@ -355,7 +355,8 @@ async def _run_demo(opts: DemoOptions, out: TextIO, logs_to: str, counter: Count
                 a: Arrival = arrivals[i]
                 arrived_at.append(a.at)
                 for fleet in fleets.values():
-                    fleet.submit(Request(a.at, a.input_tokens, a.output_tokens), now)
+                    fleet.submit(Request(a.at, a.input_tokens, a.output_tokens, hashes=a.hashes,
+                                         hash_tokens=a.hash_tokens), now)
                 i += 1
             for name, fleet in fleets.items():
                 fleet.step(now)

@@ -3,7 +3,9 @@
 Times are the demo's trace time (the demo's clock runs faster than the wall clock). The model is
 deliberately small (the trace-replay benchmark has the detailed one): requests wait in
 FIFO order until a batch slot and their KV tokens are free; prefill runs at ``prefill_tps``
-tokens/s and TTFT = queue wait + prefill (a request counts as waiting until its prefill starts);
+tokens/s and TTFT = queue wait + prefill (a request counts as waiting until its prefill starts;
+a request that carries its trace's block ids prefills only the blocks its replica's prefix cache,
+:mod:`warmscale.simulation.prefix_cache`, does not hold, as the benchmark's engine does);
 decode emits one token per sequence per step, and a step takes the roofline of the engine profile
 (:meth:`EngineProfile.decode_step_s`: overhead + per-sequence cost + the larger of the batch's compute
 and the weights' and KV cache's read). Every constant comes from one engine profile of
@@ -23,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from warmscale.simulation.prefix_cache import PrefixCache
 from warmscale.simulation.profiles import ENGINE_PROFILES
 from warmscale.warmpool.hot.surface import SLEEP_STATES_BY_LEVEL
 
@@ -115,6 +118,9 @@ class Request:
     output_tokens: int
     first_token_at: float | None = None
     generated: float = 0.0
+    hashes: tuple[int, ...] | None = None  # the prompt's block ids (prefix caching), None: none
+    hash_tokens: int = 0  # tokens per block of ``hashes``
+    pins: int = 0  # leading blocks of ``hashes`` pinned in the replica's prefix cache while it runs
 
     @property
     def kv_tokens(self) -> int:
@@ -132,6 +138,7 @@ class SimulatedEngine:
     ttfts: list[float] = field(default_factory=list)
     last_step: float | None = None
     prefill_busy_until: float = 0.0
+    cache: PrefixCache | None = None  # made by the first request with block ids; sleeping drops it
     # Sleep mode: 0 awake, else the level it sleeps at; no request is admitted or decoded unless awake.
     sleep_level: int = 0
     paused: bool = False  # SGLang's /pause_generation
@@ -156,6 +163,10 @@ class SimulatedEngine:
         self._success = Counter("vllm:request_success", "Finished requests", [*labels, "finished_reason"],
                                 registry=self.registry)
         self._preempt = Counter("vllm:num_preemptions", "Preemptions", labels, registry=self.registry)
+        self._prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens", labels,
+                                       registry=self.registry)
+        self._prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in cached tokens", labels,
+                                    registry=self.registry)
         self._lv = {"model_name": MODEL, "engine": "0"}
         self._sleep_state = Gauge("vllm:engine_sleep_state", "Sleep state (1 for the current one)",
                                   [*labels, "sleep_state"], registry=self.registry)
@@ -186,6 +197,7 @@ class SimulatedEngine:
     def fall_asleep(self, level: int, took_s: float) -> None:
         """Level 1 keeps the weights in host RAM, level 2 drops them; either drops the KV cache."""
         self.sleep_level, self.draining = level, False
+        self.cache = None  # the KV cache, cached prefixes included, is gone
         self._sleep_ops.labels(**self._lv, operation="sleep").observe(took_s)
         self._show_sleep_state()
 
@@ -223,7 +235,7 @@ class SimulatedEngine:
                 break
             self.waiting.popleft()
             start = max(now, self.prefill_busy_until)
-            self.prefill_busy_until = start + head.input_tokens / p.prefill_tps
+            self.prefill_busy_until = start + (head.input_tokens - self._cached(head)) / p.prefill_tps
             head.first_token_at = self.prefill_busy_until
             self._prompt.labels(**self._lv).inc(head.input_tokens)
             self.running.append(head)
@@ -252,8 +264,25 @@ class SimulatedEngine:
             self._itl.observe(step_s, decoded)
             for r in done:
                 self.running.remove(r)
+                if self.cache is not None and r.hashes is not None and r.pins:
+                    self.cache.unpin(r.hashes[:r.pins])
                 self._success.labels(**self._lv, finished_reason="stop").inc()
+            if self.cache is not None:  # unreferenced cached blocks live in the free KV memory
+                self.cache.trim((p.kv_capacity_tokens - self.kv_used()) // self.cache.block_tokens)
         self._publish()
+
+    def _cached(self, r: Request) -> int:
+        """Prompt tokens of ``r`` its prefix cache holds (0 without block ids); pins its full blocks."""
+        if r.hashes is None or r.hash_tokens <= 0:
+            return 0
+        if self.cache is None:
+            self.cache = PrefixCache(r.hash_tokens)
+        hit = self.cache.hit_blocks(r.hashes, r.input_tokens) * r.hash_tokens
+        r.pins = min(len(r.hashes), r.input_tokens // r.hash_tokens)
+        self.cache.pin(r.hashes[:r.pins])
+        self._prefix_queries.labels(**self._lv).inc(r.input_tokens)
+        self._prefix_hits.labels(**self._lv).inc(hit)
+        return hit
 
     def _publish(self) -> None:
         self._waiting.labels(**self._lv).set(len(self.waiting))

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from warmscale.traces import loader
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 ENV_VAR = "WARMSCALE_SHARED"
 
@@ -46,7 +48,8 @@ TRACES: dict[str, Trace] = {t.name: t for t in (
           "Azure LLM inference, conversation service, 1 h of 2023-11-16: 19,366 requests"),
     Trace("mooncake-conv", "mooncake_fast25_conversation.csv", "requests", True,
           "github.com/kvcache-ai/Mooncake, FAST25-release/traces/conversation_trace.jsonl at commit "
-          "3b5a594133958449a1feaf1c9e0fc1b553e34a28; converted to CSV, timestamps in seconds, hash_ids dropped. "
+          "3b5a594133958449a1feaf1c9e0fc1b553e34a28; converted to CSV, timestamps in seconds; hash_ids in "
+          "mooncake_fast25_conversation.hashes.gz (tools/mooncake_hashes.py). "
           "Qin et al., \"Mooncake\", FAST 2025", _APACHE,
           "Kimi (Moonshot AI) conversation workload, 1 h: 12,031 long-context requests"),
     Trace("servegen-deepseek-r1", "servegen_reason_deepseek-r1_rate_600s.csv", "rate", True,
@@ -117,6 +120,29 @@ def resolve(spec: str | Path, traces_dir: str | Path | None = None) -> Path:
     looked = ", ".join(str(d) for d in search_dirs(traces_dir))
     why = _WHERE_SHARED if not trace.shipped else "the package's copy is missing (broken install?)"
     raise TraceNotFound(f"trace {trace.name} ({trace.file}) not found in {looked}: {why}")
+
+
+def hashes_for(trace: Path) -> Path | None:
+    """The block-hash sidecar of a per-request trace file (``<stem>.hashes.gz``): beside the file, else
+    the package's copy when the file is a shipped trace's (a ``--traces`` folder or ``$WARMSCALE_SHARED``
+    that holds only the CSV); None when there is none. The caller checks it fits the trace."""
+    name = trace.name.removesuffix(".csv") + loader.HASHES_SUFFIX
+    if (trace.parent / name).is_file():
+        return trace.parent / name
+    if _lookup(trace.name) is not None and (PACKAGE_DIR / name).is_file():
+        return PACKAGE_DIR / name
+    return None
+
+
+def block_hashes(trace: Path, rows: list[tuple[float, int, int]]) -> loader.BlockHashes | None:
+    """The block ids of a per-request trace's ``rows`` (its sidecar, :func:`hashes_for`), checked
+    against them; None when it has no sidecar."""
+    side = hashes_for(trace)
+    if side is None:
+        return None
+    hashes = loader.read_block_hashes(side)
+    loader.check_block_hashes(hashes, rows, side)
+    return hashes
 
 
 def shipped() -> Iterable[Trace]:

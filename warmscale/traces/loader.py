@@ -7,13 +7,18 @@ Two kinds of file, told apart by the header (column order free, extra columns ig
 - per-request: ``timestamp_s,input_tokens,output_tokens`` (seconds, token counts);
 - rate curve: ``bucket_start_s,bucket_end_s`` and ``requests`` (a count per bucket) or ``rate_rps``.
 
+A per-request trace may have a *block-hash sidecar* (``<stem>.hashes.gz``, :func:`read_block_hashes`):
+the ids of its prompts' KV blocks, one line per data row, for the benchmarks' prefix cache.
+
 Lines and columns count from 1; a column is the character where the bad field starts (the end of the
 line for a missing field), as compilers report it.
 """
 
 from __future__ import annotations
 
+import gzip
 import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +26,8 @@ from pathlib import Path
 REQUEST_COLUMNS = ("timestamp_s", "input_tokens", "output_tokens")
 RATE_BOUNDS = ("bucket_start_s", "bucket_end_s")
 RATE_VALUES = ("requests", "rate_rps")
+HASHES_SUFFIX = ".hashes.gz"  # the block-hash sidecar of ``<stem>.csv`` is ``<stem>.hashes.gz``
+HASHES_HEADER = "# block_tokens="
 
 
 class TraceError(ValueError):
@@ -180,3 +187,67 @@ def _data_line(path: Path, k: int) -> int:
         if i == k:
             return number
     raise IndexError(k)
+
+
+@dataclass(frozen=True)
+class BlockHashes:
+    """A trace's prompt blocks: ``ids[i]`` are the ids of data row i's ``block_tokens``-token blocks, in
+    prompt order (the last one possibly partial). Two prompts that share their first k ids share their
+    first k blocks (Mooncake's ``hash_ids``: FAST25-release/traces README, one id per 512 tokens)."""
+
+    block_tokens: int
+    ids: list[tuple[int, ...]]
+
+
+def _hash_line(path: Path, number: int, text: str) -> tuple[int, ...]:
+    """``"0 14-16"`` as ``(0, 14, 15, 16)``; a bad field is reported at its column."""
+    out: list[int] = []
+    column = 1
+    for field in text.split(" "):
+        if field:
+            lo, sep, hi = field.partition("-")
+            try:
+                a = int(lo)
+                b = int(hi) if sep else a
+            except ValueError:
+                raise TraceError(path, f"block id {field!r} is not a whole number or a range a-b", number,
+                                 column) from None
+            if a < 0 or b < a:
+                raise TraceError(path, f"block id range {field!r} is empty or negative", number, column)
+            out.extend(range(a, b + 1))
+        column += len(field) + 1
+    return tuple(out)
+
+
+def read_block_hashes(path: Path | str) -> BlockHashes:
+    """A block-hash sidecar (gzip text): the line ``# block_tokens=N``, then one line per data row of
+    its trace, the row's block ids separated by spaces (``a-b`` for a run of consecutive ids)."""
+    p = Path(path)
+    try:
+        with gzip.open(p, "rt", encoding="utf-8", newline="") as f:
+            lines = f.read().split("\n")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceError(p, f"cannot read the block hashes (gzip text expected): {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(p, f"not a text (UTF-8) file: {exc.reason} at byte {exc.start}") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines or not lines[0].startswith(HASHES_HEADER):
+        raise TraceError(p, f"the first line must be {HASHES_HEADER}N (tokens per block)", 1, 1)
+    size = lines[0][len(HASHES_HEADER):].strip()
+    if not size.isdigit() or int(size) <= 0:
+        raise TraceError(p, f"block_tokens: {size!r} is not a positive whole number", 1, len(HASHES_HEADER) + 1)
+    ids = [_hash_line(p, number, line.rstrip("\r")) for number, line in enumerate(lines[1:], start=2)]
+    return BlockHashes(int(size), ids)
+
+
+def check_block_hashes(hashes: BlockHashes, requests: list[tuple[float, int, int]], path: Path | str) -> None:
+    """The sidecar fits its trace: one line per data row, and as many blocks as the prompt's tokens
+    fill (``ceil(input_tokens / block_tokens)``)."""
+    if len(hashes.ids) != len(requests):
+        raise TraceError(path, f"{len(hashes.ids)} lines of block ids for {len(requests)} requests in the trace")
+    bt = hashes.block_tokens
+    for k, (ids, (_, inp, _)) in enumerate(zip(hashes.ids, requests, strict=True)):
+        if len(ids) != -(-inp // bt):
+            raise TraceError(path, f"{len(ids)} block ids for a prompt of {inp} tokens "
+                             f"({-(-inp // bt)} blocks of {bt})", k + 2, 1)
