@@ -1,10 +1,13 @@
 import asyncio
+import functools
 import logging
 import os
 import sys
 import threading
 import warnings
 from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -73,3 +76,85 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     finally:
         if timer is not None:
             timer.cancel()
+
+
+# -- two workers, two clusters: the real-server suites apart, the pure tests after them -------------
+# Tests on real servers (the local cluster, KEDA, Kueue, Redis, Prometheus, processes killed on purpose)
+# run in two scopes, in collection order within each, one per pytest-xdist worker
+# (pyproject.toml: ``-n 2 --dist loadscope``): ``real-keda`` (every suite that needs KEDA, Kueue or
+# Volcano beside the control plane: they start once, on that worker) and ``real-other`` (the control
+# plane alone, Redis, Prometheus, fault injection). Each worker starts its own control plane, on its own
+# pod range (tests/cluster/fixtures.py). The pure tests are handed out once a worker's real scope is
+# nearly done. The controller sees only node ids, so a file's scope comes from its path and text;
+# pytest_collection_modifyitems below checks that rule against what each collected test uses.
+REAL_SERVER_FIXTURES = ("k8s_cluster", "keda_cluster", "volcano_cluster", "kueue_cluster", "redis_server",
+                        "prometheus_server")
+BESIDE_FIXTURES = ("keda_cluster", "volcano_cluster", "kueue_cluster")  # components beside the plane
+REAL_SERVER_MARKERS = ("cluster", "keda", "volcano", "servers", "faults")
+REAL_SERVER_FOLDERS = ("tests/keda/", "tests/faults/", "tests/cluster/")
+BESIDE_FOLDERS = ("tests/keda/", "tests/cluster/")
+REAL_SERVER_WORDS = ("k8s_", "_cluster", "redis_server", "prometheus_server", "mark.cluster", "mark.servers",
+                     "mark.keda", "mark.volcano")
+BESIDE_WORDS = BESIDE_FIXTURES
+SCOPE_BESIDE, SCOPE_REAL = "real-keda", "real-other"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def scope_of(path: str) -> str | None:
+    """The real-server scope of the test file ``path`` (relative to the repository); None: pure."""
+    try:
+        text = (ROOT / path).read_text(encoding="utf-8")
+    except OSError:
+        text = "k8s_ keda_cluster"  # unknown: the safe side (in order, beside the servers)
+    if path.startswith(BESIDE_FOLDERS) or any(w in text for w in BESIDE_WORDS):
+        return SCOPE_BESIDE
+    if path.startswith(REAL_SERVER_FOLDERS) or any(w in text for w in REAL_SERVER_WORDS):
+        return SCOPE_REAL
+    return None
+
+
+def uses_real_servers(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return bool(fixtures & set(REAL_SERVER_FIXTURES)) or any(item.get_closest_marker(m) for m in REAL_SERVER_MARKERS)
+
+
+@pytest.hookimpl(trylast=True)  # after the folders' conftests have added their markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = set()
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        beside = bool(set(getattr(item, "fixturenames", ())) & set(BESIDE_FIXTURES))
+        if (beside and scope_of(path) != SCOPE_BESIDE) or (uses_real_servers(item) and scope_of(path) is None):
+            strays.add(path)
+    if strays:
+        raise pytest.UsageError("tests outside the xdist scope their servers need (tests/conftest.py, "
+                                f"REAL_SERVER_WORDS / BESIDE_WORDS): {', '.join(sorted(strays))}")
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # without pytest-xdist the suite runs in one process, in order
+    LoadScopeScheduling = None
+
+
+if LoadScopeScheduling is not None:
+    class RealServersApart(LoadScopeScheduling):  # type: ignore[misc, valid-type]
+        """loadscope with the two real-server scopes first (one per worker); a pure file is its own
+        scope, handed out when a worker is nearly idle."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return scope_of(path) or path
+
+        def _assign_work_unit(self, node: Any) -> None:
+            for scope in (SCOPE_REAL, SCOPE_BESIDE):  # the beside scope ends up first
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        if config.getoption("dist") != "loadscope":
+            return None
+        return RealServersApart(config, log)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
@@ -42,6 +43,9 @@ from warmscale.localcluster import fleet, keda, kueue, volcano
 from warmscale.localcluster.binaries import BinariesMissing
 from warmscale.localcluster.fleet import NodePool
 from warmscale.localcluster.harness import (
+    POD_CIDR_TEMPLATE,
+    POD_OCTET_HIGH,
+    POD_OCTET_LOW,
     STATE_FILE,
     TEMP_PREFIX,
     Cluster,
@@ -84,6 +88,18 @@ def _existing_cluster() -> Cluster | None:
     return None
 
 
+def worker_pod_cidr() -> str | None:
+    """A pod range no other pytest-xdist worker of this run can pick: worker i of n takes a second
+    octet that is i modulo n (KWOK's pod IPs are this machine's addresses, and the simulated engines
+    listen on them: two clusters must never share a range). None outside xdist (the harness' random
+    range)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker or count < 2:
+        return None
+    index = int(worker.removeprefix("gw"))
+    return POD_CIDR_TEMPLATE.format(random.choice(range(POD_OCTET_LOW + index, POD_OCTET_HIGH + 1, count)))
+
+
 @pytest.fixture(scope="session")
 def k8s_cluster() -> Iterator[Cluster]:
     existing = _existing_cluster()
@@ -93,7 +109,7 @@ def k8s_cluster() -> Iterator[Cluster]:
     remove_stale_temp_clusters()
     missing: BinariesMissing | None = None
     try:
-        cluster = Cluster.start(ClusterConfig(die_with_parent=True))
+        cluster = Cluster.start(ClusterConfig(die_with_parent=True, pod_cidr=worker_pod_cidr()))
     except BinariesMissing as exc:
         missing = exc
     if missing is not None:

@@ -20,7 +20,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.cluster.fixtures import _skip_allowed
+from tests.cluster.fixtures import _skip_allowed, worker_pod_cidr
 from tests.servers import stop_process
 from warmscale.localcluster import workloads as w
 from warmscale.localcluster.binaries import BinariesMissing
@@ -42,6 +42,7 @@ def private_cluster(extra_apiserver_args: list[str] | None = None) -> Iterator[C
     """A small cluster of its own (3 one-pool H100 nodes, audit log on), stopped afterwards."""
     try:
         cluster = Cluster.start(ClusterConfig(pools=[replace(H100, name=POOL, count=3)], die_with_parent=True,
+                                              pod_cidr=worker_pod_cidr(),
                                               audit=True, startup_timeout=240,
                                               extra_apiserver_args=list(extra_apiserver_args or [])))
     except BinariesMissing as exc:

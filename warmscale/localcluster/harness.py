@@ -51,12 +51,14 @@ SERVICE_CIDR = "10.96.0.0/16"
 # engine can listen on a KWOK pod's IP and port and be scraped there like a real pod. The second
 # octet is drawn per cluster, so clusters running side by side do not hand out the same IPs.
 POD_CIDR_TEMPLATE = "127.{}.0.0/16"
+# The second octets a pod range is drawn from.
+POD_OCTET_LOW, POD_OCTET_HIGH = 16, 250
 
 
 def random_pod_cidr() -> str:
     import random
 
-    return POD_CIDR_TEMPLATE.format(random.randint(16, 250))
+    return POD_CIDR_TEMPLATE.format(random.randint(POD_OCTET_LOW, POD_OCTET_HIGH))
 
 
 TEMP_PREFIX = "warmscale-cluster-"
