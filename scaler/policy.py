@@ -91,7 +91,9 @@ def decide(obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float) 
     holding = cfg.hold_through_idle and hold_in_force(state, cfg, now, fleet)
     desired, active, reason, step = bounds(desired, reason, obs, cfg, fleet, holding)
     trace.append(step)
-    desired, reason, state, step = burst_hold(desired, reason, obs, state, cfg, now, fleet)
+    holdable = inputs.get("holdable")
+    desired, reason, state, step = burst_hold(desired, reason, obs, state, cfg, now, fleet,
+                                              peak=None if holdable is None else int(holdable))
     trace.append(step)
     desired, active, reason, state, step = lost_state_hold(desired, active, reason, obs, state, cfg, now, fleet,
                                                            last)

@@ -32,7 +32,8 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     ``pressed``: false where only the KV residency need asks for more while nothing waits and the
     engines have room). Only then does a replica with no warm step start at once as the warm path's
     stand-in. Cold headroom must last, and its recurrence does not confirm it (it was served before
-    with nothing waiting): docs/policy.md, "Burst confirmation", the light load."""
+    with nothing waiting); for headroom the inputs say ``holdable``, the part of it that lasted, which
+    is all the hold keeps: docs/policy.md, "Burst confirmation", the light load."""
     span = CONFIRM_SPAN_FACTOR * cfg.burst_confirm_seconds
     if span <= 0:
         return desired, reason, state, {"burst_confirm_s": cfg.burst_confirm_seconds}
@@ -57,13 +58,20 @@ def confirm(desired: int, reason: str, state: ScalerState, ladder: Ladder, cfg: 
     inputs: dict[str, float | int | None] = {"burst_confirm_s": cfg.burst_confirm_seconds, "quick": quick,
                                              "unserved": int(unserved),
                                              "recurrent": recurrent, "cold_ttr_s": ladder[-1][2]}
-    if ready == 0 or desired <= quick or ladder[-1][2] <= span:
+    if ready == 0 or ladder[-1][2] <= span:
         return desired, reason, state, inputs
     values = sorted(v for _, v in needs)
     # A need can have lasted burstConfirmSeconds only where the needs seen reach back that far: a
     # tracker that just started (a new ScaledObject, a restart without a store) has seen seconds of
     # the burst, and the median of those is the burst itself.
     lasted = values[(len(values) - 1) // 2] if now - needs[0][0] >= cfg.burst_confirm_seconds else 0
+    if not unserved:
+        # Headroom the hold may keep: only what lasted. A release below it would be started again
+        # cold only once it lasted (below), so a peak of headroom that did not last is no reason to
+        # hold a replica for its break-even time (decide/hold.py ``peak``).
+        inputs["holdable"] = min(desired, lasted)
+    if desired <= quick:
+        return desired, reason, state, inputs
     # Headroom that came before was served with nothing waiting: its recurrence is no reason to start
     # cold capacity for it (only a need that lasted is).
     confirmed = max(lasted, recurrent) if unserved else lasted

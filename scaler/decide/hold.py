@@ -38,7 +38,9 @@ def hold_in_force(state: ScalerState, cfg: ScalerConfig, now: float, fleet: Flee
 
 
 def burst_hold(desired: int, reason: str, obs: Observation, state: ScalerState, cfg: ScalerConfig, now: float,
-               fleet: Fleet) -> tuple[int, str, ScalerState, Step]:
+               fleet: Fleet, peak: int | None = None) -> tuple[int, str, ScalerState, Step]:
+    """The burst hold; ``peak`` (at most ``desired``) is what this decision adds to the held peaks
+    where the confirm step says less is worth holding (headroom that did not last); None: ``desired``."""
     before = desired
     ladder = fleet.ladder
     window = longest_hold(ladder, cfg.node_idle_seconds, cfg.scale_down_stabilization_seconds)
@@ -47,7 +49,8 @@ def burst_hold(desired: int, reason: str, obs: Observation, state: ScalerState, 
         # A fresh tracker knows nothing of the recent need: the fleet it finds counts as one (a
         # fleet sized by someone is not released before the break-even time either).
         past = ((now, min(obs.current_replicas, cfg.max_replicas)),)
-    recs = window_max_push(past, now, desired, now - window)
+    recorded = desired if peak is None else min(desired, peak)
+    recs = window_max_push(past, now, recorded, now - window)
     state = replace(state, recommendations=recs)
     held_from: float | None = None
     if desired > 0:
@@ -69,7 +72,8 @@ def burst_hold(desired: int, reason: str, obs: Observation, state: ScalerState, 
     step = Step("hold", before, desired, reason if desired != before else "ok",
                 {"hold_window_s": window, "node_idle_s": cfg.node_idle_seconds,
                  "stabilization_s": cfg.scale_down_stabilization_seconds, "peak": recs[0][1],
-                 "peak_age_s": now - recs[0][0], "hold_left_s": max(0.0, window - (now - recs[0][0])),
+                 "peak_age_s": now - recs[0][0], "recorded": recorded,
+                 "hold_left_s": max(0.0, window - (now - recs[0][0])),
                  "held_since_s": None if held_from is None else now - held_from})
     return desired, reason, state, step
 

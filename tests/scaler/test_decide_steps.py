@@ -181,3 +181,32 @@ def test_the_need_step_shows_the_capacity_model_and_the_demand_put_to_it() -> No
                 "demand.growth_per_s", "backlog", "queue", "horizon_s", "rule.demand"):
         assert key in step.inputs, key
     assert step.inputs["demand.inflight_now"] == 40.0
+
+
+@pytest.mark.parametrize(("unserved", "needs", "want"), [
+    (False, 1, 1),  # KV headroom of 2 for a second, 1 before: only 1 is worth holding
+    (False, 2, 2),  # headroom that lasted is held
+    (True, 1, None),  # load left unserved: its peak is held as it is
+])
+def test_confirm_says_how_much_headroom_the_hold_may_keep(unserved: bool, needs: int, want: int | None) -> None:
+    from warmscale.scaler.decide.confirm import confirm
+
+    state = ScalerState(needs=tuple((NOW - 60.0 + t, needs) for t in range(0, 60, 5)))
+    desired, _, _, inputs = confirm(2, "kv", state, COLD, cfg(burstConfirmSeconds="30"), NOW, ready=2,
+                                    provisioned=2, unserved=unserved)
+    assert desired == 2 and inputs.get("holdable") == want, inputs
+
+
+def test_a_peak_of_headroom_that_did_not_last_holds_nothing() -> None:
+    c = cfg(nodeIdleSeconds="600", scaleDownStabilizationSeconds="60")
+    state = ScalerState(recommendations=((NOW - 2_000.0, 1),), last_decision_at=NOW - 1.0, last_desired=2)
+    # a second of KV headroom asks for 2 (granted: 2 are ready); only 1 of it lasted
+    d, _, state2, step = burst_hold(2, "kv", obs(current_replicas=2), state, c, NOW, fleet(ready=2), peak=1)
+    assert d == 2 and step.inputs["recorded"] == 1
+    # a minute later the need is 1: nothing holds the second replica
+    d, reason, _, step = burst_hold(1, "demand", obs(current_replicas=2), state2, c, NOW + 60.0, fleet(ready=2))
+    assert (d, step.why) == (1, "ok")
+    # the same second as load left unserved (no peak given) holds it for its break-even time
+    _, _, state3, _ = burst_hold(2, "kv", obs(current_replicas=2), state, c, NOW, fleet(ready=2))
+    d, reason, _, _ = burst_hold(1, "demand", obs(current_replicas=2), state3, c, NOW + 60.0, fleet(ready=2))
+    assert (d, reason) == (2, "burst-hold")
