@@ -2,15 +2,14 @@
 workload's Service, watched through its EndpointSlices (kubernetes-asyncio; RBAC: ``list`` and
 ``watch`` on ``discovery.k8s.io/endpointslices`` in the workload's namespace, nothing else).
 
-A list, then a watch from its resourceVersion; a watch that ends (its timeout, an expired version,
-an API outage) is followed by a fresh list after RETRY_SECONDS at most. While the API cannot be
+The list+watch is the controller's cache (scaler/kubecache.py): a watch that ends (its timeout, an
+expired version, an API outage) is followed by a fresh list, with back-off. While the API cannot be
 read, the last endpoints seen stay in use (unknown is not "none": a backend that is really gone
 fails its request, which is then held, scaler/holdgate.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +22,6 @@ log = logging.getLogger("warmscale.holdgate.endpoints")
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # One watch call's server-side timeout: the watch is re-opened (from the last version) this often.
 WATCH_SECONDS = 300
-# Wait before listing again after a failed list or watch (an API outage is not a busy loop).
-RETRY_SECONDS = 2.0
 
 
 class ServiceEndpoints:
@@ -35,20 +32,22 @@ class ServiceEndpoints:
                  on_change: Callable[[], None] = lambda: None) -> None:
         from kubernetes_asyncio import client
 
-        self.api = api
-        self.discovery = client.DiscoveryV1Api(api)
+        from warmscale.scaler.kubecache import Cache
+
         self.namespace = namespace
         self.service = service
         self.port = port
         self.on_change = on_change
-        self._slices: dict[str, dict[str, Any]] = {}
         self._urls: tuple[str, ...] = ()
+        self._cache = Cache("endpointslices", client.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
+                            lambda _typ, _obj: self._update(), watch_timeout_s=WATCH_SECONDS,
+                            namespace=namespace, label_selector=f"{SERVICE_NAME_LABEL}={service}")
 
     def urls(self) -> tuple[str, ...]:
         return self._urls
 
     def _update(self) -> None:
-        urls = endpoint_urls(list(self._slices.values()), self.port)
+        urls = endpoint_urls(list(self._cache.items.values()), self.port)
         if urls != self._urls:
             log.info("own replicas changed", extra={"service": f"{self.namespace}/{self.service}",
                                                     "backends": list(urls)})
@@ -56,32 +55,4 @@ class ServiceEndpoints:
             self.on_change()
 
     async def run(self) -> None:
-        from kubernetes_asyncio import watch
-
-        selector = f"{SERVICE_NAME_LABEL}={self.service}"
-        while True:
-            try:
-                listed = await self.discovery.list_namespaced_endpoint_slice(self.namespace, label_selector=selector)
-                self._slices = {s.metadata.name: self.api.sanitize_for_serialization(s) for s in listed.items}
-                self._update()
-                w = watch.Watch()
-                async with w.stream(self.discovery.list_namespaced_endpoint_slice, self.namespace,
-                                    label_selector=selector, resource_version=listed.metadata.resource_version,
-                                    timeout_seconds=WATCH_SECONDS) as stream:
-                    async for event in stream:
-                        kind, obj = event["type"], event["object"]
-                        if kind == "ERROR":  # an expired resourceVersion: list again
-                            break
-                        name = obj.metadata.name
-                        if kind == "DELETED":
-                            self._slices.pop(name, None)
-                        else:
-                            self._slices[name] = self.api.sanitize_for_serialization(obj)
-                        self._update()
-                continue  # the watch's timeout: list again at once
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # an API outage or a denied call: keep the last endpoints
-                log.warning("service endpoints unreadable", extra={"service": f"{self.namespace}/{self.service}",
-                                                                   "error": str(exc)})
-            await asyncio.sleep(RETRY_SECONDS)
+        await self._cache.run()

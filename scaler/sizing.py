@@ -99,7 +99,7 @@ class Demand:
 
 
 @dataclass(frozen=True)
-class Fleet:
+class FleetCounts:
     """The counts sizing needs of the fleet (decide/fleet.py holds the rest)."""
 
     ready: int
@@ -145,7 +145,7 @@ def look_ahead(inflight_now: float, growth: float, per_replica: float, most_step
     return inflight, horizon
 
 
-def size(demand: Demand, cap: Capacity, fleet: Fleet, *, step: float, kv_residency: float, kv_hot_target: float,
+def size(demand: Demand, cap: Capacity, fleet: FleetCounts, *, step: float, kv_residency: float, kv_hot_target: float,
          ttft_quantile: float, itl_slo: float | None, allowed: frozenset[str] = frozenset(TERM_ORDER)) -> Sizing:
     """Each resource's count from demand over one replica's capacity (the table in the module's
     docstring). ``step`` bounds a proportional step up (SCALE_UP_MAX_STEP); ``allowed`` are the

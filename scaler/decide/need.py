@@ -20,8 +20,15 @@ from warmscale.scaler.ladder import time_to_ready
 from warmscale.scaler.metric_target import inflight_per_replica
 from warmscale.scaler.observation import Observation
 from warmscale.scaler.roles import ROLE_RULES, ttft_budget
-from warmscale.scaler.sizing import LOOK_AHEAD_ROUNDS, SCALE_DOWN_HEADROOM, Capacity, Demand, look_ahead, size
-from warmscale.scaler.sizing import Fleet as SizingFleet
+from warmscale.scaler.sizing import (
+    LOOK_AHEAD_ROUNDS,
+    SCALE_DOWN_HEADROOM,
+    Capacity,
+    Demand,
+    FleetCounts,
+    look_ahead,
+    size,
+)
 from warmscale.scaler.state import ScalerState
 
 __all__ = ["LOOK_AHEAD_ROUNDS", "MIN_TTFT_SAMPLES", "SCALE_DOWN_HEADROOM", "Need", "capacity_of", "demand_of",
@@ -120,7 +127,7 @@ def need(obs: Observation, state: ScalerState, cfg: ScalerConfig, fleet: Fleet) 
     cap = capacity_of(obs, cfg, ready)
     dem = demand_of(obs, cfg, fleet, cap)
     current = obs.current_replicas if obs.current_replicas is not None else state.last_desired
-    sz = size(dem, cap, SizingFleet(ready, provisioned, current), step=cfg.scale_up_max_step,
+    sz = size(dem, cap, FleetCounts(ready, provisioned, current), step=cfg.scale_up_max_step,
               kv_residency=cfg.kv_bound_target, kv_hot_target=cfg.kv_cache_target,
               ttft_quantile=cfg.ttft_quantile, itl_slo=cfg.itl_slo_seconds,
               allowed=ROLE_RULES.get(cfg.role, ROLE_RULES["both"]))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from warmscale.scaler.roles import ROLE_RULES
-from warmscale.scaler.sizing import RESOURCE_TERMS, TERM_ORDER, Capacity, Demand, Fleet, look_ahead, size
+from warmscale.scaler.sizing import RESOURCE_TERMS, TERM_ORDER, Capacity, Demand, FleetCounts, look_ahead, size
 from warmscale.scaler.slo import slo_count
 
 CAP = Capacity(inflight=10.0, prefill_tps=10_000.0, target_utilization=0.8, prompt_per_request=1_000.0,
@@ -18,12 +18,12 @@ CAP = Capacity(inflight=10.0, prefill_tps=10_000.0, target_utilization=0.8, prom
 DEM = Demand(inflight_now=20.0, inflight=20.0, horizon=120.0, growth=0.0, backlog=0.0, waiting=0.0,
              backlog_slope=0.0, drain_within=120.0, prompt_tps=None, prefilled_tps=None, ttft_budget=None,
              ttft_over=None, ttft_met=None, saturation_count=None, kv_hot=False, preempting=False)
-FLEET = Fleet(ready=2, provisioned=2, current=2)
+FLEET = FleetCounts(ready=2, provisioned=2, current=2)
 KW: dict[str, Any] = {"step": 2.0, "kv_residency": 0.5, "kv_hot_target": 0.8, "ttft_quantile": 0.95,
                       "itl_slo": None}
 
 
-def sized(dem: dict[str, Any] | None = None, cap: dict[str, Any] | None = None, fleet: Fleet = FLEET,
+def sized(dem: dict[str, Any] | None = None, cap: dict[str, Any] | None = None, fleet: FleetCounts = FLEET,
           **kw: Any) -> Any:
     return size(replace(DEM, **(dem or {})), replace(CAP, **(cap or {})), fleet, **{**KW, **kw})
 
@@ -53,7 +53,7 @@ def test_each_resource_is_demand_over_one_replicas_capacity(dem: dict[str, Any],
 
 
 def test_below_what_runs_only_down_to_a_count_running_its_headroom() -> None:
-    three = Fleet(ready=3, provisioned=3, current=3)
+    three = FleetCounts(ready=3, provisioned=3, current=3)
     assert sized({"inflight": 17.0}, fleet=three).terms["demand"] == 3  # 17 / (10 x 0.8) -> 3, not 2
     assert sized({"inflight": 15.0}, fleet=three).terms["demand"] == 2  # 15 / 8 -> 2
 
