@@ -249,8 +249,8 @@ class Engine:
     # ---- time ------------------------------------------------------------------------------------
     def advance_to(self, t: float) -> None:
         """Complete every segment that ends at or before ``t``."""
-        while self._seg is not None and self.seg_end <= t:
-            self._apply(self._seg[1])
+        while self.seg_end <= t:  # math.inf exactly while no segment is planned (_plan)
+            self._apply(self._seg[1])  # type: ignore[index]
             self._plan()
 
     def sync(self, t: float) -> None:
@@ -330,12 +330,6 @@ class Engine:
             self.cache.unpin(r.hashes[:r.pins])
             r.pins = 0
 
-    def _trim(self) -> None:
-        """Cached blocks nobody references live in the free KV memory: at most what it holds."""
-        c = self.cache
-        if c is not None and c.free:
-            c.trim(self.free_blocks * self.bs // c.block_tokens)
-
     def _cached_tokens(self, r: Request) -> tuple[int, int]:
         """(blocks, tokens) of ``r``'s prompt found in the prefix cache at admission (a fresh start)."""
         ids = r.hashes
@@ -362,18 +356,26 @@ class Engine:
     def _plan(self) -> None:
         """Schedule the step at ``self.clock`` (V1's decisions: token budget, running first, then
         waiting in FIFO order; block allocation; recompute preemption of the newest) and the segment
-        of identical steps that follows it."""
+        of identical steps that follows it.
+
+        Hot (a few million calls per trace replay): attributes are read once into locals and the
+        arithmetic of :func:`_blocks`, the cache's trim and :meth:`_attention` is inlined, in the same
+        order of operations (``tests/bench/test_sim_speed.py`` checks it against the first-written
+        scheduler)."""
         running = self.running
-        if not running and not self.waiting:
+        waiting = self.waiting
+        if not running and not waiting:
             self._seg = None
             self.seg_end = math.inf
             return
         p = self.p
         bs = self.bs
-        if self.cache is not None:  # the steps since the last plan took free KV: evict before looking up
-            self._trim()
+        cache = self.cache
+        if cache is not None and cache.free:  # the steps since the last plan took free KV: evict before looking up
+            cache.trim(self.free_blocks * bs // cache.block_tokens)
         budget = p.max_num_batched_tokens
         comp: list[tuple[Request, int, bool]] = []
+        append = comp.append
         preempted = False
         # Aggregates of the batch, and k: how many identical steps follow before its composition changes.
         k = 1 << 30
@@ -382,43 +384,52 @@ class Engine:
         new_tok = 0
         pre_tok = 0
         kv0 = 0
+        free = self.free_blocks  # written back before anything else reads it
         i = 0
-        while i < len(running) and budget > 0:
+        n_run = len(running)
+        while i < n_run and budget > 0:
             r = running[i]
             done = r.done
             target = r.target
+            rn = r.n
             if done < target:
                 t = target - done
                 if t > budget:
                     t = budget
                 pre = True
             else:
-                t = r.n
+                t = rn
                 if t > budget:
                     break
                 pre = False
             # Blocks held are always a multiple of n (``_blocks``), so more are needed exactly when
             # the tokens outgrow them.
-            kvt = r.kv + t
-            if kvt > r.blocks * bs:
-                need = _blocks(r, kvt, bs) - r.blocks
-                victim_was_r = False
-                while need > self.free_blocks:
-                    victim = running.pop()
-                    self._preempt(victim)
-                    preempted = True
-                    if victim is r:
-                        victim_was_r = True
+            kv = r.kv
+            kvt = kv + t
+            blocks = r.blocks
+            if kvt > blocks * bs:
+                need = (-(-kvt // bs) if rn == 1 else _blocks(r, kvt, bs)) - blocks
+                if need > free:
+                    self.free_blocks = free
+                    victim_was_r = False
+                    while need > self.free_blocks:
+                        victim = running.pop()
+                        self._preempt(victim)
+                        preempted = True
+                        if victim is r:
+                            victim_was_r = True
+                            break
+                    free = self.free_blocks
+                    n_run = len(running)
+                    if victim_was_r:
                         break
-                if victim_was_r:
-                    break
-                r.blocks += need
-                self.free_blocks -= need
-            comp.append((r, t, pre))
+                r.blocks = blocks + need
+                free -= need
+            append((r, t, pre))
             budget -= t
-            nseq += r.n
+            nseq += rn
             new_tok += t
-            kv0 += r.kv
+            kv0 += kv
             if pre:
                 n_pre += 1
                 pre_tok += t
@@ -434,9 +445,9 @@ class Engine:
                 if left < k:
                     k = left
             i += 1
+        self.free_blocks = free
         self._preempted = preempted
         if not preempted:
-            waiting = self.waiting
             max_seqs = p.max_num_seqs
             while waiting and budget > 0 and self.running_n < max_seqs:
                 r = waiting[0]
@@ -468,7 +479,7 @@ class Engine:
                 if need > 0:
                     r.blocks += need
                     self.free_blocks -= need
-                comp.append((r, t, True))
+                append((r, t, True))
                 budget -= t
                 nseq += r.n
                 new_tok += t
@@ -481,8 +492,9 @@ class Engine:
                         k = left
                 else:
                     k = 1
-        if self.cache is not None:
-            self._trim()
+        cache = self.cache
+        if cache is not None and cache.free:  # cached blocks nobody references live in the free KV memory
+            cache.trim(self.free_blocks * bs // cache.block_tokens)
         if not comp:  # nothing can run (cannot happen with requests that fit the cache); stay idle
             self._seg = None
             self.seg_end = math.inf
@@ -505,9 +517,25 @@ class Engine:
             k = self.max_jump
         if k < 1:
             k = 1
-        k, a, s = self._segment_time(k, nseq, new_tok, kv0, self._attention(comp) if pre_tok else (0.0, 0.0))
-        self._seg = (comp, k, a, float(new_tok), s)
-        self.seg_end = self.clock + (k * a + s * k * (k - 1) / 2.0)
+        attn = (0.0, 0.0)
+        if pre_tok and p.attn_per_ctx > 0.0:  # _attention, inlined (EngineProfile.attention_extra's terms)
+            a = p.attn_per_ctx
+            cc = p.calibration_context
+            den = (1.0 + a * cc) * p.prefill_tps
+            extra_s = 0.0
+            slope = 0.0
+            for r, t, pre in comp:
+                if not pre:
+                    continue
+                if r.n == 1:
+                    extra_s += t * a * (r.done + t / 2.0 - cc) / den
+                    slope += t * a * (cc + t - cc) / den - t * a * (cc - cc) / den
+                else:
+                    extra_s += t * a * (r.target / (2.0 * r.n) - cc) / den
+            attn = (extra_s, slope)
+        k, a0, s = self._segment_time(k, nseq, new_tok, kv0, attn)
+        self._seg = (comp, k, a0, float(new_tok), s)
+        self.seg_end = self.clock + (k * a0 + s * k * (k - 1) / 2.0)
 
     def _apply(self, j: int) -> None:
         """Execute the first ``j`` steps of the current segment."""
@@ -527,17 +555,20 @@ class Engine:
         finished: list[Request] = []
         itl_n = 0  # inter-token latencies observed in these steps (all ``step`` long)
         gen_tokens = 0
+        taken = 0  # blocks these steps allocate (the free count drops by them)
         for r, t, pre in comp:
             add = t * j
             kv = r.kv + add
             r.kv = kv
-            if kv > r.blocks * bs:
-                b = _blocks(r, kv, bs)
-                self.free_blocks -= b - r.blocks
+            blocks = r.blocks
+            if kv > blocks * bs:
+                b = -(-kv // bs) if r.n == 1 else _blocks(r, kv, bs)
+                taken += b - blocks
                 r.blocks = b
             if pre:
-                r.done += add
-                if r.done >= r.target:
+                done = r.done + add
+                r.done = done
+                if done >= r.target:
                     ids = r.hashes
                     if ids is not None and self.cache is not None:  # its full prompt blocks are cached now
                         full = min(len(ids), r.inp // r.hash_tokens)
@@ -562,11 +593,14 @@ class Engine:
                     if r.gen >= r.out:
                         finished.append(r)
             else:
-                r.gen += j
+                gen = r.gen + j
+                r.gen = gen
                 gen_tokens += add
                 itl_n += add
-                if r.gen >= r.out:
+                if gen >= r.out:
                     finished.append(r)
+        if taken:
+            self.free_blocks -= taken
         if itl_n:
             self.h_itl.observe(step, itl_n)
         self.generation_tokens_total += gen_tokens

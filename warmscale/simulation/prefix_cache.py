@@ -70,9 +70,11 @@ class PrefixCache:
     def trim(self, max_free: int) -> int:
         """Evict free blocks, least recently used first, until at most ``max_free`` stay; the count."""
         free = self.free
-        n = 0
-        while len(free) > max(0, max_free):
-            free.popitem(last=False)
-            n += 1
+        n = len(free) - max(0, max_free)
+        if n <= 0:
+            return 0
+        pop = free.popitem
+        for _ in range(n):
+            pop(last=False)
         self.evicted += n
         return n
