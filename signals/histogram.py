@@ -136,9 +136,36 @@ def _add_mismatched(a: Histogram, b: Histogram) -> Histogram:
 
 
 def merge(histograms: Iterable[Histogram]) -> Histogram | None:
-    out: Histogram | None = None
-    for h in histograms:
-        out = h if out is None else out + h
+    """The sum of ``histograms`` (``None`` for none): ``h1 + h2 + ...`` folded left to right. When every
+    layout is the first's (the usual case: one engine's buckets) the counts are summed column by
+    column in that same order, without the intermediate histograms: the same floats, several times
+    faster on the scaler's windows of a few hundred deltas."""
+    hs = list(histograms)
+    if not hs:
+        return None
+    first = hs[0]
+    if len(hs) == 1:
+        return first
+    a = first.buckets
+    bounds = [le for le, _ in a]
+    rest = hs[1:]
+    for h in rest:
+        b = h.buckets
+        if b is not a and (len(b) != len(a) or [le for le, _ in b] != bounds):  # list ==: identity, then ==
+            return _fold(hs)
+    counts = [c for _, c in a]
+    total, n = first.sum, first.count
+    for h in rest:
+        counts = [x + c for x, (_, c) in zip(counts, h.buckets)]  # noqa: B905 - equal lengths checked above
+        total = total + h.sum
+        n = n + h.count
+    return Histogram(buckets=tuple(zip(bounds, counts)), sum=total, count=n)  # noqa: B905 - same lengths
+
+
+def _fold(histograms: list[Histogram]) -> Histogram:
+    out = histograms[0]
+    for h in histograms[1:]:
+        out = out + h
     return out
 
 

@@ -281,7 +281,9 @@ class Cluster:
         self.events_until(now)
         self.now = now
         for p in self.ready:
-            p.engine.advance_to(now)
+            e = p.engine
+            if e.seg_end <= now:  # Engine.advance_to's own test, before the call
+                e.advance_to(now)
         if self.draining:
             still = []
             for p in self.draining:
@@ -324,6 +326,30 @@ class Cluster:
             self._release_k += 1
             self._ready_until(tau)
             self._flush_gateway(tau)
+            if self.gateway and self.ready:
+                self._skip_quiet_checks(t)
+
+    def _skip_quiet_checks(self, t: float) -> None:
+        """After a check that left requests held (every ready endpoint saturated, each engine run up to
+        the check): the next checks up to ``t`` that would find the same state are skipped. Nothing
+        changes an endpoint before its engine's next segment ends or a pod becomes ready (no one else
+        touches the engines inside :meth:`release_until`), so each such check would run no engine,
+        find every endpoint saturated again and release nothing. Skips to the first grid instant at
+        or after the earliest of those, never past ``t`` (after ``t`` the caller may act)."""
+        at = self.next_ready
+        for p in self.ready:
+            if p.engine.seg_end < at:
+                at = p.engine.seg_end
+        k = self._release_k
+        if at > t:  # nothing before t: straight to the first instant after t, as the checks would end
+            at, strict = t + 1e-12, True
+        else:
+            strict = False
+        j = max(k, math.floor(at * RELEASES_PER_S) - 1)
+        while (j / RELEASES_PER_S <= at) if strict else (j / RELEASES_PER_S < at):
+            j += 1
+        if j > k:
+            self._release_k = j
 
     def saturated(self, now: float) -> bool:
         """Every ready endpoint is saturated, as the inference gateway's saturation detector reads it
@@ -331,7 +357,8 @@ class Cluster:
         utilisation >= 0.8); with no ready endpoint too."""
         for p in self.ready:
             e = p.engine
-            e.advance_to(now)
+            if e.seg_end <= now:
+                e.advance_to(now)
             if e.waiting_n < GATEWAY_QUEUE_DEPTH and e.kv_usage() < GATEWAY_KV_UTIL:
                 return False
         return True
@@ -374,10 +401,20 @@ class Cluster:
         """Least outstanding requests (what an inference gateway's queue/KV-aware picker does);
         a cohort is water-filled across the ready pods."""
         for p in ready:
-            p.engine.advance_to(now)
+            e = p.engine
+            if e.seg_end <= now:
+                e.advance_to(now)
         if r.n == 1 or len(ready) == 1:
-            best = min(ready, key=lambda p: (p.engine.outstanding, -p.engine.free_blocks))
-            best.engine.enqueue(r, now)
+            # min() by (outstanding, -free blocks): the first pod with the least outstanding, then the most free
+            best = None
+            bo = bf = 0
+            for p in ready:
+                e = p.engine
+                o = e.waiting_n + e.running_n
+                if best is None or o < bo or (o == bo and e.free_blocks > bf):
+                    best, bo, bf = e, o, e.free_blocks
+            assert best is not None
+            best.enqueue(r, now)
             return
         loads = sorted(((p.engine.outstanding, i) for i, p in enumerate(ready)))
         n = r.n

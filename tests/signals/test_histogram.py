@@ -101,3 +101,32 @@ def test_windowed_quantile_from_two_parsed_scrapes() -> None:
     assert window is not None and window.count == 20
     assert window.quantile(0.5) == pytest.approx(1.0 + 1.5 * 10 / 20)
     assert window.sum == pytest.approx(36.0)
+
+
+def _folded(hs: list[Histogram]) -> Histogram | None:
+    """merge as first written: h1 + h2 + ... one addition at a time."""
+    out: Histogram | None = None
+    for x in hs:
+        out = x if out is None else out + x
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_merge_equals_the_pairwise_fold_exactly(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    layouts = [(0.1, 0.5, 1.0, INF), (0.1, 0.25, 0.5, 1.0, INF), (0.5, 1.0, INF)]
+    for trial in range(200):
+        mixed = trial % 4 == 0  # one in four windows mixes layouts (the union-of-bounds path)
+        hs = []
+        for _ in range(rng.randint(1, 40)):
+            bounds = rng.choice(layouts) if mixed else layouts[0]
+            cum, buckets = 0.0, []
+            for le in bounds:
+                cum += rng.random() * 10.0  # fractional counts: summation order shows in the last bits
+                buckets.append((le, cum))
+            hs.append(Histogram.from_buckets(buckets, rng.random() * 50.0))
+        assert merge(hs) == _folded(hs)
+        assert merge(iter(hs)) == _folded(hs)  # a generator, as the scaler passes
+    assert merge([BASE]) is BASE
