@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import reduce
+from operator import add, itemgetter
 from typing import Any
+
+_BOUND, _COUNT = itemgetter(0), itemgetter(1)  # of a (bound, cumulative count) bucket
 
 
 @dataclass(frozen=True)
@@ -146,20 +150,20 @@ def merge(histograms: Iterable[Histogram]) -> Histogram | None:
     first = hs[0]
     if len(hs) == 1:
         return first
-    a = first.buckets
-    bounds = [le for le, _ in a]
-    rest = hs[1:]
-    for h in rest:
-        b = h.buckets
-        if b is not a and (len(b) != len(a) or [le for le, _ in b] != bounds):  # list ==: identity, then ==
+    rows = [h.buckets for h in hs]
+    width = len(first.buckets)
+    for row in rows:
+        if len(row) != width:
             return _fold(hs)
-    counts = [c for _, c in a]
-    total, n = first.sum, first.count
-    for h in rest:
-        counts = [x + c for x, (_, c) in zip(counts, h.buckets)]  # noqa: B905 - equal lengths checked above
-        total = total + h.sum
-        n = n + h.count
-    return Histogram(buckets=tuple(zip(bounds, counts)), sum=total, count=n)  # noqa: B905 - same lengths
+    n = len(hs)
+    bounds = [le for le, _ in first.buckets]
+    # Per bucket, every histogram's bound: equal to the first's as ``+`` compares them (identity, then ==).
+    for le, column in zip(bounds, zip(*[map(_BOUND, row) for row in rows]), strict=True):
+        if column.count(le) != n:
+            return _fold(hs)
+    counts = [reduce(add, column) for column in zip(*[map(_COUNT, row) for row in rows])]
+    return Histogram(buckets=tuple(zip(bounds, counts, strict=True)), sum=reduce(add, [h.sum for h in hs]),
+                     count=reduce(add, [h.count for h in hs]))
 
 
 def _fold(histograms: list[Histogram]) -> Histogram:

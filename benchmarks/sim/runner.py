@@ -252,6 +252,37 @@ def simulate(work: Workload, policy: Policy, engine: EngineProfile, startup: Sta
     )
 
 
+class ScheduleRuns:
+    """The simulations of :class:`SchedulePolicy` schedules in one :func:`run_all` (one workload, engine
+    and start-up profile), by what a simulation depends on: the schedule, ``instant``, the start fleet
+    and the settings. The same schedule comes back several times (``never-scale`` and
+    ``static-peak-clairvoyant`` when the peak is the start fleet; static-best's sweep at the start
+    fleet; the static-best and clairvoyant-best rows re-simulating the winner of their search): each
+    is simulated once and its result copied under the new name and parameters. A simulation is
+    deterministic (fresh cluster, engines and start-up draws), so the copy is what simulating again
+    gives (``tests/bench/test_sim_speed.py``); only its ``wall_s`` is the lookup's."""
+
+    def __init__(self, work: Workload, engine: EngineProfile, startup: StartupProfile) -> None:
+        self.work, self.engine, self.startup = work, engine, startup
+        self.results: dict[tuple[Any, ...], PolicyResult] = {}
+        self.hits = 0
+
+    def simulate(self, policy: SchedulePolicy, initial: int, s: SimSettings) -> PolicyResult:
+        wall0 = time.perf_counter()
+        key = (tuple(policy.times), tuple(policy.counts), policy.instant, initial, s.dt, s.slo_ttft,
+               s.drain_max_s, s.sample_s, s.node_idle_s, s.warmup_s, s.fast_signals, s.conditions)
+        found = self.results.get(key)
+        if found is None:
+            found = self.results[key] = simulate(self.work, policy, self.engine, self.startup, initial, s)
+            return found
+        self.hits += 1
+        params = policy.params()
+        params["initial_replicas"] = initial
+        return replace(found, name=policy.name, params=params, starts=dict(found.starts),
+                       timeline={k: list(v) for k, v in found.timeline.items()}, misses=list(found.misses),
+                       wall_s=time.perf_counter() - wall0)
+
+
 def _unserved_arrivals(work: Workload, sink: list[tuple[float, float, int]]) -> list[tuple[float, int]]:
     """(arrival, count) of the requests that never got a first token (by arrival time multiset)."""
     served: dict[float, int] = {}
@@ -470,7 +501,9 @@ def default_value(name: str, profile: str) -> float:
 _SWEEP_SOURCES = ("warmscale.benchmarks.sim.policies", "warmscale.benchmarks.sim.cluster",
                   "warmscale.benchmarks.sim.engine", "warmscale.benchmarks.sim.exposition",
                   "warmscale.benchmarks.sim.conditions", "warmscale.benchmarks.sim.runner",
-                  "warmscale.simulation.actuation", "warmscale.simulation.profiles", "warmscale.scaler.hpa")
+                  "warmscale.simulation.actuation", "warmscale.simulation.profiles", "warmscale.scaler.hpa",
+                  "warmscale.simulation.prefix_cache", "warmscale.warmpool.planning",
+                  "warmscale.warmpool.startup_model", "warmscale.signals.histogram")
 
 
 def _sweep_code_digest() -> str:
@@ -526,6 +559,37 @@ def tuned(name: str, work: Workload, engine: EngineProfile, startup: StartupProf
         cache.put_json(key, {"values": values, "pick": pick, "sweep": sweep})
     return replace(res, name=name, params={**res.params, "tuned_value": value, "sweep": sweep},
                    wall_s=time.perf_counter() - wall0)
+
+
+ORACLE_SIZING = "oracle-sizing"
+
+
+def sized_need(work: Workload, curve: NeedCurve, engine: EngineProfile, startup: StartupProfile, s: SimSettings,
+               bc: BenchConfig, log: Callable[[str], None]) -> NeedCurve:
+    """:func:`refine_need` from ``curve``, cached like the references (``bc.cache_dir``): the refined
+    need and the passes' log lines, keyed by the workload, the need it starts from, the settings, the
+    passes and the simulator's source (:func:`_sweep_code_digest`), so that a cached sizing is what the
+    passes give again; a re-run replays the log lines and simulates nothing."""
+    settings = {"dt": s.dt, "slo": s.slo_ttft, "warmup": s.warmup_s, "idle": s.node_idle_s, "drain": s.drain_max_s,
+                "sample": s.sample_s, "fast": s.fast_signals, "conditions": s.conditions.to_dict(),
+                "iterations": bc.oracle_iterations, "grid": curve.grid_s,
+                "need": hashlib.sha256(curve.need.tobytes()).hexdigest(), "code": _sweep_code_digest()}
+    cache = ReferenceCache(bc.cache_dir)
+    key = cache_key(ORACLE_SIZING, work, engine, startup, settings)
+    found = cache.get_json(key)
+    if found is not None and isinstance(found.get("need"), list) and len(found["need"]) == len(curve.need):
+        for line in found.get("lines", []):
+            log(line)
+        return NeedCurve(grid_s=curve.grid_s, need=np.asarray(found["need"], dtype=curve.need.dtype))
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        log(line)
+
+    refined, _ = refine_need(work, curve, engine, startup, s, bc.oracle_iterations, say)
+    cache.put_json(key, {"need": refined.need.tolist(), "lines": lines})
+    return refined
 
 
 def build_policies(names: tuple[str, ...], curve: NeedCurve, peak: int, engine: EngineProfile,
@@ -594,12 +658,14 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
                                                   *(REFERENCE_ROWS if bc.references else ()))}
     else:
         first_peak = int(curve.need.max())
-        curve, _ = refine_need(work, curve, engine, startup, s_oracle, bc.oracle_iterations, say)
+        curve = sized_need(work, curve, engine, startup, s_oracle, bc, say)
         tick(_SIZING)
         peak = int(curve.need.max())
         initial = _initial(curve, bc)
+        runs = ScheduleRuns(work, engine, startup)
         for pol in build_policies(bc.policies, curve, peak, engine, startup, s, bc, initial):
-            res = simulate(work, pol, engine, startup, initial, s)
+            res = (runs.simulate(pol, initial, s) if type(pol) is SchedulePolicy
+                   else simulate(work, pol, engine, startup, initial, s))
             results[pol.name] = res
             report(res)
         for name in tuned_names(bc):
@@ -607,7 +673,7 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
                                   default_row=results[name.removesuffix(TUNED_SUFFIX)])
             report(results[name])
         if bc.references:
-            for res in reference_rows(work, first_peak, curve, engine, startup, s, bc, initial):
+            for res in reference_rows(work, first_peak, curve, engine, startup, s, bc, initial, runs):
                 results[res.name] = res
                 report(res)
     meta = {"peak_need": peak, "initial_replicas": initial,
@@ -622,12 +688,11 @@ def run_all(work: Workload, engine: EngineProfile, startup: StartupProfile, s: S
 
 # ---- the cost references (issue 21) --------------------------------------------------------------------
 
-def _evaluator(work: Workload, engine: EngineProfile, startup: StartupProfile, s: SimSettings
-               ) -> Callable[[list[float], list[int], int], PolicyResult]:
+def _evaluator(runs: ScheduleRuns, s: SimSettings) -> Callable[[list[float], list[int], int], PolicyResult]:
     quiet = replace(s, progress=None)
 
     def evaluate(times: list[float], counts: list[int], initial: int) -> PolicyResult:
-        return simulate(work, SchedulePolicy("search", times, counts), engine, startup, initial, quiet)
+        return runs.simulate(SchedulePolicy("search", times, counts), initial, quiet)
 
     return evaluate
 
@@ -651,21 +716,24 @@ def _cached(kind: str, work: Workload, engine: EngineProfile, startup: StartupPr
     return found
 
 
-def _reference_row(name: str, out: SearchOutcome, work: Workload, engine: EngineProfile, startup: StartupProfile,
-                   s: SimSettings, info: dict[str, Any]) -> PolicyResult:
+def _reference_row(name: str, out: SearchOutcome, runs: ScheduleRuns, s: SimSettings, info: dict[str, Any]
+                   ) -> PolicyResult:
     info = {**info, "meets_target": out.meets, "target_warm_attainment": SLO_TARGET,
             "search_simulations": out.evaluations, "cached": out.cached, "search_log": out.log}
     pol = SchedulePolicy(name, out.times, out.counts, info=info)
-    return simulate(work, pol, engine, startup, out.initial, replace(s, progress=None))
+    return runs.simulate(pol, out.initial, replace(s, progress=None))
 
 
 def reference_rows(work: Workload, start: int, curve: NeedCurve, engine: EngineProfile, startup: StartupProfile,
-                   s: SimSettings, bc: BenchConfig, initial: int) -> list[PolicyResult]:
+                   s: SimSettings, bc: BenchConfig, initial: int, runs: ScheduleRuns | None = None
+                   ) -> list[PolicyResult]:
     """The ``static-best`` row (the smallest fixed fleet, all ready at t = 0, that meets the target; the
     sweep starts at ``start``), then ``clairvoyant-best`` (the local search from the refined need, and
-    from static-best's fleet held from the common start: benchmarks/sim/references.py)."""
+    from static-best's fleet held from the common start: benchmarks/sim/references.py). ``runs``: the
+    schedule simulations the caller already made (a new set when None)."""
     max_r = bc.max_replicas or max_replicas_for(bc.profile)
-    evaluate = _evaluator(work, engine, startup, s)
+    runs = runs if runs is not None else ScheduleRuns(work, engine, startup)
+    evaluate = _evaluator(runs, s)
     sb = _cached(STATIC_BEST, work, engine, startup, _reference_settings(s, bc, start=start), bc,
                  lambda: static_best(evaluate, start=start, max_replicas=max_r))
     lead = time_to_ready(startup, COLD)
@@ -677,8 +745,8 @@ def reference_rows(work: Workload, start: int, curve: NeedCurve, engine: EngineP
                  lambda: clairvoyant_best(evaluate, curve.need, curve.grid_s, lead_s=lead, breakeven_s=breakeven,
                                           initial=initial, max_evals=bc.search_evals, flat=flat,
                                           span_s=work.span_s))
-    return [_reference_row(STATIC_BEST, sb, work, engine, startup, s, {"replicas": sb.replicas}),
-            _reference_row(CLAIRVOYANT_BEST, cb, work, engine, startup, s,
+    return [_reference_row(STATIC_BEST, sb, runs, s, {"replicas": sb.replicas}),
+            _reference_row(CLAIRVOYANT_BEST, cb, runs, s,
                            {"lead_s": lead, "hold_gaps_below_s": breakeven, "grid_s": curve.grid_s})]
 
 
@@ -734,8 +802,8 @@ def _job(name: str, initial: int, need: np.ndarray | None) -> tuple[str, int, An
     st = _FORK_STATE
     if name == _SIZING:
         lines: list[str] = []
-        curve, _ = refine_need(st["work"], st["curve"], st["engine"], st["startup"], st["s_oracle"],
-                               st["bc"].oracle_iterations, lines.append)
+        curve = sized_need(st["work"], st["curve"], st["engine"], st["startup"], st["s_oracle"], st["bc"],
+                           lines.append)
         return name, initial, (curve.need, lines)
     curve = st["curve"] if need is None else NeedCurve(grid_s=st["curve"].grid_s, need=need)
     if name.endswith(TUNED_SUFFIX):  # the default row too: the sweep's default value is that simulation
