@@ -158,10 +158,10 @@ def merge(histograms: Iterable[Histogram]) -> Histogram | None:
     n = len(hs)
     bounds = [le for le, _ in first.buckets]
     # Per bucket, every histogram's bound: equal to the first's as ``+`` compares them (identity, then ==).
-    for le, column in zip(bounds, zip(*[map(_BOUND, row) for row in rows]), strict=True):
+    for le, column in zip(bounds, zip(*[map(_BOUND, row) for row in rows], strict=True), strict=True):
         if column.count(le) != n:
             return _fold(hs)
-    counts = [reduce(add, column) for column in zip(*[map(_COUNT, row) for row in rows])]
+    counts = [reduce(add, column) for column in zip(*[map(_COUNT, row) for row in rows], strict=True)]
     return Histogram(buckets=tuple(zip(bounds, counts, strict=True)), sum=reduce(add, [h.sum for h in hs]),
                      count=reduce(add, [h.count for h in hs]))
 

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,9 @@ class Workload:
     # Per entry, its prompt's block ids (a tuple; object array), and tokens per block; None: no prefix caching.
     hashes: np.ndarray | None = None
     hash_tokens: int = 0
+    # compute_floor's last answer and the arrays it was computed from (recomputed when they are replaced).
+    _floor: tuple[np.ndarray, np.ndarray, int, np.ndarray] | None = field(default=None, init=False, repr=False,
+                                                                          compare=False)
 
     @property
     def requests(self) -> int:
@@ -60,6 +63,9 @@ class Workload:
         Without block ids, the prompts. For lower bounds (``references.lower_bound``)."""
         if self.hashes is None:
             return self.inp
+        memo = self._floor  # every cache key and the bound ask for it: one pass over the block ids per workload
+        if memo is not None and memo[0] is self.inp and memo[1] is self.hashes and memo[2] == self.hash_tokens:
+            return memo[3]
         bt = self.hash_tokens
         seen: set[int] = set()
         floor = self.inp.copy()
@@ -71,6 +77,8 @@ class Workload:
                 k += 1
             floor[i] = p - k * bt
             seen.update(ids[:p // bt])
+        floor.flags.writeable = False  # shared by every caller
+        self._floor = (self.inp, self.hashes, bt, floor)
         return floor
 
 

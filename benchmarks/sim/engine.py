@@ -371,7 +371,8 @@ class Engine:
         p = self.p
         bs = self.bs
         cache = self.cache
-        if cache is not None and cache.free:  # the steps since the last plan took free KV: evict before looking up
+        # The steps since the last plan took free KV: evict before looking up (PrefixCache.trim's test first).
+        if cache is not None and cache.free and len(cache.free) > self.free_blocks * bs // cache.block_tokens:
             cache.trim(self.free_blocks * bs // cache.block_tokens)
         budget = p.max_num_batched_tokens
         comp: list[tuple[Request, int, bool]] = []
@@ -493,7 +494,8 @@ class Engine:
                 else:
                     k = 1
         cache = self.cache
-        if cache is not None and cache.free:  # cached blocks nobody references live in the free KV memory
+        # Cached blocks nobody references live in the free KV memory (PrefixCache.trim's test first).
+        if cache is not None and cache.free and len(cache.free) > self.free_blocks * bs // cache.block_tokens:
             cache.trim(self.free_blocks * bs // cache.block_tokens)
         if not comp:  # nothing can run (cannot happen with requests that fit the cache); stay idle
             self._seg = None

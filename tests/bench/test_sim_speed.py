@@ -129,3 +129,101 @@ def test_policies_in_processes_equal_one_after_the_other(monkeypatch: pytest.Mon
     curve = runner_mod.need_curve(work, eng, 2.0, 10.0)
     unrefined_start = runner_mod.start_replicas_from_need(curve)
     assert (runs[0][2]["initial_replicas"] != unrefined_start) == start_moves
+
+
+# ---- the trace replay's shortcuts (issue 21's budget) change no result ----------------------------------
+
+MOONCAKE = resolve("mooncake_fast25_conversation.csv")
+
+
+def _mooncake_excerpt(minutes: float) -> object:
+    work = load_trace(MOONCAKE, dt=1.0, seed=1)  # with its block ids: prefix caching on
+    work.keep(work.t < minutes * 60)
+    work.span_s = minutes * 60
+    return work
+
+
+def _row(r: runner_mod.PolicyResult) -> dict:
+    d = dict(vars(r))
+    d.pop("wall_s")
+    return d
+
+
+def test_gateway_skips_only_checks_that_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # From one replica the gateway holds requests for minutes (every endpoint saturated): the checks it
+    # skips would have found the same state; the results equal checking every 0.1 s.
+    work = _mooncake_excerpt(8)
+    eng, sp = ENGINE_PROFILES[PROFILE], PROFILES[PROFILE]
+    s = SimSettings(dt=1.0, slo_ttft=10.0, fast_signals=True, warmup_s=300.0,
+                    conditions=runner_mod.Conditions(seed=7))
+    curve = need_curve(work, eng, 10.0, 10.0)
+    bc = BenchConfig(profile=PROFILE, slo_ttft=10.0)
+    names = ("keda-prometheus-queue", "never-scale", "dynamo-planner", "clairvoyant-heuristic")
+
+    def rows() -> dict[str, dict]:
+        return {p.name: _row(simulate(work, p, eng, sp, 1, s, keep_misses=True))
+                for p in build_policies(names, curve, int(curve.need.max()), eng, sp, s, bc, 1)}
+
+    skipped = {"n": 0}
+    real = cluster_mod.Cluster._skip_quiet_checks
+
+    def counted(self: cluster_mod.Cluster, t: float) -> None:
+        k = self._release_k
+        real(self, t)
+        skipped["n"] += self._release_k - k
+
+    monkeypatch.setattr(cluster_mod.Cluster, "_skip_quiet_checks", counted)
+    fast = rows()
+    assert skipped["n"] > 1000  # the shortcut is taken, many times
+    monkeypatch.setattr(cluster_mod.Cluster, "_skip_quiet_checks", lambda self, t: None)
+    assert fast == rows()
+
+
+def test_a_repeated_schedule_is_simulated_once_with_the_same_result() -> None:
+    work = _mooncake_excerpt(6)
+    eng, sp = ENGINE_PROFILES[PROFILE], PROFILES[PROFILE]
+    s = SimSettings(dt=1.0, slo_ttft=10.0, warmup_s=300.0, conditions=runner_mod.Conditions(seed=3))
+    runs = runner_mod.ScheduleRuns(work, eng, sp)
+    sched = ([0.0, 120.0, 240.0], [2, 4, 1])
+    first = runs.simulate(runner_mod.SchedulePolicy("a", *sched), 2, s)
+    again = runs.simulate(runner_mod.SchedulePolicy("b", *sched, info={"x": 1}), 2, s)
+    other = runs.simulate(runner_mod.SchedulePolicy("c", *sched), 3, s)  # another start fleet: simulated
+    assert runs.hits == 1
+    fresh = simulate(work, runner_mod.SchedulePolicy("b", *sched, info={"x": 1}), eng, sp, 2, s)
+    assert _row(again) == _row(fresh)
+    assert again.name == "b" and first.name == "a" and again.params == {"x": 1, "initial_replicas": 2}
+    assert _row(other) != _row(first)
+
+
+def test_a_cached_oracle_sizing_is_the_sizing(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = _excerpt(12, 2.0)
+    eng, sp = ENGINE_PROFILES[PROFILE], PROFILES[PROFILE]
+    s = SimSettings(dt=1.0)
+    curve = need_curve(work, eng, 2.0, 10.0)
+    bc = BenchConfig(profile=PROFILE, oracle_iterations=2, cache_dir=tmp_path)  # type: ignore[arg-type]
+    want, _ = runner_mod.refine_need(work, curve, eng, sp, s, 2, lambda m: None)
+    lines: list[str] = []
+    got = runner_mod.sized_need(work, curve, eng, sp, s, bc, lines.append)
+    assert (got.need == want.need).all() and lines
+
+    def no_simulation(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a cached sizing simulates nothing")
+
+    monkeypatch.setattr(runner_mod, "refine_need", no_simulation)
+    replayed: list[str] = []
+    cached = runner_mod.sized_need(work, curve, eng, sp, s, bc, replayed.append)
+    assert (cached.need == want.need).all() and cached.need.dtype == want.need.dtype and replayed == lines
+    with pytest.raises(AssertionError):  # other settings: another key
+        runner_mod.sized_need(work, curve, eng, sp, replace(s, slo_ttft=1.0), bc, replayed.append)
+
+
+def test_compute_floor_is_recomputed_when_the_entries_change() -> None:
+    work = _mooncake_excerpt(10)
+    floor = work.compute_floor()
+    assert work.compute_floor() is floor  # asked again: the same answer, not recomputed
+    work.keep(work.t < 300.0)
+    shorter = work.compute_floor()
+    assert len(shorter) == len(work.t) < len(floor)
+    fresh = load_trace(MOONCAKE, dt=1.0, seed=1)
+    fresh.keep(fresh.t < 300.0)
+    assert (shorter == fresh.compute_floor()).all()
