@@ -264,25 +264,6 @@ class Engine:
         self._apply(j)
         self._plan()
 
-    def _attention(self, comp: list[tuple[Request, int, bool]]) -> tuple[float, float]:
-        """The prefill chunks' attention term (:meth:`EngineProfile.attention_extra`) at the segment's
-        first step, and its growth per step (a single request's context grows by its chunk each
-        step; a cohort is taken at its members' mean context, half a prompt)."""
-        p = self.p
-        if p.attn_per_ctx <= 0.0:
-            return 0.0, 0.0
-        extra = 0.0
-        slope = 0.0
-        for r, t, pre in comp:
-            if not pre:
-                continue
-            if r.n == 1:
-                extra += p.attention_extra(t, r.done + t / 2.0)
-                slope += p.attention_extra(t, p.calibration_context + t) - p.attention_extra(t, p.calibration_context)
-            else:
-                extra += p.attention_extra(t, r.target / (2.0 * r.n))
-        return extra, slope
-
     def _segment_time(self, k: int, nseq: int, new_tok: int, kv0: int,
                       attn: tuple[float, float] = (0.0, 0.0)) -> tuple[int, float, float]:
         """(k', a, s): the segment's first ``k' <= k`` steps last ``a + s*i`` each (step i >= 0).
@@ -359,9 +340,9 @@ class Engine:
         of identical steps that follows it.
 
         Hot (a few million calls per trace replay): attributes are read once into locals and the
-        arithmetic of :func:`_blocks`, the cache's trim and :meth:`_attention` is inlined, in the same
-        order of operations (``tests/bench/test_sim_speed.py`` checks it against the first-written
-        scheduler)."""
+        arithmetic of :func:`_blocks`, the cache's trim and the prefill chunks' attention term is inlined,
+        in the same order of operations (``tests/bench/test_sim_speed.py`` checks it against the
+        first-written scheduler, ``tests/bench/reference_engine.py``)."""
         running = self.running
         waiting = self.waiting
         if not running and not waiting:
@@ -520,7 +501,10 @@ class Engine:
         if k < 1:
             k = 1
         attn = (0.0, 0.0)
-        if pre_tok and p.attn_per_ctx > 0.0:  # _attention, inlined (EngineProfile.attention_extra's terms)
+        # The prefill chunks' attention term (EngineProfile.attention_extra, term by term) at the segment's
+        # first step and its growth per step: a single request's context grows by its chunk each step; a
+        # cohort is taken at its members' mean context, half a prompt.
+        if pre_tok and p.attn_per_ctx > 0.0:
             a = p.attn_per_ctx
             cc = p.calibration_context
             den = (1.0 + a * cc) * p.prefill_tps

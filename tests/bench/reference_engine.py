@@ -10,6 +10,26 @@ from warmscale.benchmarks.sim.engine import Engine, Request, _blocks
 
 
 class ReferenceEngine(Engine):
+    def _attention(self, comp: list[tuple[Request, int, bool]]) -> tuple[float, float]:
+        """The prefill chunks' attention term (:meth:`EngineProfile.attention_extra`) at the segment's
+        first step, and its growth per step (a single request's context grows by its chunk each
+        step; a cohort is taken at its members' mean context, half a prompt). The optimised engine
+        inlines it in its ``_plan``."""
+        p = self.p
+        if p.attn_per_ctx <= 0.0:
+            return 0.0, 0.0
+        extra = 0.0
+        slope = 0.0
+        for r, t, pre in comp:
+            if not pre:
+                continue
+            if r.n == 1:
+                extra += p.attention_extra(t, r.done + t / 2.0)
+                slope += p.attention_extra(t, p.calibration_context + t) - p.attention_extra(t, p.calibration_context)
+            else:
+                extra += p.attention_extra(t, r.target / (2.0 * r.n))
+        return extra, slope
+
     def enqueue(self, req: Request, now: float) -> None:
         self.sync(now)
         if _blocks(req, req.n * (req.inp + req.out), self.bs) > self.total_blocks:
