@@ -26,6 +26,8 @@ from warmscale.scaler.pdgroup import Member
 from warmscale.signals.engines import parse_payload
 from warmscale.warmpool.startup_model import PROFILES
 
+from .member_spy import first_factors, records, spy
+
 EP = ENGINE_PROFILES["8b-h100"]
 SP = PROFILES["8b-h100"]
 
@@ -138,67 +140,19 @@ def _tiny_trace(path, n: int = 400, span_s: float = 180.0):  # type: ignore[no-u
     return path
 
 
-def _spy_on_the_simulator(monkeypatch, log):  # type: ignore[no-untyped-def]
-    """Record, from whichever process runs a member (a file: the members run in forked workers), what
-    reaches the simulator: each run's conditions seed and arrivals, each cluster's first start-up
-    factors (None: the exact ladder) and each HPA's sync phase."""
-    import copy
-    import json
-
-    from warmscale.benchmarks import pd_replay
-    from warmscale.benchmarks.sim.cluster import Cluster
-    from warmscale.simulation.actuation import Hpa
-
-    def note(**rec: object) -> None:
-        with open(log, "a") as f:
-            f.write(json.dumps(rec) + "\n")
-
-    def wrap_mode(mode, real):  # type: ignore[no-untyped-def]
-        def run(work, *a, **kw):  # type: ignore[no-untyped-def]
-            s = next(x for x in a if isinstance(x, SimSettings))
-            note(kind="run", mode=mode, seed=s.conditions.seed, arrivals=[round(float(x), 3) for x in work.t[:5]])
-            return real(work, *a, **kw)
-        return run
-
-    monkeypatch.setattr(pd_replay, "simulate_pd", wrap_mode("pd-per-role", pd_replay.simulate_pd))
-    monkeypatch.setattr(pd_replay, "simulate_combined", wrap_mode("combined", pd_replay.simulate_combined))
-    cluster_init, hpa_init = Cluster.__init__, Hpa.__init__
-
-    def cluster(self, *a, **kw):  # type: ignore[no-untyped-def]
-        cluster_init(self, *a, **kw)
-        d = copy.deepcopy(self.draws)  # the stream's next factors, without consuming them
-        note(kind="cluster", factors=None if d is None else list(_first_factors(d)))
-
-    def hpa(self, *a, **kw):  # type: ignore[no-untyped-def]
-        hpa_init(self, *a, **kw)
-        note(kind="hpa", phase=self.next_sync)
-
-    monkeypatch.setattr(Cluster, "__init__", cluster)
-    monkeypatch.setattr(Hpa, "__init__", hpa)
-
-
-def _first_factors(draws) -> tuple[float, ...]:  # type: ignore[no-untyped-def]
-    return tuple(round(draws.factor(), 9) for _ in range(3))
-
-
-def _records(log, kind: str) -> list[dict]:  # type: ignore[no-untyped-def]
-    import json
-
-    return [r for r in map(json.loads, log.read_text().splitlines()) if r["kind"] == kind]
-
-
 def test_bench_pd_ensemble_members_are_distinct_and_their_conditions_reach_the_simulator(
         tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Issue 21, requirement 4, as bench trace: member i rotates the trace by i/N and its seed
     (seed*1000+i) drives both modes' start-up draws and loop phases; the JSON records each member."""
     import json
 
+    from warmscale.benchmarks import pd_replay
     from warmscale.benchmarks.cli import main
     from warmscale.benchmarks.sim.conditions import Conditions, StartupDraws
 
     trace = _tiny_trace(tmp_path / "tiny.csv")
     log = tmp_path / "spy.jsonl"
-    _spy_on_the_simulator(monkeypatch, log)
+    spy(monkeypatch, log, [(pd_replay, "simulate_pd"), (pd_replay, "simulate_combined")])
     out = tmp_path / "pd.json"
     assert main(["pd", "--trace", str(trace), "--json", str(out), "--quiet", "--fast-signals", "--ensemble", "3",
                  "--jobs", "1", "--seed", "4"]) == 0
@@ -213,27 +167,27 @@ def test_bench_pd_ensemble_members_are_distinct_and_their_conditions_reach_the_s
         assert set(m["modes"]) == {"combined", "pd-per-role"}
         assert all(0.0 <= r["slo_attainment"] <= 1.0 and r["gpu_hours"] > 0 for r in m["modes"].values())
     assert members[0]["modes"]["combined"]["gpu_hours"] == doc["modes"]["combined"]["gpu_hours"]  # member 0: the run
-    runs = _records(log, "run")
+    runs = records(log, "run")
     # each mode of each member ran with the member's seed, on the member's own (rotated) arrivals
-    assert sorted((r["mode"], r["seed"]) for r in runs) == sorted((m, s) for m in ("combined", "pd-per-role")
-                                                                  for s in seeds)
+    assert sorted((r["entry"], r["seed"]) for r in runs) == sorted((m, s) for m in ("simulate_combined", "simulate_pd")
+                                                                   for s in seeds)
     by_seed = {r["seed"]: r["arrivals"] for r in runs}
-    assert len({tuple(a) for a in by_seed.values()}) == 3
+    assert len({str(a) for a in by_seed.values()}) == 3
     assert all(r["arrivals"] == by_seed[r["seed"]] for r in runs)  # paired: both modes, the same arrivals
     # start-up draws: every pool (combined; prefill and decode) draws from its member's stream
-    expected = {_first_factors(StartupDraws(s, Conditions(seed=s).sigma)) for s in seeds}
-    drawn = {tuple(c["factors"]) for c in _records(log, "cluster") if c["factors"] is not None}
+    expected = {first_factors(StartupDraws(s, Conditions(seed=s).sigma)) for s in seeds}
+    drawn = {tuple(c["factors"]) for c in records(log, "cluster") if c["factors"] is not None}
     assert drawn == expected and len(expected) == 3  # three members, three different streams
-    assert all(c["factors"] is not None for c in _records(log, "cluster"))
+    assert all(c["factors"] is not None for c in records(log, "cluster"))
     # phases: every HPA (the combined pool's, each role's) syncs at its member's phase
-    phases = {h["phase"] for h in _records(log, "hpa")}
+    phases = {h["phase"] for h in records(log, "hpa")}
     assert phases == {Conditions(seed=s).phase("sync", 15.0) for s in seeds}
     # --exact-startup: the ladder's times, every phase 0
     log.unlink()
     assert main(["pd", "--trace", str(trace), "--json", str(out), "--quiet", "--fast-signals", "--exact-startup"]) == 0
     assert json.loads(out.read_text())["details"]["conditions"]["seed"] is None
-    assert all(c["factors"] is None for c in _records(log, "cluster"))
-    assert {h["phase"] for h in _records(log, "hpa")} == {0.0}
+    assert all(c["factors"] is None for c in records(log, "cluster"))
+    assert {h["phase"] for h in records(log, "hpa")} == {0.0}
 
 
 def test_pd_prefill_instances_cache_prefixes_of_a_trace_with_block_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
