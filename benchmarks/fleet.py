@@ -37,7 +37,7 @@ from warmscale.benchmarks.sim.fleet import (
 )
 from warmscale.benchmarks.sim.hotpool import SLEEP_TIMES, SLEEPERS_PER_GPU
 from warmscale.benchmarks.sim.runner import SimSettings
-from warmscale.benchmarks.trace_replay import member_conditions, member_workload
+from warmscale.benchmarks.trace_replay import add_member_options, member_conditions, member_workload
 from warmscale.cliargs import UsageError, positive_float, positive_int, writable_path
 
 # Issue 23's goal for the hot pool: per-model median attainment >= 99% at <= 0.5x keda-min1's GPU-hours.
@@ -63,17 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=positive_int, default=2,
                         help="parallel processes, one configuration of one member each (default 2; results do not "
                              "depend on it)")
-    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N",
-                        help="N distinct members, as bench trace: every trace rotated by a further i/N, a seed each "
-                             "for the start-up draws and loop phases")
-    parser.add_argument("--seed", type=int, default=1,
-                        help="seed of the members (member i: seed*1000+i; member 0 and a single run too)")
-    parser.add_argument("--exact-startup", action="store_true",
-                        help="every replica starts in exactly the start-up ladder's time and every loop at phase 0 "
-                             "(default: per-replica lognormal draws and per-member phases, as bench trace)")
-    parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
-                        help="simulate vLLM's prefix caching on the traces with block hashes (mooncake-conv); "
-                             "default on, --no-prefix-cache computes every prompt token")
+    add_member_options(parser, "every replica of the model")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 

@@ -42,7 +42,7 @@ from warmscale.benchmarks.sim.pd import (
 )
 from warmscale.benchmarks.sim.policies import WarmscalePolicy, max_replicas_for, warmscale_metadata
 from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
-from warmscale.benchmarks.trace_replay import hit_rate, member_conditions, member_workload
+from warmscale.benchmarks.trace_replay import add_member_options, hit_rate, member_conditions, member_workload
 from warmscale.cliargs import (
     key_value,
     non_negative_float,
@@ -83,19 +83,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="metadata of the decode ScaledObject only (e.g. decodePerPrefillMin=0.5)")
     parser.add_argument("--max-replicas", type=positive_int, default=None, help="maxReplicas per ScaledObject")
     parser.add_argument("--fast-signals", action="store_true", help="engine objects instead of rendered text")
-    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N",
-                        help="N distinct members: rotations i/N of the trace, a seed each for the start-up draws "
-                             "and loop phases (as bench trace)")
     parser.add_argument("--jobs", type=positive_int, default=2, help="parallel processes for ensemble members")
-    parser.add_argument("--seed", type=int, default=1,
-                        help="seed of the members (member i: seed*1000+i; member 0 and a single run too)")
-    parser.add_argument("--exact-startup", action="store_true",
-                        help="every replica starts in exactly the start-up ladder's time and every loop at phase 0 "
-                             "(default: per-replica lognormal draws and per-member phases, as bench trace)")
-    parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
-                        help="simulate vLLM's prefix caching on a trace with block hashes (mooncake-conv; on the "
-                             "P/D side the prefill instances cache); default on, --no-prefix-cache computes every "
-                             "prompt token")
+    add_member_options(parser, "the combined replicas and the P/D prefill instances")
     parser.add_argument("--json", default=None, dest="json_out", type=writable_path,
                         help="results JSON (default <trace>__pd.json)")
     parser.add_argument("--plot", default=None, type=writable_path,

@@ -132,6 +132,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "role, against one combined pool (the same as `warmscale bench pd`; docs/pd.md)")
 
 
+def add_member_options(parser: argparse.ArgumentParser, cached: str) -> None:
+    """``--ensemble``, ``--seed``, ``--exact-startup`` and ``--prefix-cache`` for a benchmark whose members
+    are this command's (``bench pd``, ``bench fleet``); ``cached``: which replicas cache prefixes."""
+    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N",
+                        help="N distinct members, as bench trace: rotations i/N of the trace(s), a seed each for "
+                             "the start-up draws and loop phases")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the members (member i: seed*1000+i; member 0 and a single run too)")
+    parser.add_argument("--exact-startup", action="store_true",
+                        help="every replica starts in exactly the start-up ladder's time and every loop at phase 0 "
+                             "(default: per-replica lognormal draws and per-member phases, as bench trace)")
+    parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"simulate vLLM's prefix caching on a trace with block hashes (mooncake-conv; {cached}); "
+                             "default on, --no-prefix-cache computes every prompt token")
+
+
 def check_policies(spec: str) -> tuple[str, ...]:
     """``--policies``: known names (or an old name kept as an alias) only, at least one."""
     import difflib
