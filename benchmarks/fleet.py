@@ -4,6 +4,13 @@ Prints a table, writes the JSON (``configurations.<name>.{gpu_hours, slo_attainm
 median, min}, wakes, wake_to_first_token_s: {p50, p99}}``, issue 23 requirement 5) and, with
 ``--plot``, a PNG: per-model attainment and the fleet's GPU-hours per configuration. Method and
 figures: docs/benchmarks.md, "Multi-model fleet".
+
+Members as in ``bench trace`` (:func:`~benchmarks.sim.arrivals.distinct_members`, the conditions via
+:func:`benchmarks.trace_replay.member_conditions`): member i rotates every model's trace by a further
+i/N of its length and has its own seed for the replicas' start-up draws and the loops' phases, the
+same for every configuration of the member. A single run is member 0 (``--seed``; ``--exact-startup``:
+the ladder's exact start-ups, phases 0). ``--ensemble N`` adds min/median/max per configuration
+(``ensemble``) and each member's figures (``details.ensemble_members``); the contract's keys are member 0's.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from warmscale import progress
+from warmscale.benchmarks.sim.arrivals import distinct_members
+from warmscale.benchmarks.sim.conditions import Conditions
 from warmscale.benchmarks.sim.fleet import (
     CONFIGS,
     FLEET,
@@ -28,6 +37,7 @@ from warmscale.benchmarks.sim.fleet import (
 )
 from warmscale.benchmarks.sim.hotpool import SLEEP_TIMES, SLEEPERS_PER_GPU
 from warmscale.benchmarks.sim.runner import SimSettings
+from warmscale.benchmarks.trace_replay import add_member_options, member_conditions, member_workload
 from warmscale.cliargs import UsageError, positive_float, positive_int, writable_path
 
 # Issue 23's goal for the hot pool: per-model median attainment >= 99% at <= 0.5x keda-min1's GPU-hours.
@@ -51,7 +61,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="build the scalers' snapshots from the engine objects instead of rendering and parsing "
                              "Prometheus text (faster; equal tick by tick)")
     parser.add_argument("--jobs", type=positive_int, default=2,
-                        help="parallel processes, one configuration each (default 2; results do not depend on it)")
+                        help="parallel processes, one configuration of one member each (default 2; results do not "
+                             "depend on it)")
+    add_member_options(parser, "every replica of the model")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -66,43 +78,69 @@ def check_configs(spec: str) -> tuple[str, ...]:
     return names
 
 
-def _job(args: tuple[str, float | None, str | None, bool, int]) -> FleetResult:
-    config, hours, traces, fast, level = args
-    return run_config(config, hours, traces, fast, level)[0]
+# One simulation: (member index, its kind and parameters, its conditions, configuration, hours, traces,
+# fast signals, sleep level, prefix cache).
+Job = tuple[int, str, dict[str, float], Conditions, str, float | None, str | None, bool, int, bool]
+
+
+def _job(job: Job) -> tuple[int, FleetResult, dict[str, int]]:
+    i, kind, params, cond, config, hours, traces, fast, level, prefix = job
+    res, _, initial = run_config(config, hours, traces, fast, level, member=(i, kind, params), cond=cond,
+                                 prefix_cache=prefix)
+    return i, res, initial
 
 
 def run_config(config: str, hours: float | None, traces: str | None, fast: bool, level: int = 1,
-               faulty_wake: Any = None) -> tuple[FleetResult, Any]:
-    """One configuration on the fleet (the arrivals and start fleets are the same for every one)."""
-    s = SimSettings(fast_signals=fast)
-    works = {m.name: model_work(m, hours, traces, s.dt) for m in FLEET}
+               faulty_wake: Any = None, *, member: tuple[int, str, dict[str, float]] = (0, "unperturbed", {}),
+               cond: Conditions | None = None,
+               prefix_cache: bool = True) -> tuple[FleetResult, Any, dict[str, int]]:
+    """One configuration on the fleet under one member: its rotation of every model's trace and its
+    conditions ``cond`` (None: exact start-ups, phases 0). The arrivals, start fleets and conditions
+    of a member are the same for every configuration. Also returns the start fleets."""
+    s = SimSettings(fast_signals=fast, conditions=cond or Conditions())
+    works = {m.name: member_workload(model_work(m, hours, traces, s.dt, prefix_cache=prefix_cache), *member)
+             for m in FLEET}
     initial = {m.name: initial_replicas(m, works[m.name], s) for m in FLEET}
-    return simulate_fleet(config, FLEET, works, initial, s, level=level, faulty_wake=faulty_wake)
+    res, hot = simulate_fleet(config, FLEET, works, initial, s, level=level, faulty_wake=faulty_wake)
+    return res, hot, initial
 
 
 def run(args: argparse.Namespace) -> int:
     names = check_configs(args.configs)
     wall0 = time.perf_counter()
-    jobs = [(n, args.hours, args.traces, bool(args.fast_signals), args.sleep_level) for n in names]
-    results: dict[str, FleetResult] = {}
-    with progress.bar(len(jobs), "fleet", unit="configurations", quiet=args.quiet) as bar:
+    members = distinct_members(max(1, args.ensemble), args.seed)
+    conds = [member_conditions(p, args.seed, exact=bool(getattr(args, "exact_startup", False))) for _, p in members]
+    prefix = bool(getattr(args, "prefix_cache", True))
+    jobs: list[Job] = [(i, kind, params, conds[i], n, args.hours, args.traces, bool(args.fast_signals),
+                        args.sleep_level, prefix) for i, (kind, params) in enumerate(members) for n in names]
+    results: dict[int, dict[str, FleetResult]] = {i: {} for i in range(len(members))}
+    initial: dict[int, dict[str, int]] = {}
+    with progress.bar(len(jobs), "fleet", unit="runs", quiet=args.quiet) as bar:
+        def done(i: int, res: FleetResult, start: dict[str, int]) -> None:
+            results[i][res.config] = res
+            initial[i] = start
+            bar.update(1)
+            bar.set_postfix_str(f"member {i} {res.config}" if len(members) > 1 else res.config)
+
         if args.jobs > 1 and len(jobs) > 1:
             import multiprocessing as mp
 
             with mp.get_context("fork").Pool(min(args.jobs, len(jobs))) as pool:
                 # Longest first: warmscale renders and parses every replica's /metrics every second.
-                order = sorted(jobs, key=lambda j: 0 if j[0].startswith("warmscale") else 1)
-                for res in pool.imap_unordered(_job, order):
-                    results[res.config] = res
-                    bar.update(1)
-                    bar.set_postfix_str(res.config)
+                order = sorted(jobs, key=lambda j: 0 if j[4].startswith("warmscale") else 1)
+                for i, res, start in pool.imap_unordered(_job, order):
+                    done(i, res, start)
         else:
             for j in jobs:
-                res = _job(j)
-                results[res.config] = res
-                bar.update(1)
-                bar.set_postfix_str(res.config)
-    doc = build_json({n: results[n] for n in names}, args, time.perf_counter() - wall0)
+                done(*_job(j))
+    doc = build_json({n: results[0][n] for n in names}, args, time.perf_counter() - wall0, conds[0])
+    if len(members) > 1:
+        per = [{n: results[i][n] for n in names} for i in range(len(members))]
+        doc["ensemble"] = ensemble_json([configurations_json(r) for r in per])
+        doc["details"]["ensemble_members"] = [
+            {"member": i, "kind": kind, **params, "conditions": conds[i].to_dict(), "initial_replicas": initial[i],
+             "configurations": configurations_json(per[i]), "goal_met": _goal(configurations_json(per[i])).get("met"),
+             **_hit_rates(per[i])} for i, (kind, params) in enumerate(members)]
     out = Path(args.json_out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -124,7 +162,8 @@ def _quantile(xs: list[float], q: float) -> float | None:
     return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
 
 
-def build_json(results: dict[str, FleetResult], args: argparse.Namespace, wall: float) -> dict[str, Any]:
+def configurations_json(results: dict[str, FleetResult]) -> dict[str, Any]:
+    """The contract's ``configurations`` object for one member's runs."""
     configs: dict[str, Any] = {}
     for name, r in results.items():
         att = {m: _num(v["slo_attainment"]) for m, v in r.per_model.items()}
@@ -137,6 +176,41 @@ def build_json(results: dict[str, FleetResult], args: argparse.Namespace, wall: 
             "wake_to_first_token_s": {"p50": _num(_quantile(r.wake_to_first_token_s, 0.5)),
                                       "p99": _num(_quantile(r.wake_to_first_token_s, 0.99))},
         }
+    return configs
+
+
+def _hit_rates(results: dict[str, FleetResult]) -> dict[str, Any]:
+    """``{"prefix_cache_hit_rate": {configuration: {model: rate}}}`` for the models replayed with prefix
+    caching, else nothing."""
+    rates = {n: {m: _num(v["prefix_cache_hit_rate"]) for m, v in r.per_model.items() if "prefix_cache_hit_rate" in v}
+             for n, r in results.items()}
+    return {"prefix_cache_hit_rate": rates} if any(rates.values()) else {}
+
+
+def _stat(xs: list[float | None]) -> dict[str, float | None]:
+    v = sorted(x for x in xs if x is not None)
+    if not v:
+        return {"min": None, "median": None, "max": None}
+    return {"min": _num(v[0]), "median": _num(float(statistics.median(v))), "max": _num(v[-1])}
+
+
+def ensemble_json(members: list[dict[str, Any]]) -> dict[str, Any]:
+    """min/median/max over the members of each configuration's GPU-hours and median and minimum
+    per-model attainment, and in how many members the goal is met."""
+    out: dict[str, Any] = {}
+    for name in members[0]:
+        cs = [m[name] for m in members]
+        out[name] = {"gpu_hours": _stat([c["gpu_hours"] for c in cs]),
+                     "median_attainment": _stat([c["slo_attainment"]["median"] for c in cs]),
+                     "min_attainment": _stat([c["slo_attainment"]["min"] for c in cs]),
+                     "wakes": _stat([float(c["wakes"]) for c in cs])}
+    doc: dict[str, Any] = {"members": len(members), "configurations": out}
+    if "warmscale-hot" in members[0] and "keda-min1" in members[0]:
+        doc["goal_met_members"] = sum(1 for m in members if _goal(m).get("met"))
+    return doc
+
+
+def _goal(configs: dict[str, Any]) -> dict[str, Any]:
     goal: dict[str, Any] = {"median_attainment_at_least": GOAL_MEDIAN_ATTAINMENT,
                             "gpu_hours_vs_keda_min1_at_most": GOAL_GPU_RATIO}
     if "warmscale-hot" in configs and "keda-min1" in configs:
@@ -145,6 +219,14 @@ def build_json(results: dict[str, FleetResult], args: argparse.Namespace, wall: 
         goal.update(hot_median_attainment=hot["slo_attainment"]["median"], hot_gpu_hours_ratio=_num(ratio),
                     met=bool(ratio is not None and hot["slo_attainment"]["median"] is not None
                              and hot["slo_attainment"]["median"] >= GOAL_MEDIAN_ATTAINMENT and ratio <= GOAL_GPU_RATIO))
+    return goal
+
+
+def build_json(results: dict[str, FleetResult], args: argparse.Namespace, wall: float,
+               cond: Conditions | None = None) -> dict[str, Any]:
+    """The JSON of member 0's runs (``cond``: its conditions; None: exact start-ups, phases 0)."""
+    configs = configurations_json(results)
+    goal = _goal(configs)
     any_r = next(iter(results.values()))
     return {
         "benchmark": "fleet",
@@ -156,6 +238,8 @@ def build_json(results: dict[str, FleetResult], args: argparse.Namespace, wall: 
         "details": {
             "hours": args.hours, "span_s": any_r.span_s, "sleep_level": args.sleep_level,
             "fast_signals": bool(args.fast_signals), "wall_s": round(wall, 2),
+            "seed": getattr(args, "seed", 1), "conditions": (cond or Conditions()).to_dict(),
+            "prefix_cache": bool(getattr(args, "prefix_cache", True)),
             "sleep_times": {p: {"sleep_s": t.sleep_s[args.sleep_level], "wake_s": t.wake_s[args.sleep_level],
                                 "host_ram_gib": round(t.host_ram_gib[args.sleep_level], 2), "source": t.source}
                             for p, t in SLEEP_TIMES.items()},
@@ -195,6 +279,15 @@ def format_table(doc: dict[str, Any]) -> str:
                     f"{g['gpu_hours_vs_keda_min1_at_most']:g}x keda-min1 GPU-h): "
                     f"median {g['hot_median_attainment'] * 100:.2f}%, {g['hot_gpu_hours_ratio']:.2f}x -> "
                     f"{'met' if g['met'] else 'NOT met'}")
+    ens = doc.get("ensemble")
+    if ens:
+        rows.append(f"ensemble of {ens['members']} (min / median / max):")
+        for name, e in ens["configurations"].items():
+            gh, med = e["gpu_hours"], e["median_attainment"]
+            rows.append(f"  {name:16s} GPU-h {gh['min']:.2f} / {gh['median']:.2f} / {gh['max']:.2f}   median att. "
+                        f"{med['min'] * 100:.2f} / {med['median'] * 100:.2f} / {med['max'] * 100:.2f} %")
+        if "goal_met_members" in ens:
+            rows.append(f"  goal met in {ens['goal_met_members']} of {ens['members']} members")
     return "\n".join(rows)
 
 

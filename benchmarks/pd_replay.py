@@ -8,8 +8,13 @@ Both modes run the production tracker path (rendered vLLM ``/metrics`` -> produc
 - ``pd-per-role``: separate prefill and decode replicas with a KV handoff between them
   (:mod:`benchmarks.sim.pd`), one ScaledObject per role in one ``pdGroup``.
 
-Prints a table, writes JSON (``--json``), optionally a PNG (``--plot``); ``--ensemble N`` adds N-1
-perturbed copies (arrival jitter, rotations) and min/median/max per mode.
+Prints a table, writes JSON (``--json``), optionally a PNG (``--plot``); ``--ensemble N`` runs N
+distinct members as ``bench trace`` does (:func:`~benchmarks.sim.arrivals.distinct_members`: member i
+starts the trace i/N of its length in and has its own seed for the replicas' start-up draws and the
+loops' phases, :mod:`benchmarks.sim.conditions`; both modes of a member share them) and adds
+min/median/max per mode and each member's figures (``details.ensemble_members``). A trace with block
+ids (mooncake-conv) runs with prefix caching (``--no-prefix-cache``: off; the P/D side caches on its
+prefill instances only, :mod:`benchmarks.sim.pd`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from warmscale.benchmarks.sim.arrivals import Workload, ensemble_members, load_trace, perturbed
+from warmscale.benchmarks.sim.arrivals import Workload, distinct_members, load_trace, truncate
+from warmscale.benchmarks.sim.conditions import Conditions
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.pd import (
     KV_BYTES_PER_TOKEN,
@@ -36,6 +42,7 @@ from warmscale.benchmarks.sim.pd import (
 )
 from warmscale.benchmarks.sim.policies import WarmscalePolicy, max_replicas_for, warmscale_metadata
 from warmscale.benchmarks.sim.runner import SimSettings, need_curve, start_replicas_from_need
+from warmscale.benchmarks.trace_replay import add_member_options, hit_rate, member_conditions, member_workload
 from warmscale.cliargs import (
     key_value,
     non_negative_float,
@@ -76,9 +83,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="metadata of the decode ScaledObject only (e.g. decodePerPrefillMin=0.5)")
     parser.add_argument("--max-replicas", type=positive_int, default=None, help="maxReplicas per ScaledObject")
     parser.add_argument("--fast-signals", action="store_true", help="engine objects instead of rendered text")
-    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N", help="N members (jitter, rotations)")
     parser.add_argument("--jobs", type=positive_int, default=2, help="parallel processes for ensemble members")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the ensemble's perturbations")
+    add_member_options(parser, "the combined replicas and the P/D prefill instances")
     parser.add_argument("--json", default=None, dest="json_out", type=writable_path,
                         help="results JSON (default <trace>__pd.json)")
     parser.add_argument("--plot", default=None, type=writable_path,
@@ -90,11 +96,13 @@ def _kv(items: list[str]) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in items)
 
 
-def run_member(args: argparse.Namespace, work: Workload) -> dict[str, ModeResult]:
+def run_member(args: argparse.Namespace, work: Workload, cond: Conditions | None = None) -> dict[str, ModeResult]:
+    """Both modes on ``work`` under the member's conditions ``cond`` (start-up draws, loop phases; None:
+    exact start-ups, phases 0)."""
     engine = ENGINE_PROFILES[args.profile]
     startup = PROFILES[args.profile]
     s = SimSettings(dt=1.0, slo_ttft=args.slo_ttft, sample_s=10.0, fast_signals=args.fast_signals,
-                    warmup_s=time_to_ready(startup, COLD))
+                    warmup_s=time_to_ready(startup, COLD), conditions=cond or Conditions())
     max_r = args.max_replicas or max_replicas_for(args.profile)
     meta = _kv(args.meta)
     out: dict[str, ModeResult] = {}
@@ -102,7 +110,7 @@ def run_member(args: argparse.Namespace, work: Workload) -> dict[str, ModeResult
     pol = WarmscalePolicy(warmscale_metadata(max_r, args.slo_ttft, meta), startup, args.standby,
                           HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r),
                           KedaConfig(min_replicas=1, max_replicas=max_r), fast_signals=args.fast_signals,
-                          initial_replicas=initial)
+                          initial_replicas=initial, cond=s.conditions)
     pol.name = "combined"
     out["combined"] = simulate_combined(work, pol, engine, startup, initial, s, itl_slo=args.slo_itl)
     transfer = Transfer(KV_BYTES_PER_TOKEN.get(args.profile, 131_072.0), engine.gpus_per_replica,
@@ -110,19 +118,25 @@ def run_member(args: argparse.Namespace, work: Workload) -> dict[str, ModeResult
     start = pd_start(work, engine)
     per_role = PerRolePolicy(max_r, args.slo_ttft, startup, args.standby, meta,
                              {"prefill": _kv(args.prefill_meta), "decode": _kv(args.decode_meta)},
-                             fast_signals=args.fast_signals, initial=start)
+                             fast_signals=args.fast_signals, initial=start, cond=s.conditions)
     out["pd-per-role"] = simulate_pd(work, per_role, engine, startup, transfer, start, s, itl_slo=args.slo_itl)
     out["combined"].result.params["initial_replicas"] = initial
-    out["pd-per-role"].result.params["initial_replicas"] = list(pd_start(work, engine))
+    out["pd-per-role"].result.params["initial_replicas"] = list(start)
     out["pd-per-role"].result.params["transfer"] = transfer.to_dict()
     return out
 
 
+def member_conditions_of(args: argparse.Namespace, params: dict[str, float]) -> Conditions:
+    """The member's start-up draws and phases, as bench trace sets them (``--exact-startup``: none)."""
+    return member_conditions(params, args.seed, exact=bool(getattr(args, "exact_startup", False)))
+
+
 def _member_job(args: argparse.Namespace, work: Workload, i: int, kind: str,
                 params: dict[str, float]) -> tuple[int, dict[str, ModeResult]]:
-    res = run_member(args, perturbed(work, kind, params))
-    for m in res.values():
-        m.result.timeline = {}
+    res = run_member(args, member_workload(work, i, kind, params), member_conditions_of(args, params))
+    if i != 0:
+        for m in res.values():  # members only report numbers
+            m.result.timeline = {}
     return i, res
 
 
@@ -141,6 +155,20 @@ def mode_json(m: ModeResult) -> dict[str, Any]:
             "wall_s": round(r.wall_s, 2), "decision_reasons": m.reasons, "starts": r.starts}
 
 
+def member_json(i: int, kind: str, params: dict[str, float], cond: Conditions,
+                res: dict[str, ModeResult]) -> dict[str, Any]:
+    """One member of ``details.ensemble_members``: its kind, rotation and seed, conditions, start fleets
+    and each mode's own figures (as bench trace records its members)."""
+    return {"member": i, "kind": kind, **params, "conditions": cond.to_dict(),
+            "initial_replicas": {name: m.result.params["initial_replicas"] for name, m in res.items()},
+            "modes": {name: {"slo_attainment": _clean(m.result.slo_attainment),
+                             "slo_attainment_warm": _clean(m.result.slo_attainment_warm),
+                             "gpu_hours": _clean(m.result.gpu_hours), "gpu_hours_warm": _clean(m.result.gpu_hours_warm),
+                             "itl_p99_s": _clean(m.itl_p99_s), "cold_starts": m.result.cold_starts,
+                             "starts": m.result.starts, **hit_rate(m.result)}
+                      for name, m in res.items()}}
+
+
 def _stat(xs: list[float]) -> dict[str, float]:
     return {"min": _clean(min(xs)), "median": _clean(float(statistics.median(xs))), "max": _clean(max(xs))}
 
@@ -156,19 +184,17 @@ def run(args: argparse.Namespace) -> int:
     except TraceNotFound as exc:
         print(f"warmscale bench pd: {exc}", file=sys.stderr)
         return 2
-    work = load_trace(path, dt=1.0, seed=args.seed, prefix_cache=False)  # P/D: no prefix cache (yet)
+    work = load_trace(path, dt=1.0, seed=args.seed, prefix_cache=getattr(args, "prefix_cache", True))
     if work.kind != "requests" or int(work.n.max()) != 1:
         print("warmscale bench pd: needs a per-request trace (one request per row)", file=sys.stderr)
         return 2
     if args.hours is not None:
-        keep = work.t < args.hours * 3600.0
-        work.t, work.n, work.inp, work.out = work.t[keep], work.n[keep], work.inp[keep], work.out[keep]
-        work.span_s = min(work.span_s, args.hours * 3600.0)
+        work = truncate(work, args.hours * 3600.0)
     say = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     say(f"{work.name}: {work.requests} requests over {work.span_s / 3600:.2f} h, profile {args.profile}, "
         f"SLO TTFT {args.slo_ttft:g}s" + (f", ensemble of {args.ensemble}" if args.ensemble > 1 else ""))
-    members = ensemble_members(max(1, args.ensemble), args.seed)
-    results: dict[int, dict[str, ModeResult]] = {0: run_member(args, work)}
+    members = distinct_members(max(1, args.ensemble), args.seed)
+    results: dict[int, dict[str, ModeResult]] = {0: _member_job(args, work, 0, *members[0])[1]}
     say(f"member 0 done at {time.perf_counter() - wall0:.1f}s")
     if len(members) > 1:
         import multiprocessing as mp
@@ -188,13 +214,24 @@ def run(args: argparse.Namespace) -> int:
         "details": {"span_s": work.span_s,
                     "standby_per_pool": "auto" if args.standby is None else args.standby, "warmup_s": time_to_ready(
             PROFILES[args.profile], COLD), "wall_s": round(time.perf_counter() - wall0, 2),
+                    "seed": args.seed, "conditions": member_conditions_of(args, members[0][1]).to_dict(),
                     "params": {name: m.result.params for name, m in results[0].items()}},
     }
+    if work.hashes is not None:
+        doc["details"]["prefix_cache"] = {
+            "block_tokens": work.hash_tokens,
+            "what": "vLLM automatic prefix caching per replica (warmscale/simulation/prefix_cache.py): combined "
+                    "replicas and P/D prefill instances; the KV handoff moves the whole prompt and decode caches "
+                    "nothing (benchmarks/sim/pd.py); hit rate = prompt tokens found cached / looked up",
+            "router": "least outstanding requests (not prefix-aware)",
+            "hit_rate": {name: _clean(m.result.prefix_cache_hit_rate or 0.0) for name, m in results[0].items()}}
     if len(results) > 1:
         doc["ensemble"] = {"members": len(results), "kinds": [members[i][0] for i in sorted(results)], "modes": {
             name: {key: _stat([getattr(r[name].result, key) for r in results.values()])
                    for key in ("slo_attainment", "gpu_hours", "slo_attainment_warm", "gpu_hours_warm")}
             for name in MODES}}
+        doc["details"]["ensemble_members"] = [member_json(i, *members[i], member_conditions_of(args, members[i][1]),
+                                                          results[i]) for i in sorted(results)]
     out = Path(args.json_out or f"{path.stem}__pd.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -216,6 +253,10 @@ def format_table(doc: dict[str, Any]) -> str:
         rows.append(f"{name:14s} {m['slo_attainment'] * 100:8.2f}% {m['gpu_hours']:7.2f} {m['ttft_p50_s']:8.3f}s "
                     f"{m['ttft_p99_s']:8.2f}s {m['itl_p99_s'] * 1000:6.1f}ms {m['itl_within_slo'] * 100:8.2f}% "
                     f"{pd:>8s} {xfer} {m['cold_starts']:5d}")
+    pc = doc["details"].get("prefix_cache")
+    if pc:
+        rows.append("prefix cache hit rate (prompt tokens): "
+                    + ", ".join(f"{n} {v * 100:.1f}%" for n, v in pc["hit_rate"].items()))
     ens = doc.get("ensemble")
     if ens:
         rows.append(f"ensemble of {ens['members']} (min / median / max):")

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from warmscale import progress
-from warmscale.benchmarks.sim.arrivals import RATE_BIN_S, Workload, distinct_members, load_trace, perturbed
+from warmscale.benchmarks.sim.arrivals import (
+    RATE_BIN_S,
+    Workload,
+    distinct_members,
+    load_trace,
+    perturbed,
+    truncate,
+)
 from warmscale.benchmarks.sim.conditions import Conditions
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, calibration_label
 from warmscale.benchmarks.sim.references import DEFAULT_SEARCH_EVALS, default_cache_dir
@@ -125,6 +132,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "role, against one combined pool (the same as `warmscale bench pd`; docs/pd.md)")
 
 
+def add_member_options(parser: argparse.ArgumentParser, cached: str) -> None:
+    """``--ensemble``, ``--seed``, ``--exact-startup`` and ``--prefix-cache`` for a benchmark whose members
+    are this command's (``bench pd``, ``bench fleet``); ``cached``: which replicas cache prefixes."""
+    parser.add_argument("--ensemble", type=positive_int, default=1, metavar="N",
+                        help="N distinct members, as bench trace: rotations i/N of the trace(s), a seed each for "
+                             "the start-up draws and loop phases")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the members (member i: seed*1000+i; member 0 and a single run too)")
+    parser.add_argument("--exact-startup", action="store_true",
+                        help="every replica starts in exactly the start-up ladder's time and every loop at phase 0 "
+                             "(default: per-replica lognormal draws and per-member phases, as bench trace)")
+    parser.add_argument("--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"simulate vLLM's prefix caching on a trace with block hashes (mooncake-conv; {cached}); "
+                             "default on, --no-prefix-cache computes every prompt token")
+
+
 def check_policies(spec: str) -> tuple[str, ...]:
     """``--policies``: known names (or an old name kept as an alias) only, at least one."""
     import difflib
@@ -161,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     work = load_trace(path, dt=RATE_BIN_S, seed=args.seed, tokens_from=tokens_from, rate_scale=args.rate_scale,
                       prefix_cache=getattr(args, "prefix_cache", True))
     if args.hours is not None:
-        work = _truncate(work, args.hours * 3600.0)
+        work = truncate(work, args.hours * 3600.0)
     members = distinct_members(max(1, args.ensemble), args.seed)
     jobs = [(i, kind_, params) for i, (kind_, params) in enumerate(members)]
     outcomes: dict[int, tuple[dict[str, PolicyResult], dict[str, Any], SimSettings]] = {}
@@ -206,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
              "policies": {name: {"slo_attainment": _clean(r.slo_attainment),
                                  "slo_attainment_warm": _clean(r.slo_attainment_warm),
                                  "gpu_hours": _clean(r.gpu_hours), "gpu_hours_warm": _clean(r.gpu_hours_warm),
-                                 **_hit_rate(r)}
+                                 **hit_rate(r)}
                           for name, r in outcomes[i][0].items()}} for i in sorted(outcomes)]
     json_out = Path(args.json_out or f"{path.stem}__{args.profile}.json")
     json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -226,19 +249,36 @@ def _run_pd(args: argparse.Namespace) -> int:
     pd_replay.configure(parser)
     pd_args = parser.parse_args([])
     for key in ("trace", "traces", "profile", "slo_ttft", "hours", "standby", "ensemble", "jobs", "seed",
-                "json_out", "plot", "quiet", "fast_signals", "max_replicas"):
+                "json_out", "plot", "quiet", "fast_signals", "max_replicas", "exact_startup", "prefix_cache"):
         setattr(pd_args, key, getattr(args, key))
     pd_args.meta = list(args.warmscale_meta)
     return pd_replay.run(pd_args)
 
 
+def member_workload(work: Workload, i: int, kind: str, params: dict[str, float], *,
+                    trace_path: str | Path | None = None, tokens_from: str | Path | None = None,
+                    rate_scale: float = 1.0, hours: float | None = None) -> Workload:
+    """Member ``i``'s arrivals (:func:`~benchmarks.sim.arrivals.distinct_members`): a rate curve
+    (``trace_path``) drawn again with the member's own Poisson seed (member 0 keeps ``work``, drawn with
+    ``--seed``), then rotated by the member's fraction. Per-request traces: ``work`` rotated."""
+    if work.kind == "rate" and trace_path is not None and "seed" in params and i != 0:
+        fresh = load_trace(trace_path, dt=RATE_BIN_S, seed=int(params["seed"]), tokens_from=tokens_from,
+                           rate_scale=rate_scale)
+        work = truncate(fresh, hours * 3600.0) if hours is not None else fresh
+    return perturbed(work, kind, params)
+
+
+def member_conditions(params: dict[str, float], seed: int, *, exact: bool = False) -> Conditions:
+    """Member's start-up draws and loop phases (benchmarks/sim/conditions.py): seeded by the member's
+    ``seed`` (a single run: ``seed * 1000``, member 0's); ``exact`` (``--exact-startup``): none."""
+    return Conditions() if exact else Conditions(seed=int(params.get("seed", seed * 1000)))
+
+
 def _member_job(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: str,
                 params: dict[str, float]) -> tuple[int, Any]:
-    if args.trace_kind == "rate" and "seed" in params and i != 0:  # the member's own Poisson arrivals
-        fresh = load_trace(args.trace_path, dt=RATE_BIN_S, seed=int(params["seed"]), tokens_from=args.tokens_path,
-                           rate_scale=args.rate_scale)
-        work = _truncate(fresh, args.hours * 3600.0) if args.hours is not None else fresh
-    return i, _member(args, perturbed(work, kind, params), dt, i, kind, params, _quiet)
+    work = member_workload(work, i, kind, params, trace_path=args.trace_path if args.trace_kind == "rate" else None,
+                           tokens_from=args.tokens_path, rate_scale=args.rate_scale, hours=args.hours)
+    return i, _member(args, work, dt, i, kind, params, _quiet)
 
 
 def _quiet(message: str) -> None:
@@ -254,8 +294,7 @@ def _member(args: argparse.Namespace, work: Workload, dt: float, i: int, kind: s
     cache_arg = getattr(args, "reference_cache", None)
     cache_dir = (None if cache_arg == "none" else Path(cache_arg)) if cache_arg else default_cache_dir()
     long_run = work.span_s > 6 * 3600
-    cond = Conditions() if getattr(args, "exact_startup", False) else Conditions(
-        seed=int(params.get("seed", args.seed * 1000)))
+    cond = member_conditions(params, args.seed, exact=getattr(args, "exact_startup", False))
     settings = SimSettings(dt=dt, slo_ttft=args.slo_ttft, sample_s=600.0 if long_run else 10.0,
                            fast_signals=args.fast_signals, conditions=cond)
     evals = getattr(args, "search_evals", None)
@@ -354,16 +393,10 @@ def paired(members: dict[int, dict[str, PolicyResult]], subject: str, baseline: 
             "ci95_gpu": ci_gpu}
 
 
-def _hit_rate(r: PolicyResult) -> dict[str, float]:
+def hit_rate(r: PolicyResult) -> dict[str, float]:
     """``{"prefix_cache_hit_rate": ...}`` with prefix caching on, else nothing (the JSON stays as it was)."""
     rate = r.prefix_cache_hit_rate
     return {} if rate is None else {"prefix_cache_hit_rate": _clean(rate)}
-
-
-def _truncate(work: Any, seconds: float) -> Any:
-    work.keep(work.t < seconds)
-    work.span_s = min(work.span_s, seconds)
-    return work
 
 
 def _clean(x: float) -> float:

@@ -82,6 +82,13 @@ class Workload:
         return floor
 
 
+def truncate(work: Workload, seconds: float) -> Workload:
+    """The first ``seconds`` of ``work`` (its block ids too), in place."""
+    work.keep(work.t < seconds)
+    work.span_s = min(work.span_s, seconds)
+    return work
+
+
 def detect_kind(path: Path) -> str:
     return loader.detect_kind(path)
 

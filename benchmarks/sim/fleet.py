@@ -7,6 +7,11 @@ decisions at the same simulated time. Arrivals, control ticks and GPU accounting
 :func:`benchmarks.sim.runner.simulate`; a model's GPUs are its Deployment's (pods, draining pods, idle
 nodes, placeholders), the pool's GPUs are charged once for the fleet, in full.
 
+A run's conditions (``SimSettings.conditions``, :mod:`benchmarks.sim.conditions`) are one member's, as
+in the trace bench: every model's replicas draw their start-up factors from the member's one stream, in
+creation order across the fleet, and every model's loops take the member's phase per loop kind (one
+cluster's controllers). A trace with block ids (mooncake-conv) is replayed with prefix caching.
+
 The configurations (``CONFIGS``), as their users write them:
 
 - ``keda-min1``: per model, KEDA's Prometheus scaler on ``sum(vllm:num_requests_waiting)`` (target 5),
@@ -30,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from warmscale.benchmarks.sim.arrivals import Workload, rotated, weighted_quantile
+from warmscale.benchmarks.sim.arrivals import Workload, rotated, truncate, weighted_quantile
 from warmscale.benchmarks.sim.cluster import Cluster
+from warmscale.benchmarks.sim.conditions import Conditions
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES, Request
 from warmscale.benchmarks.sim.hotpool import HotCluster, HotPool, build_pool
 from warmscale.benchmarks.sim.policies import (
@@ -105,16 +111,16 @@ class FleetResult:
         return self.deployment_gpu_hours + self.pool_gpus * self.span_s / 3600.0
 
 
-def model_work(spec: ModelSpec, hours: float | None, traces: str | None, dt: float) -> Workload:
-    """The model's arrivals: the shipped trace, truncated to ``hours``, then rotated."""
+def model_work(spec: ModelSpec, hours: float | None, traces: str | None, dt: float, *,
+               prefix_cache: bool = True) -> Workload:
+    """The model's arrivals: the shipped trace (with its block ids if it has them and ``prefix_cache``),
+    truncated to ``hours``, then rotated."""
     from warmscale.benchmarks.sim.arrivals import load_trace
     from warmscale.traces import resolve
 
-    work = load_trace(resolve(spec.trace, traces), dt=dt, seed=1, prefix_cache=False)  # fleet: no prefix cache
+    work = load_trace(resolve(spec.trace, traces), dt=dt, seed=1, prefix_cache=prefix_cache)
     if hours is not None:
-        keep = work.t < hours * 3600.0
-        work.t, work.n, work.inp, work.out = work.t[keep], work.n[keep], work.inp[keep], work.out[keep]
-        work.span_s = min(work.span_s, hours * 3600.0)
+        work = truncate(work, hours * 3600.0)
     if spec.rotation:
         work = rotated(work, spec.rotation)
     work.name = spec.name
@@ -128,11 +134,12 @@ def initial_replicas(spec: ModelSpec, work: Workload, s: SimSettings) -> int:
     return start_replicas_from_need(curve)
 
 
-def build_policy(config: str, spec: ModelSpec, initial: int, fast: bool) -> Policy:
+def build_policy(config: str, spec: ModelSpec, initial: int, fast: bool, cond: Conditions | None = None) -> Policy:
+    """The model's scaler under ``config``; ``cond``: the member's loop phases (None: every phase 0)."""
     max_r = max_replicas_for(spec.profile)
     if config == "keda-min1":
         keda = KedaConfig(min_replicas=1, max_replicas=max_r)
-        return PromHpaPolicy(config, "waiting", KEDA_QUEUE_TARGET, max_r, keda=keda, fast_signals=fast)
+        return PromHpaPolicy(config, "waiting", KEDA_QUEUE_TARGET, max_r, keda=keda, fast_signals=fast, cond=cond)
     if config in ("keda-zero", KEDA_ZERO_WAITING_ONLY):
         # minReplicaCount 0. KEDA is active while its triggers' value is above the activation threshold
         # (0): a user who scales to zero adds a trigger on vllm:num_requests_running, else a fleet that
@@ -141,7 +148,7 @@ def build_policy(config: str, spec: ModelSpec, initial: int, fast: bool) -> Poli
         keda = KedaConfig(min_replicas=0, max_replicas=max_r)
         act = ("waiting", "running") if config == "keda-zero" else ("waiting",)
         zero = PromHpaPolicy(config, "waiting", KEDA_QUEUE_TARGET, max_r, keda=keda, fast_signals=fast,
-                             activation=act)
+                             activation=act, cond=cond)
         assert zero.kedal is not None
         # The start fleet was serving before the trace starts: KEDA's cooldown to zero runs from t = 0
         # (its first poll, before any scrape, would otherwise find it inactive and scale it to zero).
@@ -155,7 +162,7 @@ def build_policy(config: str, spec: ModelSpec, initial: int, fast: bool) -> Poli
     # As build_policies runs warmscale: scale-down stabilised by the scaler, not the HPA; standby: auto.
     beh = HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_r)
     pol = WarmscalePolicy(md, PROFILES[spec.profile], None, beh, KedaConfig(min_replicas=floor, max_replicas=max_r),
-                          fast_signals=fast, workload=spec.name, initial_replicas=initial)
+                          fast_signals=fast, workload=spec.name, initial_replicas=initial, cond=cond)
     pol.name = config
     pol.keda.last_active_at = 0.0  # as for keda-zero: the cooldown to zero runs from t = 0
     return pol
@@ -179,11 +186,12 @@ def simulate_fleet(config: str, specs: tuple[ModelSpec, ...], works: dict[str, W
     wall0 = time.perf_counter()
     hot_on = config == "warmscale-hot"
     members: list[Member] = []
+    draws = s.conditions.startup_draws()  # one stream for the fleet (the module's docstring)
     for spec in specs:
-        pol = build_policy(config, spec, initial[spec.name], s.fast_signals)
+        pol = build_policy(config, spec, initial[spec.name], s.fast_signals, s.conditions)
         kind = HotCluster if hot_on else Cluster
         cluster = kind(ENGINE_PROFILES[spec.profile], PROFILES[spec.profile], standby=pol.standby,
-                       node_idle_s=s.node_idle_s)
+                       node_idle_s=s.node_idle_s, draws=draws)
         members.append(Member(spec, works[spec.name], initial[spec.name], pol, cluster))
     hot: HotPool | None = None
     if hot_on:
@@ -193,6 +201,7 @@ def simulate_fleet(config: str, specs: tuple[ModelSpec, ...], works: dict[str, W
             hot.faulty_wake = faulty_wake
     span = max(m.work.span_s for m in members)
     arrays = [(m.work.t.tolist(), m.work.n.tolist(), m.work.inp.tolist(), m.work.out.tolist()) for m in members]
+    hashes = [m.work.hashes.tolist() if m.work.hashes is not None else None for m in members]
     ptrs = [0] * len(members)
     for m in members:
         m.cluster.start_ready(m.initial, 0.0)
@@ -206,11 +215,13 @@ def simulate_fleet(config: str, specs: tuple[ModelSpec, ...], works: dict[str, W
         t_next = step_i * dt
         for k, m in enumerate(members):
             T, N, IN, OUT = arrays[k]
+            H, HT = hashes[k], m.work.hash_tokens
             c = m.cluster
             while ptrs[k] < len(T) and T[ptrs[k]] < t_next:
                 i = ptrs[k]
                 c.events_until(T[i])
-                c.dispatch(Request(T[i], IN[i], OUT[i], N[i]))
+                c.dispatch(Request(T[i], IN[i], OUT[i], N[i]) if H is None
+                           else Request(T[i], IN[i], OUT[i], N[i], H[i], HT))
                 ptrs[k] += 1
             c.advance(t_next)
             if t < span:
@@ -246,6 +257,9 @@ def simulate_fleet(config: str, specs: tuple[ModelSpec, ...], works: dict[str, W
                                   "deployment_gpu_hours": m.cluster.gpu_seconds / 3600.0,
                                   "requests": m.work.requests, "cold_starts": m.cluster.cold_starts,
                                   "max_replicas": m.cluster.max_replicas, "starts": dict(m.cluster.starts)}
+        if m.work.hashes is not None:  # the Deployment's replicas' prefix caches (vLLM's hit rate, in tokens)
+            q, h = m.cluster.prefix_cache_tokens()
+            per_model[m.spec.name]["prefix_cache_hit_rate"] = h / q if q > 0 else 0.0
     res = FleetResult(config, span, per_model, dep_gpu_s / 3600.0, hot.gpus() if hot is not None else 0)
     if hot is not None:
         res.wakes, res.failed_wakes = hot.wakes, hot.failed_wakes

@@ -13,7 +13,15 @@ The fleet (llm-d / vLLM with the NIXL KV connector, simulated):
   user's TTFT is arrival -> that first token: prefill wait + prefill + transfer + decode admission.
   A decode engine counts each transfer in ``vllm:nixl_xfer_time_seconds`` (the D instance pulls the
   KV in vLLM's NIXL connector), which it exposes with the rest of its ``/metrics``.
-- Each pool is a :class:`~benchmarks.sim.cluster.Cluster` (pods, warm pool, GPU accounting).
+- Each pool is a :class:`~benchmarks.sim.cluster.Cluster` (pods, warm pool, GPU accounting). The two
+  pools draw their replicas' start-up factors from one stream, in creation order across the fleet
+  (``SimSettings.conditions``, :mod:`benchmarks.sim.conditions`), and both trackers' loops take the
+  member's phases, as the combined pool's do.
+- Prefix caching (a trace with block ids, ``Workload.hashes``): the **prefill** instances cache
+  prefixes as a combined replica does (:mod:`benchmarks.sim.engine`; a hit skips prefill compute).
+  The handoff still moves the whole prompt's KV and the decode instance holds all of it: decode-side
+  prefix hits, with which vLLM's NIXL connector pulls only the blocks the decode instance lacks, are
+  not modelled (a conservative simplification: the transfer is an upper bound).
 
 ``pd-per-role`` scales the two pools with two production trackers (``role: prefill`` and
 ``role: decode``, one ``pdGroup``), each reading its pool's rendered ``/metrics`` through the
@@ -34,6 +42,7 @@ import numpy as np
 
 from warmscale.benchmarks.sim.arrivals import Workload, weighted_quantile
 from warmscale.benchmarks.sim.cluster import Cluster
+from warmscale.benchmarks.sim.conditions import Conditions, StartupDraws
 from warmscale.benchmarks.sim.engine import VLLM_ITL_BUCKETS, Engine, EngineProfile, Hist, Request
 from warmscale.benchmarks.sim.policies import Policy, WarmscalePolicy, warmscale_metadata
 from warmscale.benchmarks.sim.runner import PolicyResult, SimSettings, _unserved_arrivals
@@ -68,12 +77,14 @@ class Transfer:
 
 
 class PDRequest(Request):
-    """A request of the P/D fleet: on prefill it asks for one token; ``dec_out`` is what decode makes."""
+    """A request of the P/D fleet: on prefill it asks for one token; ``dec_out`` is what decode makes.
+    ``hashes``: the prompt's block ids, for the prefill instance's prefix cache (None: no caching)."""
 
     __slots__ = ("dec_out", "xfer")
 
-    def __init__(self, t_arr: float, inp: float, out: float, n: int = 1, *, dec_out: float = 1.0) -> None:
-        super().__init__(t_arr, inp, out, n)
+    def __init__(self, t_arr: float, inp: float, out: float, n: int = 1, *, dec_out: float = 1.0,
+                 hashes: tuple[int, ...] | None = None, hash_tokens: int = 0) -> None:
+        super().__init__(t_arr, inp, out, n, hashes, hash_tokens)
         self.dec_out = dec_out
         self.xfer = 0.0
 
@@ -116,10 +127,12 @@ class DecodeEngine(Engine):
 
 
 class PDFleet:
-    """The prefill and decode pools and the KV handoffs in flight between them."""
+    """The prefill and decode pools and the KV handoffs in flight between them; ``draws``: the
+    member's start-up factors, one stream for both pools (None: the ladder's exact times)."""
 
     def __init__(self, engine: EngineProfile, startup: StartupProfile, transfer: Transfer, *,
-                 standby: tuple[int, int], node_idle_s: float, engines: list[Engine]) -> None:
+                 standby: tuple[int, int], node_idle_s: float, engines: list[Engine],
+                 draws: StartupDraws | None = None) -> None:
         self.outbox: list[tuple[float, Request]] = []
         self.transfer = transfer
         self.engines = engines
@@ -134,16 +147,17 @@ class PDFleet:
             engines.append(e)
             return e
 
-        self.pre = Cluster(engine, startup, standby=standby[0], node_idle_s=node_idle_s, make_engine=pre)
-        self.dec = Cluster(engine, startup, standby=standby[1], node_idle_s=node_idle_s, make_engine=dec)
+        self.pre = Cluster(engine, startup, standby=standby[0], node_idle_s=node_idle_s, make_engine=pre, draws=draws)
+        self.dec = Cluster(engine, startup, standby=standby[1], node_idle_s=node_idle_s, make_engine=dec, draws=draws)
         self.in_flight: list[tuple[float, int, PDRequest]] = []  # (arrives at decode, seq, request)
         self._seq = 0
         self.transfer_s = 0.0
         self.transfers = 0
 
-    def dispatch(self, t: float, inp: float, out: float, n: int) -> None:
+    def dispatch(self, t: float, inp: float, out: float, n: int, hashes: tuple[int, ...] | None = None,
+                 hash_tokens: int = 0) -> None:
         self.pre.events_until(t)
-        self.pre.dispatch(PDRequest(t, inp, 1, n, dec_out=out))
+        self.pre.dispatch(PDRequest(t, inp, 1, n, dec_out=out, hashes=hashes, hash_tokens=hash_tokens))
 
     def advance(self, now: float) -> None:
         self.pre.advance(now)
@@ -178,7 +192,7 @@ class PerRolePolicy:
 
     def __init__(self, max_replicas: int, slo_ttft: float, startup: StartupProfile, standby: int | None,
                  overrides: dict[str, str], role_overrides: dict[str, dict[str, str]], *, fast_signals: bool,
-                 initial: tuple[int, int] = (1, 1)) -> None:
+                 initial: tuple[int, int] = (1, 1), cond: Conditions | None = None) -> None:
         self.clock = [0.0]
         self.store = MemoryStore(clock=lambda: self.clock[0])
         self.policies: dict[str, WarmscalePolicy] = {}
@@ -189,7 +203,7 @@ class PerRolePolicy:
                 md, startup, standby, HpaBehavior(scale_down_stabilization_s=0.0, scale_up_pods=max_replicas),
                 KedaConfig(min_replicas=1, max_replicas=max_replicas), fast_signals=fast_signals,
                 store=self.store, workload=f"llm-{role}", clock=self.clock,
-                initial_replicas=initial[0] if role == "prefill" else initial[1])
+                initial_replicas=initial[0] if role == "prefill" else initial[1], cond=cond)
 
     @property
     def standby(self) -> tuple[int, int]:
@@ -260,10 +274,12 @@ def simulate_pd(work: Workload, policy: PerRolePolicy, engine: EngineProfile, st
     """The trace through a P/D fleet scaled by ``policy`` (the loop of :func:`benchmarks.sim.runner.simulate`)."""
     wall0 = time.perf_counter()
     engines: list[Engine] = []
-    fleet = PDFleet(engine, startup, transfer, standby=policy.standby, node_idle_s=s.node_idle_s, engines=engines)
+    fleet = PDFleet(engine, startup, transfer, standby=policy.standby, node_idle_s=s.node_idle_s, engines=engines,
+                    draws=s.conditions.startup_draws())
     fleet.pre.start_ready(initial[0], 0.0)
     fleet.dec.start_ready(initial[1], 0.0)
     T, N, IN, OUT = work.t.tolist(), work.n.tolist(), work.inp.tolist(), work.out.tolist()
+    H = work.hashes.tolist() if work.hashes is not None else None
     m, ptr, dt, step_i, t = len(T), 0, s.dt, 0, 0.0
     span = work.span_s
     end_limit = span + s.drain_max_s
@@ -278,7 +294,10 @@ def simulate_pd(work: Workload, policy: PerRolePolicy, engine: EngineProfile, st
         t_next = step_i * dt
         while ptr < m and T[ptr] < t_next:
             fleet.advance(T[ptr])  # handoffs due before this arrival reach decode first
-            fleet.dispatch(T[ptr], IN[ptr], OUT[ptr], N[ptr])
+            if H is None:
+                fleet.dispatch(T[ptr], IN[ptr], OUT[ptr], N[ptr])
+            else:
+                fleet.dispatch(T[ptr], IN[ptr], OUT[ptr], N[ptr], H[ptr], work.hash_tokens)
             ptr += 1
         fleet.advance(t_next)
         if t < span:
@@ -308,6 +327,8 @@ def simulate_pd(work: Workload, policy: PerRolePolicy, engine: EngineProfile, st
                      cold=fleet.pre.cold_starts + fleet.dec.cold_starts, max_replicas=max_pre + max_dec,
                      starts={f"prefill:{k}": v for k, v in fleet.pre.starts.items()}
                      | {f"decode:{k}": v for k, v in fleet.dec.starts.items()}, timeline=tl, params=policy.params())
+    if work.hashes is not None:  # the prefill instances' caches (decode caches nothing; module docstring)
+        result.prefix_cache = fleet.pre.prefix_cache_tokens()
     decoders: list[Engine] = [e for e in engines if isinstance(e, DecodeEngine)]
     return ModeResult(result, itl_quantile(decoders, 0.99), itl_within(decoders, itl_slo), max_prefill=max_pre,
                       max_decode=max_dec,

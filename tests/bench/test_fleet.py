@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from warmscale.benchmarks import cli
 from warmscale.benchmarks.sim.arrivals import Workload
@@ -15,6 +16,8 @@ from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.fleet import CONFIGS, FLEET, ModelSpec, simulate_fleet
 from warmscale.benchmarks.sim.hotpool import SLEEP_TIMES, canary_s
 from warmscale.benchmarks.sim.runner import SimSettings
+
+from .member_spy import first_factors, records, spy
 
 # A short run: the first 3 minutes of every model's trace.
 SHORT_HOURS = "0.05"
@@ -118,3 +121,55 @@ def test_an_unknown_configuration_names_the_flag(capsys: object) -> None:
     assert cli.main(["fleet", "--configs", "keda-min1,keda-two", "--quiet"]) == 2
     err = capsys.readouterr().err  # type: ignore[attr-defined]
     assert "--configs" in err and "keda-two" in err
+
+
+def test_members_are_distinct_and_their_conditions_reach_the_simulator(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21, requirement 4, as bench trace: member i rotates every model's trace by a further i/N
+    and its seed (seed*1000+i) drives every model's start-up draws and loop phases, the same for every
+    configuration of the member (paired); the JSON records each member's figures."""
+    from warmscale.benchmarks import fleet
+    from warmscale.benchmarks.sim.conditions import Conditions, StartupDraws
+
+    log = tmp_path / "spy.jsonl"
+    spy(monkeypatch, log, [(fleet, "simulate_fleet")])
+    configs = ("keda-min1", "warmscale-warm")
+    doc = _run(tmp_path, "e", "--ensemble", "2", "--seed", "3", "--configs", ",".join(configs))
+    seeds = [3000, 3001]
+    members = doc["details"]["ensemble_members"]
+    assert [(m["kind"], m["fraction"], m["seed"]) for m in members] == [("member", 0.0, 3000), ("member", 0.5, 3001)]
+    assert [m["conditions"]["seed"] for m in members] == seeds and doc["details"]["conditions"]["seed"] == 3000
+    assert members[0]["configurations"] == doc["configurations"]  # member 0 is the contract's run
+    assert set(members[1]["configurations"]) == set(configs)
+    ens = doc["ensemble"]
+    assert ens["members"] == 2 and set(ens["configurations"]) == set(configs)
+    for e in ens["configurations"].values():
+        assert e["gpu_hours"]["min"] <= e["gpu_hours"]["median"] <= e["gpu_hours"]["max"]
+    runs = records(log, "run")
+    assert sorted((r["config"], r["seed"]) for r in runs) == sorted((c, s) for c in configs for s in seeds)
+    by_seed = {s: [r["arrivals"] for r in runs if r["seed"] == s] for s in seeds}
+    assert all(a == by_seed[s][0] for s in seeds for a in by_seed[s])  # paired: every configuration, one workload
+    assert by_seed[3000][0] != by_seed[3001][0] and len(by_seed[3000][0]) == len(FLEET)  # rotated per member
+    # every model's cluster draws from its member's stream (made before any replica: the same next factors)
+    expected = {first_factors(StartupDraws(s, Conditions(seed=s).sigma)) for s in seeds}
+    clusters = records(log, "cluster")
+    assert len(clusters) == len(configs) * len(seeds) * len(FLEET)
+    assert {tuple(c["factors"]) for c in clusters if c["factors"] is not None} == expected and len(expected) == 2
+    assert all(c["factors"] is not None for c in clusters)
+    assert {h["phase"] for h in records(log, "hpa")} == {Conditions(seed=s).phase("sync", 15.0) for s in seeds}
+    # --exact-startup: the ladder's times, every phase 0
+    log.unlink()
+    exact = _run(tmp_path, "x", "--exact-startup", "--configs", "keda-min1")
+    assert exact["details"]["conditions"]["seed"] is None and "ensemble" not in exact
+    assert all(c["factors"] is None for c in records(log, "cluster"))
+    assert {h["phase"] for h in records(log, "hpa")} == {0.0}
+
+
+def test_mooncake_is_replayed_with_prefix_caching(tmp_path: Path) -> None:
+    """The fleet's mooncake-conv model carries block ids: prefix caching on by default, as bench trace."""
+    on = _run(tmp_path, "on", "--configs", "keda-min1")["details"]["per_configuration"]["keda-min1"]["per_model"]
+    assert on["mooncake-8b"]["prefix_cache_hit_rate"] > 0
+    assert all("prefix_cache_hit_rate" not in v for m, v in on.items() if m != "mooncake-8b")  # no block ids
+    off = _run(tmp_path, "off", "--configs", "keda-min1", "--no-prefix-cache")
+    assert "prefix_cache_hit_rate" not in off["details"]["per_configuration"]["keda-min1"]["per_model"]["mooncake-8b"]
+    assert off["details"]["prefix_cache"] is False

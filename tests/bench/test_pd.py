@@ -26,6 +26,8 @@ from warmscale.scaler.pdgroup import Member
 from warmscale.signals.engines import parse_payload
 from warmscale.warmpool.startup_model import PROFILES
 
+from .member_spy import first_factors, records, spy
+
 EP = ENGINE_PROFILES["8b-h100"]
 SP = PROFILES["8b-h100"]
 
@@ -128,3 +130,97 @@ def test_bench_trace_pd_flag_is_the_pd_mode(tmp_path) -> None:  # type: ignore[n
     doc = json.loads(out.read_text())
     assert set(doc["modes"]) == {"combined", "pd-per-role"}
     assert doc["details"]["params"]["combined"]["metadata"]["itlSloSeconds"] == "0.1"
+
+
+def _tiny_trace(path, n: int = 400, span_s: float = 180.0):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(3)
+    t = np.sort(rng.uniform(0, span_s, n))
+    path.write_text("timestamp_s,input_tokens,output_tokens\n" + "".join(
+        f"{x:.3f},{int(rng.integers(200, 4000))},{int(rng.integers(5, 300))}\n" for x in t))
+    return path
+
+
+def test_bench_pd_ensemble_members_are_distinct_and_their_conditions_reach_the_simulator(
+        tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 21, requirement 4, as bench trace: member i rotates the trace by i/N and its seed
+    (seed*1000+i) drives both modes' start-up draws and loop phases; the JSON records each member."""
+    import json
+
+    from warmscale.benchmarks import pd_replay
+    from warmscale.benchmarks.cli import main
+    from warmscale.benchmarks.sim.conditions import Conditions, StartupDraws
+
+    trace = _tiny_trace(tmp_path / "tiny.csv")
+    log = tmp_path / "spy.jsonl"
+    spy(monkeypatch, log, [(pd_replay, "simulate_pd"), (pd_replay, "simulate_combined")])
+    out = tmp_path / "pd.json"
+    assert main(["pd", "--trace", str(trace), "--json", str(out), "--quiet", "--fast-signals", "--ensemble", "3",
+                 "--jobs", "1", "--seed", "4"]) == 0
+    doc = json.loads(out.read_text())
+    seeds = [4000, 4001, 4002]
+    members = doc["details"]["ensemble_members"]
+    assert [m["kind"] for m in members] == ["member"] * 3
+    assert [m["fraction"] for m in members] == pytest.approx([0.0, 1 / 3, 2 / 3])
+    assert [m["seed"] for m in members] == seeds
+    assert [m["conditions"]["seed"] for m in members] == seeds and doc["details"]["conditions"]["seed"] == 4000
+    for m in members:
+        assert set(m["modes"]) == {"combined", "pd-per-role"}
+        assert all(0.0 <= r["slo_attainment"] <= 1.0 and r["gpu_hours"] > 0 for r in m["modes"].values())
+    assert members[0]["modes"]["combined"]["gpu_hours"] == doc["modes"]["combined"]["gpu_hours"]  # member 0: the run
+    runs = records(log, "run")
+    # each mode of each member ran with the member's seed, on the member's own (rotated) arrivals
+    assert sorted((r["entry"], r["seed"]) for r in runs) == sorted((m, s) for m in ("simulate_combined", "simulate_pd")
+                                                                   for s in seeds)
+    by_seed = {r["seed"]: r["arrivals"] for r in runs}
+    assert len({str(a) for a in by_seed.values()}) == 3
+    assert all(r["arrivals"] == by_seed[r["seed"]] for r in runs)  # paired: both modes, the same arrivals
+    # start-up draws: every pool (combined; prefill and decode) draws from its member's stream
+    expected = {first_factors(StartupDraws(s, Conditions(seed=s).sigma)) for s in seeds}
+    drawn = {tuple(c["factors"]) for c in records(log, "cluster") if c["factors"] is not None}
+    assert drawn == expected and len(expected) == 3  # three members, three different streams
+    assert all(c["factors"] is not None for c in records(log, "cluster"))
+    # phases: every HPA (the combined pool's, each role's) syncs at its member's phase
+    phases = {h["phase"] for h in records(log, "hpa")}
+    assert phases == {Conditions(seed=s).phase("sync", 15.0) for s in seeds}
+    # --exact-startup: the ladder's times, every phase 0
+    log.unlink()
+    assert main(["pd", "--trace", str(trace), "--json", str(out), "--quiet", "--fast-signals", "--exact-startup"]) == 0
+    assert json.loads(out.read_text())["details"]["conditions"]["seed"] is None
+    assert all(c["factors"] is None for c in records(log, "cluster"))
+    assert {h["phase"] for h in records(log, "hpa")} == {0.0}
+
+
+def test_pd_prefill_instances_cache_prefixes_of_a_trace_with_block_ids(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """mooncake-conv carries block ids: prefix caching is on by default (the combined replicas and the
+    prefill instances hit), off with --no-prefix-cache, as in bench trace."""
+    import json
+
+    from warmscale.benchmarks.cli import main
+
+    out = tmp_path / "pd.json"
+    args = ["pd", "--trace", "mooncake-conv", "--hours", "0.03", "--json", str(out), "--quiet", "--fast-signals",
+            "--slo-ttft", "10"]
+    assert main(args) == 0
+    doc = json.loads(out.read_text())
+    rates = doc["details"]["prefix_cache"]["hit_rate"]
+    assert rates["combined"] > 0 and rates["pd-per-role"] > 0
+    slower = doc["modes"]["pd-per-role"]
+    assert main([*args, "--no-prefix-cache"]) == 0
+    off = json.loads(out.read_text())
+    assert "prefix_cache" not in off["details"]
+    assert off["modes"]["pd-per-role"]["ttft_p50_s"] != slower["ttft_p50_s"]  # the hits changed the prefill work
+
+
+def test_the_pd_fleets_pools_share_the_members_start_up_stream() -> None:
+    from warmscale.benchmarks.sim.conditions import StartupDraws
+    from warmscale.warmpool.startup_model import COLD, time_to_ready
+
+    draws = StartupDraws(7, 0.27)
+    expect = StartupDraws(7, 0.27)
+    fleet = PDFleet(EP, SP, Transfer(131_072.0), standby=(0, 0), node_idle_s=0.0, engines=[], draws=draws)
+    fleet.pre.set_spec(1, 0.0)
+    fleet.dec.set_spec(1, 0.0)
+    ladder = time_to_ready(SP, COLD)
+    assert fleet.pre.pods[0].ready_at == pytest.approx(ladder * expect.factor())
+    assert fleet.dec.pods[0].ready_at == pytest.approx(ladder * expect.factor())  # the stream's next draw
+    assert fleet.pre.pods[0].ready_at != fleet.dec.pods[0].ready_at

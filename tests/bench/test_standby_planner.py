@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from warmscale.benchmarks.sim.arrivals import load_trace
+from warmscale.benchmarks.sim.arrivals import load_trace, truncate
 from warmscale.benchmarks.sim.engine import ENGINE_PROFILES
 from warmscale.benchmarks.sim.policies import WarmscalePolicy, warmscale_metadata
 from warmscale.benchmarks.sim.runner import SimSettings, simulate
-from warmscale.benchmarks.trace_replay import _truncate
 from warmscale.scaler.bursts import BurstMemory, record
 from warmscale.scaler.state import ScalerState
 from warmscale.simulation.actuation import HpaBehavior, KedaConfig
@@ -39,7 +38,7 @@ def _bursty_history() -> BurstMemory:
 
 
 def _run(pol: WarmscalePolicy, minutes: float) -> None:
-    work = _truncate(load_trace(resolve("azure_llm_2023_code.csv"), dt=1.0, seed=1), minutes * 60)
+    work = truncate(load_trace(resolve("azure_llm_2023_code.csv"), dt=1.0, seed=1), minutes * 60)
     pol.plan_inputs = []
     simulate(work, pol, ENGINE_PROFILES[PROFILE], PROFILES[PROFILE], 2, SimSettings(fast_signals=True))
 
