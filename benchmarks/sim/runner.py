@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -269,8 +269,9 @@ class ScheduleRuns:
 
     def simulate(self, policy: SchedulePolicy, initial: int, s: SimSettings) -> PolicyResult:
         wall0 = time.perf_counter()
-        key = (tuple(policy.times), tuple(policy.counts), policy.instant, initial, s.dt, s.slo_ttft,
-               s.drain_max_s, s.sample_s, s.node_idle_s, s.warmup_s, s.fast_signals, s.conditions)
+        # Every setting but the progress callback (a new field joins the key by itself).
+        key = (tuple(policy.times), tuple(policy.counts), policy.instant, initial,
+               *(getattr(s, f.name) for f in fields(s) if f.name != "progress"))
         found = self.results.get(key)
         if found is None:
             found = self.results[key] = simulate(self.work, policy, self.engine, self.startup, initial, s)
@@ -570,10 +571,9 @@ def sized_need(work: Workload, curve: NeedCurve, engine: EngineProfile, startup:
     need and the passes' log lines, keyed by the workload, the need it starts from, the settings, the
     passes and the simulator's source (:func:`_sweep_code_digest`), so that a cached sizing is what the
     passes give again; a re-run replays the log lines and simulates nothing."""
-    settings = {"dt": s.dt, "slo": s.slo_ttft, "warmup": s.warmup_s, "idle": s.node_idle_s, "drain": s.drain_max_s,
-                "sample": s.sample_s, "fast": s.fast_signals, "conditions": s.conditions.to_dict(),
-                "iterations": bc.oracle_iterations, "grid": curve.grid_s,
-                "need": hashlib.sha256(curve.need.tobytes()).hexdigest(), "code": _sweep_code_digest()}
+    settings = _reference_settings(s, bc, sample=s.sample_s, fast=s.fast_signals, iterations=bc.oracle_iterations,
+                                   grid=curve.grid_s, need=hashlib.sha256(curve.need.tobytes()).hexdigest(),
+                                   code=_sweep_code_digest())
     cache = ReferenceCache(bc.cache_dir)
     key = cache_key(ORACLE_SIZING, work, engine, startup, settings)
     found = cache.get_json(key)
