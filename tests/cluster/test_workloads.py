@@ -55,8 +55,13 @@ async def test_gpu_deployment_ready_on_matching_nodes_with_start_delay(
         assert (started - scheduled).total_seconds() >= start_delay - 1, pod.metadata.name
         assert (ready - started).total_seconds() >= ready_delay - 1, pod.metadata.name
         assert pod.status.pod_ip, "kwok assigns a pod IP"
-    deployment = await apps.read_namespaced_deployment_status("llm", k8s_namespace)
-    assert deployment.status.ready_replicas == 3
+    # The Deployment controller folds the pods' Ready into its status on its own sync, a moment after
+    # the last pod turns Ready (on a loaded box, seconds): wait for it rather than read it once.
+    async def deployment_ready() -> bool:
+        status = (await apps.read_namespaced_deployment_status("llm", k8s_namespace)).status
+        return status.ready_replicas == 3
+
+    await wait_for(deployment_ready, within=30, what="the Deployment's status counting 3 Ready replicas")
 
 
 async def test_daemonset_lands_only_on_selected_nodes(
