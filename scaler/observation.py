@@ -262,8 +262,7 @@ def idle_gap_seconds(cfg: ScalerConfig) -> float:
 HOT_REPLICA = "hot:"
 
 
-def _hot_ttfts(snapshot: Snapshot, memory: dict[str, ReplicaMemory], ttft_deltas: list[tuple[float, Histogram]],
-               now: float) -> None:
+def _hot_ttfts(snapshot: Snapshot, memory: dict[str, ReplicaMemory], fresh_ttft: list[Histogram]) -> None:
     """The awake sleepers' first tokens since their last reading join the TTFT window (a woken sleeper
     serves the workload's requests: the SLO is theirs too). Only the TTFT: their load is the waker's
     ``hot_load``. A sleeper whose reading failed keeps its last one (differenced when it is back); one
@@ -277,7 +276,7 @@ def _hot_ttfts(snapshot: Snapshot, memory: dict[str, ReplicaMemory], ttft_deltas
         if prev is not None and sig.ttft is not None and prev.ttft is not None:
             d = sig.ttft.delta(prev.ttft)
             if d is not None and d.count > 0:
-                ttft_deltas.append((now, d))
+                fresh_ttft.append(d)
         memory[key] = ReplicaMemory(observed_at=reading.observed_at, ttft=sig.ttft)
 
 
@@ -308,6 +307,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
     known = snapshot.known
     memory = dict(state.replicas)
     ttft_deltas = list(state.ttft_deltas)
+    fresh_ttft: list[Histogram] = []  # this decision's per-replica TTFT deltas (one window entry: below)
     preemptions = list(state.preemption_events)
     activity = False
     completed = 0.0
@@ -339,7 +339,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
             if sig.ttft is not None and prev.ttft is not None:
                 d = sig.ttft.delta(prev.ttft)
                 if d is not None and d.count > 0:
-                    ttft_deltas.append((now, d))
+                    fresh_ttft.append(d)
             if sig.itl is None and prev.itl is not None:
                 itl_lost = True
             if sig.itl is not None and prev.itl is not None and prev.running is not None:
@@ -419,7 +419,14 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
             kv_transfer_seconds_total=sig.kv_transfer_seconds_total,
             kv_transfers_total=sig.kv_transfers_total,
         )
-    _hot_ttfts(snapshot, memory, ttft_deltas, now)
+    _hot_ttfts(snapshot, memory, fresh_ttft)
+    if fresh_ttft:
+        # One entry per decision, the sum of its replicas' deltas: the window sums a decision's entries
+        # anyway, so its counts (whole numbers, summed exactly in any order) and every quantile are the
+        # same, while the window to merge and the state to store shrink by the replica count.
+        merged_ttft = merge(fresh_ttft)
+        assert merged_ttft is not None
+        ttft_deltas.append((now, merged_ttft))
     present = {r.replica for r in snapshot.replicas} | {HOT_REPLICA + r.replica for r in snapshot.hot_replicas}
     memory = {k: v for k, v in memory.items() if k in present}
 

@@ -81,6 +81,8 @@ class ScalerState:
     """All of one ScaledObject's memory. Lists are (time, value) samples, oldest first."""
 
     replicas: dict[str, ReplicaMemory] = field(default_factory=dict)
+    # (decision time, the sum of that decision's new first-token latencies over its replicas) over
+    # ttftWindowSeconds; a state stored before 2026-12-02 may hold one entry per replica (summed alike)
     ttft_deltas: tuple[tuple[float, Histogram], ...] = ()
     running_samples: tuple[tuple[float, float], ...] = ()
     waiting_samples: tuple[tuple[float, float], ...] = ()
