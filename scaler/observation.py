@@ -18,7 +18,7 @@ from warmscale.scaler.config import ScalerConfig
 from warmscale.scaler.context import ScalerContext
 from warmscale.scaler.gateway import gateway_view
 from warmscale.scaler.state import ReplicaMemory, ScalerState
-from warmscale.signals.histogram import Histogram, merge
+from warmscale.signals.histogram import Histogram, merge, slide
 from warmscale.signals.model import ReplicaSignal, Snapshot
 
 # A rate's span never reaches zero (the metadata range starts at 0.1 s; a config built in code may not).
@@ -434,7 +434,10 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
         ttft_deltas.append((now, snapshot.ttft_window))
     ttft_since = now - cfg.ttft_window_seconds
     ttft_kept = _prune(tuple(ttft_deltas), ttft_since)
-    window = merge(h for _, h in ttft_kept)
+    previous = state.ttft_deltas
+    window, ttft_sum = slide(state.ttft_sum, previous, ttft_kept,
+                             expired=(h for t, h in previous if t < ttft_since),
+                             added=(h for t, h in ttft_deltas[len(previous):] if t >= ttft_since))
     recent_since = now - cfg.burst_window_seconds
     recent: Histogram | None = merge(h for t, h in ttft_kept if t > recent_since)
     if snapshot.ttft_window is not None:
@@ -442,6 +445,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
         # A pre-windowed distribution replaces the sum of pre-windowed samples (no double counting).
         ttft_kept = ((now, snapshot.ttft_window),)
         window = snapshot.ttft_window
+        ttft_sum = None
         recent = window
 
     itl_window, itl_kept, itl_factor = _itl_view(snapshot, state, cfg, itl_now, itl_est, itl_prior)
@@ -579,6 +583,7 @@ def observe(snapshot: Snapshot, state: ScalerState, cfg: ScalerConfig,
         state,
         replicas=memory,
         ttft_deltas=ttft_kept,
+        ttft_sum=ttft_sum,
         running_samples=running_samples,
         waiting_samples=waiting_samples,
         completions=completions,

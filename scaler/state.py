@@ -11,7 +11,7 @@ from typing import Any
 
 from warmscale.scaler.bursts import BurstMemory
 from warmscale.scaler.capacity import Estimate, ItlEstimate
-from warmscale.signals.histogram import Histogram
+from warmscale.signals.histogram import Histogram, WindowSum
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,9 @@ class ScalerState:
     # (decision time, the sum of that decision's new first-token latencies over its replicas) over
     # ttftWindowSeconds; a state stored before 2026-12-02 may hold one entry per replica (summed alike)
     ttft_deltas: tuple[tuple[float, Histogram], ...] = ()
+    # The bucket counts of ttft_deltas, carried to the next decision (signals.histogram.slide). Derived
+    # data: never stored, not compared; a state without it (restored, or replaced) sums the window again.
+    ttft_sum: WindowSum | None = field(default=None, compare=False, repr=False)
     running_samples: tuple[tuple[float, float], ...] = ()
     waiting_samples: tuple[tuple[float, float], ...] = ()
     completions: tuple[tuple[float, float], ...] = ()

@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
-from operator import add, itemgetter
+from operator import add, itemgetter, sub
 from typing import Any
 
 _BOUND, _COUNT = itemgetter(0), itemgetter(1)  # of a (bound, cumulative count) bucket
@@ -179,3 +179,67 @@ def _enc(le: float) -> float | str:
 
 def _dec(le: float | str) -> float:
     return math.inf if le == "+Inf" else float(le)
+
+
+# Whole-number counts below this are summed and differenced exactly in binary64 (2**53 is the first
+# integer whose successor has no representation); above it a carried sum could round.
+_EXACT_COUNT_MAX = float(2**52)
+
+
+@dataclass(frozen=True)
+class WindowSum:
+    """The bucket counts of a sliding window of histograms with one layout, carried from one decision
+    to the next: the next window is these counts minus the entries that expired plus the new ones,
+    instead of a merge of every entry again (the TTFT window holds a minute of entries; this is the
+    scaler's largest per-decision cost otherwise).
+
+    Exact, not approximate: deltas of cumulative counters are whole numbers, and whole numbers below
+    ``_EXACT_COUNT_MAX`` add and subtract without rounding in any order, so the counts are the ones
+    :func:`merge` folds. An entry with a fractional count, another layout or an oversized count cannot
+    be carried: :func:`slide` then merges afresh and carries nothing."""
+
+    of: tuple[Any, ...]  # the window (its entries, in order) these are the counts of; compared by identity
+    bounds: tuple[float, ...]
+    counts: tuple[float, ...]
+
+
+def _carriable(h: Histogram, bounds: tuple[float, ...]) -> bool:
+    return (len(h.buckets) == len(bounds) and tuple(map(_BOUND, h.buckets)) == bounds
+            and all(c.is_integer() and 0.0 <= c <= _EXACT_COUNT_MAX for c in map(_COUNT, h.buckets)))
+
+
+def slide(carry: WindowSum | None, previous: tuple[tuple[float, Histogram], ...],
+          kept: tuple[tuple[float, Histogram], ...], expired: Iterable[Histogram],
+          added: Iterable[Histogram]) -> tuple[Histogram | None, WindowSum | None]:
+    """``merge`` of ``kept``'s histograms, and the carry for the next window.
+
+    ``previous`` is the last window (``carry`` is used only if it is of exactly that tuple); ``kept``
+    is ``previous`` without ``expired`` plus ``added``, in that order. The sum and count fields are
+    folded over ``kept`` as :func:`merge` folds them (they are not whole numbers)."""
+    if not kept:
+        return None, None
+    hs = [h for _, h in kept]
+    counts: list[float] | None = None
+    bounds: tuple[float, ...] = ()
+    if carry is not None and carry.of is previous:
+        bounds = carry.bounds
+        counts = list(carry.counts)
+        for h in expired:  # carried entries: checked when they were added
+            counts = list(map(sub, counts, map(_COUNT, h.buckets)))
+        for h in added:
+            if not _carriable(h, bounds):
+                counts = None
+                break
+            counts = list(map(add, counts, map(_COUNT, h.buckets)))
+        if counts is not None and max(counts) > _EXACT_COUNT_MAX:
+            counts = None
+    if counts is None:
+        window = merge(hs)
+        assert window is not None
+        bounds = window.bounds()
+        if not all(_carriable(h, bounds) for h in hs):
+            return window, None
+        return window, WindowSum(of=kept, bounds=bounds, counts=tuple(map(_COUNT, window.buckets)))
+    window = Histogram(buckets=tuple(zip(bounds, counts, strict=True)), sum=reduce(add, [h.sum for h in hs]),
+                       count=reduce(add, [h.count for h in hs]))
+    return window, WindowSum(of=kept, bounds=bounds, counts=tuple(counts))

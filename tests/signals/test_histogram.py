@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
 from warmscale.signals.engines import parse_payload
-from warmscale.signals.histogram import Histogram, merge
+from warmscale.signals.histogram import Histogram, WindowSum, merge, slide
 
 INF = math.inf
 
@@ -130,3 +131,55 @@ def test_merge_equals_the_pairwise_fold_exactly(seed: int) -> None:
         assert merge(hs) == _folded(hs)
         assert merge(iter(hs)) == _folded(hs)  # a generator, as the scaler passes
     assert merge([BASE]) is BASE
+
+
+_SLIDE_BOUNDS = (0.05, 0.1, 0.5, 1.0, 5.0, math.inf)
+
+
+def _delta(rng: random.Random, *, fractional: bool = False, bounds: tuple[float, ...] = _SLIDE_BOUNDS) -> Histogram:
+    counts, c = [], 0.0
+    for _ in bounds:
+        c += rng.randint(0, 4) + (0.5 if fractional else 0.0)
+        counts.append(c)
+    return Histogram(buckets=tuple(zip(bounds, counts, strict=True)), sum=rng.random() * c, count=c)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_carried_window_is_the_merge_of_its_entries_exactly(seed: int) -> None:
+    """slide() carries the window's counts from one decision to the next; at every step its window is
+    merge() of the kept entries, field for field (an odd entry -- fractional counts, another layout --
+    drops the carry and the window is merged afresh; the clock may even step back)."""
+    rng = random.Random(seed)
+    window_s = rng.choice([3.0, 10.0, 60.0])
+    previous: tuple[tuple[float, Histogram], ...] = ()
+    carry: WindowSum | None = None
+    now, carried = 0.0, 0
+    for _ in range(120):
+        now += rng.choice([1.0, 1.0, 0.5, 7.0, -2.0])
+        new = []
+        for _ in range(rng.choice([0, 1, 1, 2])):
+            odd = rng.random()
+            h = (_delta(rng, fractional=True) if odd < 0.01 else
+                 _delta(rng, bounds=(0.1, 1.0, math.inf)) if odd < 0.02 else _delta(rng))
+            new.append((now, h))
+        since = now - window_s
+        kept = tuple(e for e in (*previous, *new) if e[0] >= since)
+        carried += carry is not None and carry.of is previous
+        window, carry = slide(carry, previous, kept, expired=(h for t, h in previous if t < since),
+                              added=(h for t, h in new if t >= since))
+        assert window == merge(h for _, h in kept)
+        previous = kept
+    assert carried >= 10  # the carry was used, not only rebuilt
+
+
+def test_a_carry_of_another_window_is_not_used() -> None:
+    rng = random.Random(0)
+    a, b = (1.0, _delta(rng)), (2.0, _delta(rng))
+    _, carry = slide(None, (), (a,), expired=(), added=(a[1],))
+    assert carry is not None
+    other = (a,)  # equal, but not the window the carry is of
+    window, _ = slide(carry, other, (a, b), expired=(), added=(b[1],))
+    assert window == merge([a[1], b[1]])
+    stale = WindowSum(of=other, bounds=carry.bounds, counts=tuple(0.0 for _ in carry.counts))
+    window, _ = slide(stale, (a,), (a, b), expired=(), added=(b[1],))
+    assert window == merge([a[1], b[1]])
