@@ -61,11 +61,13 @@ class Histogram:
     def delta(self, older: Histogram) -> Histogram | None:
         """Observations made between ``older`` and this histogram, or ``None`` after a counter reset
         (the process restarted) or a change of bucket layout."""
-        if older.bounds() != self.bounds() or self.count < older.count:
+        a, b = self.buckets, older.buckets
+        if len(a) != len(b) or self.count < older.count:
             return None
         out = []
-        for (le, c), (_, oc) in zip(self.buckets, older.buckets, strict=True):
-            if c < oc:
+        for (le, c), (ole, oc) in zip(a, b):  # noqa: B905 - equal lengths checked above
+            # A layout change (bounds compared as tuples compare them: identity, then ==) or a reset.
+            if (le is not ole and le != ole) or c < oc:
                 return None
             out.append((le, c - oc))
         return Histogram(buckets=tuple(out), sum=max(0.0, self.sum - older.sum), count=self.count - older.count)
