@@ -183,8 +183,8 @@ def _dec(le: float | str) -> float:
     return math.inf if le == "+Inf" else float(le)
 
 
-# Whole-number counts below this are summed and differenced exactly in binary64 (2**53 is the first
-# integer whose successor has no representation); above it a carried sum could round.
+# Whole-number counts up to this are summed and differenced exactly in binary64 (every integer up to
+# 2**53 is representable, and two counts up to 2**52 sum to at most 2**53); above it a sum could round.
 _EXACT_COUNT_MAX = float(2**52)
 
 
@@ -216,8 +216,8 @@ def slide(carry: WindowSum | None, previous: tuple[tuple[float, Histogram], ...]
     """``merge`` of ``kept``'s histograms, and the carry for the next window.
 
     ``previous`` is the last window (``carry`` is used only if it is of exactly that tuple); ``kept``
-    is ``previous`` without ``expired`` plus ``added``, in that order. The sum and count fields are
-    folded over ``kept`` as :func:`merge` folds them (they are not whole numbers)."""
+    is ``previous`` without ``expired`` plus ``added``, in that order. The ``sum`` and ``count`` fields
+    are folded over ``kept`` as :func:`merge` folds them (a sum of seconds is no whole number)."""
     if not kept:
         return None, None
     hs = [h for _, h in kept]
