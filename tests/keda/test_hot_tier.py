@@ -8,7 +8,6 @@ Timings are reported (``[keda-e2e]`` lines), never asserted tightly.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from dataclasses import replace
 from typing import Any
@@ -159,9 +158,10 @@ async def test_a_wake_whose_canary_fails_is_never_routed_and_the_sleeper_is_repl
     w = await hot_workload(e2e, "llm", pool)
     hot, engines = await hot_side(e2e, w)
     ever_awake: list[str] = []
+    done = asyncio.Event()
 
     async def watch_routing() -> None:
-        while True:
+        while not done.is_set():
             s = await status(hot, ns, "llm")
             if s is not None:
                 ever_awake.extend(s.awake_pods)
@@ -193,9 +193,13 @@ async def test_a_wake_whose_canary_fails_is_never_routed_and_the_sleeper_is_repl
         assert f"{ns}/{first.metadata.name}" not in ever_awake, ever_awake
         report("hot_canary_fails", wakes=len(hot.wake_requests), routed=sorted(set(ever_awake)))
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        # Stopped between reads, not only cancelled: in one CI run on a loaded box the cancel landed
+        # inside the store read, was swallowed there, and the loop went on for good (the task stuck
+        # "cancelling" in its sleep), so this teardown hung until pytest-timeout.
+        done.set()
+        await asyncio.wait({watcher}, timeout=10)
+        if not watcher.done():
+            watcher.cancel()
         await hot.aclose()
         await engines.aclose()
         await unpublish(e2e.api, slices)
