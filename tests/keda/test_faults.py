@@ -35,11 +35,19 @@ def _metrics(hpa: Any) -> list[str]:
 
 async def _observe(e2e: E2E, name: str, seconds: float) -> dict[str, Any]:
     """Sample the HPA's metrics, the ScaledObject's Ready/Fallback conditions and the replicas."""
-    seen: dict[str, Any] = {"hpa_metrics": set(), "ready": set(), "fallback": set(), "replicas": set()}
+    seen: dict[str, Any] = {"hpa_metrics": set(), "hpa_values": set(), "hpa_desired": set(), "ready": set(),
+                            "fallback": set(), "replicas": set()}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         hpa = await read_hpa(e2e.api, e2e.namespace, name)
         seen["hpa_metrics"].add(",".join(_metrics(hpa)))
+        if hpa is not None and hpa.status is not None:
+            # What the HPA last read and wanted: a failure's explanation (the values are not asserted on).
+            for m in hpa.status.current_metrics or []:
+                if m.external is not None and m.external.current is not None:
+                    cur = m.external.current
+                    seen["hpa_values"].add(str(cur.average_value or cur.value))
+            seen["hpa_desired"].add(hpa.status.desired_replicas)
         so = await read_scaled_object(e2e.api, e2e.namespace, name)
         for kind in ("Ready", "Fallback"):
             c = so_condition(so, kind)
@@ -82,7 +90,7 @@ async def test_scaler_killed_under_load(e2e: E2E, reserved_port: int) -> None:
     meanwhile = await _observe(e2e, "llm", 40)
     specs_dead = w.timeline.specs_since(t_kill)
     # Absent data is never idle: nobody scales the Deployment down while the scaler is gone.
-    assert min(specs_dead) >= 3, specs_dead
+    assert min(specs_dead) >= 3, (specs_dead, meanwhile)
     fallback_fired = any(s == FALLBACK["replicas"] for s in specs_dead)
     t_fallback = w.timeline.first(t_kill, spec=FALLBACK["replicas"])
     t_back = time.monotonic()
