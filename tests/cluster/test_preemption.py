@@ -66,7 +66,12 @@ async def test_placeholder_is_preempted_by_normal_pod(
 
         model = await wait_for(model_ready, within=60, what="normal pod Ready")
         assert model.spec.node_name == node
-        events = await core.list_namespaced_event(k8s_namespace, field_selector="reason=Preempted")
-        assert any(e.involved_object.name == "placeholder" for e in events.items)
+
+        # The scheduler records the Event through its own asynchronous broadcaster: wait for it.
+        async def preempted_event() -> bool:
+            events = await core.list_namespaced_event(k8s_namespace, field_selector="reason=Preempted")
+            return any(e.involved_object.name == "placeholder" for e in events.items)
+
+        await wait_for(preempted_event, within=30, what="the scheduler's Preempted Event for the placeholder")
     finally:
         await scheduling.delete_priority_class(priority_class)
