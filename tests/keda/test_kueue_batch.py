@@ -29,6 +29,7 @@ from tests.keda.conftest import E2E
 from warmscale.batch import keys
 from warmscale.localcluster import kueue
 from warmscale.localcluster import workloads as w
+from warmscale.localcluster.engines import stop_task
 from warmscale.localcluster.fleet import H100
 from warmscale.warmpool import objects as ob
 from warmscale.warmpool.controller import Controller, Options, install_priority_class
@@ -58,9 +59,7 @@ class BatchWorkers:
 
     async def __aexit__(self, *exc: object) -> None:
         if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+            await stop_task(self.task)  # not one cancel(): docs/keda.md, "Stopping the loops"
         for p in self.procs.values():
             p.kill()
             p.wait()
