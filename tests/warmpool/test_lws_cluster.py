@@ -25,6 +25,7 @@ from tests.cluster.fixtures import (  # noqa: F401  (fixtures used by name)
     k8s_node_pool,
     wait_for,
 )
+from tests.warmpool.test_cluster import events
 from warmscale.localcluster import crds
 from warmscale.localcluster import workloads as w
 from warmscale.localcluster.fleet import H100
@@ -153,10 +154,8 @@ async def test_scale_1_to_3_groups_each_lands_on_a_held_gang(
     # The Event comes from the reconcile that re-plans the standby after the groups took the gangs; it
     # may come after the placeholders are gone (in one CI run, with the API server throttling
     # requests, it was not there yet when the events were read once).
-    async def unfit() -> list[client.CoreV1Event]:
-        return [e for e in (await core.list_namespaced_event(ns)).items if e.reason == "GangDoesNotFit"]
-
-    (ev, *_) = await wait_for(unfit, within=30, what="a GangDoesNotFit Event (no rack left for a gang)")
+    (ev, *_) = await wait_for(lambda: events(core, ns, "GangDoesNotFit"), within=30,
+                              what="a GangDoesNotFit Event (no rack left for a gang)")
     assert ev.involved_object.kind == ob.LWS_KIND and "no partial gang" in ev.message
 
 
@@ -179,7 +178,7 @@ async def test_group_size_change_replans_and_an_unfit_gang_holds_nothing(
                                                 _content_type="application/merge-patch+json")
 
     async def unfit() -> list[client.CoreV1Event]:
-        evs = [e for e in (await core.list_namespaced_event(ns)).items if e.reason == "GangDoesNotFit"]
+        evs = await events(core, ns, "GangDoesNotFit")
         pods = (await core.list_namespaced_pod(ns, label_selector=f"{MANAGED},{ob.ROLE}=placeholder")).items
         return evs if not [p for p in pods if p.metadata.deletion_timestamp is None] else []
 
